@@ -1,0 +1,320 @@
+//! A2A 1.0: wire types, the card, and the method handlers. A handler turns
+//! a decoded JSON-RPC call into a result or an `RpcError`; it talks to the
+//! task table and to procman, never to sockets or processes directly.
+
+pub mod card;
+pub mod types;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::config::Config;
+use crate::procman::Procman;
+use crate::rpc::{self, RpcError};
+use crate::tasks::{ContinueError, CreateError, ListQuery, TaskTable};
+use crate::transport::Principal;
+use types::{
+    CancelTaskRequest, GetTaskRequest, ListTasksRequest, Role, SendMessageRequest, StreamResponse,
+    TaskState,
+};
+
+/// Every method of the A2A 1.0 JSON-RPC binding.
+pub const METHODS: [&str; 11] = [
+    "SendMessage",
+    "SendStreamingMessage",
+    "GetTask",
+    "ListTasks",
+    "CancelTask",
+    "SubscribeToTask",
+    "CreateTaskPushNotificationConfig",
+    "GetTaskPushNotificationConfig",
+    "ListTaskPushNotificationConfigs",
+    "DeleteTaskPushNotificationConfig",
+    "GetExtendedAgentCard",
+];
+
+/// The agent behind every listener.
+pub struct Agent {
+    pub cfg: Arc<Config>,
+    pub tasks: Arc<TaskTable>,
+    pub procman: Procman,
+}
+
+impl Agent {
+    /// Runs one non-streaming method.
+    pub fn call(
+        &self,
+        principal: &Principal,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, RpcError> {
+        match method {
+            "SendMessage" => self.send_message(principal, parse(params)?),
+            "GetTask" => self.get_task(principal, parse(params)?),
+            "ListTasks" => self.list_tasks(principal, parse(params)?),
+            "CancelTask" => self.cancel_task(principal, parse(params)?),
+            "SendStreamingMessage" | "SubscribeToTask" => Err(RpcError::unsupported(
+                format!("{method}: this agent does not offer streaming (capabilities.streaming is false)"),
+                &[("method", method)],
+            )),
+            "CreateTaskPushNotificationConfig"
+            | "GetTaskPushNotificationConfig"
+            | "ListTaskPushNotificationConfigs"
+            | "DeleteTaskPushNotificationConfig" => Err(RpcError::new(
+                rpc::PUSH_NOT_SUPPORTED,
+                "Push notifications are not supported (capabilities.pushNotifications is false): \
+                 use SubscribeToTask or poll GetTask",
+            )),
+            "GetExtendedAgentCard" => Err(RpcError::unsupported(
+                "There is no extended agent card (capabilities.extendedAgentCard is false)",
+                &[],
+            )),
+            other => Err(RpcError::with_reason(
+                rpc::METHOD_NOT_FOUND,
+                "METHOD_NOT_FOUND",
+                rpc::A2A_DOMAIN,
+                format!("Method not found: `{other}`{}", legacy_hint(other)),
+                &[("method", other)],
+            )),
+        }
+    }
+
+    fn send_message(
+        &self,
+        principal: &Principal,
+        req: SendMessageRequest,
+    ) -> Result<Value, RpcError> {
+        let config = req.configuration.unwrap_or_default();
+        let history_length = history_length(config.history_length, "configuration.historyLength")?;
+        if config.task_push_notification_config.is_some() {
+            return Err(RpcError::new(
+                rpc::PUSH_NOT_SUPPORTED,
+                "configuration.taskPushNotificationConfig: push notifications are not supported",
+            ));
+        }
+        let mut message = req.message;
+        validate_user_message(&message)?;
+        let task = match message.task_id.clone() {
+            Some(task_id) => {
+                let task = self
+                    .tasks
+                    .continue_with(principal, &task_id, &mut message)
+                    .map_err(|e| continue_error(&task_id, e))?;
+                self.procman.input(&task_id, message);
+                task
+            }
+            None => {
+                let task = self.tasks.create(principal, message, req.metadata).map_err(|e| match e {
+                    CreateError::QueueFull { max } => RpcError::with_reason(
+                        rpc::INTERNAL_ERROR,
+                        "QUEUE_FULL",
+                        rpc::AGENTD_DOMAIN,
+                        format!("Too many tasks waiting ({max}, tasks.max_queued); nothing was created — retry later"),
+                        &[("maxQueued", &max.to_string())],
+                    ),
+                })?;
+                self.procman.start(&task.id);
+                task
+            }
+        };
+        let task = if config.return_immediately {
+            self.tasks
+                .get(principal, &task.id, history_length)
+                .unwrap_or(task)
+        } else {
+            self.tasks
+                .wait_until(principal, &task.id, history_length, None, |s| {
+                    s.is_terminal() || s.is_interrupted()
+                })
+                .ok_or_else(|| RpcError::task_not_found(&task.id))?
+        };
+        to_value(&StreamResponse::Task(task))
+    }
+
+    fn get_task(&self, principal: &Principal, req: GetTaskRequest) -> Result<Value, RpcError> {
+        require_id(&req.id)?;
+        let history_length = history_length(req.history_length, "historyLength")?;
+        let task = self
+            .tasks
+            .get(principal, &req.id, history_length)
+            .ok_or_else(|| RpcError::task_not_found(&req.id))?;
+        to_value(&task)
+    }
+
+    fn list_tasks(&self, principal: &Principal, req: ListTasksRequest) -> Result<Value, RpcError> {
+        let page_size = match req.page_size {
+            None => crate::limits::LIST_PAGE_DEFAULT,
+            Some(n) if (1..=crate::limits::LIST_PAGE_MAX as i32).contains(&n) => n as usize,
+            Some(_) => {
+                return Err(RpcError::invalid_params(
+                    "pageSize",
+                    format!("must be between 1 and {}", crate::limits::LIST_PAGE_MAX),
+                ))
+            }
+        };
+        let cursor = match req.page_token.as_deref() {
+            None | Some("") => None,
+            Some(t) => Some(crate::tasks::decode_cursor(t).ok_or_else(|| {
+                RpcError::invalid_params("pageToken", "not a token this server issued")
+            })?),
+        };
+        let after_ms = match req.status_timestamp_after.as_deref() {
+            None | Some("") => None,
+            Some(t) => Some(crate::clock::parse_ms(t).ok_or_else(|| {
+                RpcError::invalid_params(
+                    "statusTimestampAfter",
+                    "expected an RFC 3339 timestamp like 2026-05-01T10:00:00Z",
+                )
+            })?),
+        };
+        let query = ListQuery {
+            context_id: req.context_id.filter(|c| !c.is_empty()),
+            status: req.status,
+            after_ms,
+            page_size,
+            cursor,
+            history_length: history_length(req.history_length, "historyLength")?,
+            include_artifacts: req.include_artifacts.unwrap_or(false),
+        };
+        to_value(&self.tasks.list(principal, &query))
+    }
+
+    fn cancel_task(
+        &self,
+        principal: &Principal,
+        req: CancelTaskRequest,
+    ) -> Result<Value, RpcError> {
+        require_id(&req.id)?;
+        let task = self
+            .tasks
+            .get(principal, &req.id, Some(0))
+            .ok_or_else(|| RpcError::task_not_found(&req.id))?;
+        if task.status.state.is_terminal() {
+            return Err(RpcError::with_reason(
+                rpc::TASK_NOT_CANCELABLE,
+                "TASK_NOT_CANCELABLE",
+                rpc::A2A_DOMAIN,
+                format!(
+                    "Task {} is already finished ({})",
+                    req.id,
+                    task.status.state.wire_name()
+                ),
+                &[
+                    ("taskId", &req.id),
+                    ("state", task.status.state.wire_name()),
+                ],
+            ));
+        }
+        self.procman.cancel(&req.id);
+        let t = &self.cfg.tasks;
+        // The ladder is bounded; past it (and a margin for reaping) answer
+        // with whatever the task is now rather than hang the client.
+        let bound = Duration::from_millis(t.cancel_grace_ms + t.term_grace_ms + 5_000);
+        let task = self
+            .tasks
+            .wait_until(
+                principal,
+                &req.id,
+                None,
+                Some(bound),
+                TaskState::is_terminal,
+            )
+            .ok_or_else(|| RpcError::task_not_found(&req.id))?;
+        to_value(&task)
+    }
+}
+
+fn parse<T: DeserializeOwned>(params: Value) -> Result<T, RpcError> {
+    serde_json::from_value(params).map_err(|e| {
+        let text = e.to_string();
+        let field = text
+            .split('`')
+            .nth(1)
+            .filter(|_| text.starts_with("missing field") || text.starts_with("unknown"))
+            .unwrap_or("params")
+            .to_string();
+        RpcError::invalid_params(&field, text)
+    })
+}
+
+fn to_value<T: serde::Serialize>(v: &T) -> Result<Value, RpcError> {
+    serde_json::to_value(v)
+        .map_err(|e| RpcError::new(rpc::INTERNAL_ERROR, format!("Internal error: {e}")))
+}
+
+fn require_id(id: &str) -> Result<(), RpcError> {
+    if id.is_empty() {
+        Err(RpcError::invalid_params("id", "a task id is required"))
+    } else {
+        Ok(())
+    }
+}
+
+fn history_length(n: Option<i32>, field: &str) -> Result<Option<usize>, RpcError> {
+    match n {
+        None => Ok(None),
+        Some(n) if n >= 0 => Ok(Some(n as usize)),
+        Some(_) => Err(RpcError::invalid_params(field, "must not be negative")),
+    }
+}
+
+fn validate_user_message(m: &types::Message) -> Result<(), RpcError> {
+    if m.message_id.is_empty() {
+        return Err(RpcError::invalid_params("message.messageId", "is required"));
+    }
+    if m.role != Role::User {
+        return Err(RpcError::invalid_params(
+            "message.role",
+            "a client's message must have ROLE_USER",
+        ));
+    }
+    if m.parts.is_empty() {
+        return Err(RpcError::invalid_params(
+            "message.parts",
+            "at least one part is required",
+        ));
+    }
+    Ok(())
+}
+
+fn continue_error(task_id: &str, e: ContinueError) -> RpcError {
+    match e {
+        ContinueError::NotFound => RpcError::task_not_found(task_id),
+        ContinueError::Terminal(state) => RpcError::unsupported(
+            format!(
+                "Task {task_id} is in terminal state {}: tasks never restart; send a new message \
+                 (same contextId) to start another",
+                state.wire_name()
+            ),
+            &[("taskId", task_id), ("state", state.wire_name())],
+        ),
+        ContinueError::Busy(state) => RpcError::unsupported(
+            format!(
+                "Task {task_id} is {}: a follow-up message is taken only when the task asks for \
+                 one (TASK_STATE_INPUT_REQUIRED)",
+                state.wire_name()
+            ),
+            &[("taskId", task_id), ("state", state.wire_name())],
+        ),
+        ContinueError::ContextMismatch { task_context } => RpcError::invalid_params(
+            "message.contextId",
+            format!("task {task_id} belongs to context {task_context}"),
+        ),
+    }
+}
+
+/// A hint for 0.3-era method names.
+fn legacy_hint(method: &str) -> &'static str {
+    match method {
+        "message/send" => " (A2A 0.3 name; 1.0 calls it SendMessage)",
+        "message/stream" => " (A2A 0.3 name; 1.0 calls it SendStreamingMessage)",
+        "tasks/get" => " (A2A 0.3 name; 1.0 calls it GetTask)",
+        "tasks/cancel" => " (A2A 0.3 name; 1.0 calls it CancelTask)",
+        "tasks/resubscribe" => " (A2A 0.3 name; 1.0 calls it SubscribeToTask)",
+        "tasks/list" => " (1.0 calls it ListTasks)",
+        _ => "",
+    }
+}

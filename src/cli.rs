@@ -1,0 +1,248 @@
+//! argv → subcommand: hand-written flag parsing, help texts, exit codes.
+//! Exit codes: 0 success, 1 runtime failure, 2 usage or configuration error.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use crate::config::{self, Config};
+
+pub const EXIT_OK: i32 = 0;
+pub const EXIT_FAILURE: i32 = 1;
+pub const EXIT_USAGE: i32 = 2;
+
+const USAGE: &str = "\
+agentd — an A2A 1.0 agent on a unix socket; every task a supervised process
+
+Usage:
+  agentd serve [OPTIONS]      run the daemon (the built-in echo agent by default)
+  agentd help [serve|config]  this text, the serve options, or every config key
+  agentd version              print the version
+
+Run `agentd help serve` for the daemon's options and `man agentd` for the manual.
+";
+
+const SERVE_HELP: &str = "\
+Usage: agentd serve [OPTIONS]
+
+Serves the A2A 1.0 JSON-RPC binding as HTTP/1.1 on unix sockets. Each task
+runs in its own supervised child process. Stops on SIGTERM or SIGINT: running
+tasks are cancelled through the kill ladder, the socket is removed, exit 0.
+A second SIGTERM kills every task at once.
+
+Options:
+  -l, --listen ADDRESS     listen on unix:///ABSOLUTE/PATH (repeatable; = a2a.listen)
+  -c, --config FILE        read `key: value` lines from FILE (see `agentd help config`)
+  -e, --exec 'PROGRAM ARGS'
+                           run PROGRAM for each task (= agent.exec; no shell involved)
+      --exec-protocol P    how to talk to PROGRAM: text (= agent.exec_protocol)
+  -s, --set KEY=VALUE      set any config key (repeatable; after --config)
+      --log-level LEVEL    error, warn, info, debug, trace (= log.level; RUST_LOG wins)
+  -h, --help               this text
+
+With no --listen the socket is $XDG_RUNTIME_DIR/agentd/agentd.sock, or
+/run/agentd/agentd.sock as root, or /tmp/agentd-UID/agentd.sock.
+
+Examples:
+  agentd serve
+  agentd serve --listen unix:///tmp/a.sock --exec 'tr a-z A-Z'
+  curl --unix-socket /tmp/a.sock http://agentd/.well-known/agent-card.json
+";
+
+/// Entry point for the binary: returns the process exit code.
+pub fn main() -> i32 {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(cmd) = args.first() else {
+        eprint!("{USAGE}");
+        return EXIT_USAGE;
+    };
+    let rest = &args[1..];
+    match cmd.as_str() {
+        "serve" => serve(rest),
+        "__worker" => crate::worker::main_with_logging(),
+        "help" | "-h" | "--help" => help(rest.first().map(String::as_str)),
+        "version" | "-V" | "--version" => {
+            println!("agentd {}", env!("CARGO_PKG_VERSION"));
+            EXIT_OK
+        }
+        other => {
+            eprintln!("agentd: unknown command `{other}`\n\n{USAGE}");
+            EXIT_USAGE
+        }
+    }
+}
+
+fn help(topic: Option<&str>) -> i32 {
+    let mut out = std::io::stdout().lock();
+    let _ = match topic {
+        None => write!(out, "{USAGE}"),
+        Some("serve") => write!(out, "{SERVE_HELP}"),
+        Some("config") => write!(out, "{}", config_help()),
+        Some(other) => {
+            eprintln!(
+                "agentd: no help on `{other}`; try `agentd help serve` or `agentd help config`"
+            );
+            return EXIT_USAGE;
+        }
+    };
+    EXIT_OK
+}
+
+/// Every config key with its value form, default and meaning.
+pub fn config_help() -> String {
+    let mut s = String::from(
+        "Config file: one `key: value` per line; lines starting with # are comments.\n\
+         Repeatable keys may appear several times. Flags given after --config win.\n\n",
+    );
+    for k in config::KEYS {
+        s.push_str(&format!("{}: {}\n", k.name, k.value));
+        if !k.default.is_empty() {
+            s.push_str(&format!("    default: {}\n", k.default));
+        }
+        s.push_str(&format!("    {}\n", k.help));
+    }
+    s
+}
+
+/// Parses `serve`'s flags into a Config. Errors are one line for stderr.
+pub fn parse_serve(args: &[String]) -> Result<Option<Config>, String> {
+    let mut cfg = Config::default();
+    let mut sets: Vec<(String, String, String)> = Vec::new(); // (flag, key, value)
+    let mut config_file: Option<PathBuf> = None;
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
+            _ => (arg.as_str(), None),
+        };
+        let mut value = |name: &str| -> Result<String, String> {
+            inline
+                .clone()
+                .or_else(|| it.next().cloned())
+                .ok_or_else(|| format!("{name} needs a value (see `agentd help serve`)"))
+        };
+        match flag {
+            "-h" | "--help" => return Ok(None),
+            "-l" | "--listen" => sets.push((flag.into(), "a2a.listen".into(), value(flag)?)),
+            "-c" | "--config" => config_file = Some(PathBuf::from(value(flag)?)),
+            "-e" | "--exec" => sets.push((flag.into(), "agent.exec".into(), value(flag)?)),
+            "--exec-protocol" => {
+                sets.push((flag.into(), "agent.exec_protocol".into(), value(flag)?))
+            }
+            "--log-level" => sets.push((flag.into(), "log.level".into(), value(flag)?)),
+            "-s" | "--set" => {
+                let kv = value(flag)?;
+                let (k, v) = kv
+                    .split_once('=')
+                    .ok_or_else(|| format!("{flag} expects KEY=VALUE, found `{kv}`"))?;
+                sets.push((flag.into(), k.trim().into(), v.trim().into()));
+            }
+            other if other.starts_with('-') => {
+                return Err(format!(
+                    "unknown option `{other}` (see `agentd help serve`)"
+                ))
+            }
+            other => {
+                return Err(format!(
+                    "unexpected argument `{other}` (see `agentd help serve`)"
+                ))
+            }
+        }
+    }
+    if let Some(path) = &config_file {
+        cfg.load_file(path).map_err(|e| e.to_string())?;
+    }
+    for (flag, key, value) in sets {
+        cfg.set(&key, &value).map_err(|e| format!("{flag}: {e}"))?;
+    }
+    cfg.validate().map_err(|e| e.to_string())?;
+    Ok(Some(cfg))
+}
+
+fn serve(args: &[String]) -> i32 {
+    let cfg = match parse_serve(args) {
+        Ok(Some(cfg)) => cfg,
+        Ok(None) => {
+            print!("{SERVE_HELP}");
+            return EXIT_OK;
+        }
+        Err(e) => {
+            eprintln!("agentd: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    init_logging(&cfg.log_level, "agentd");
+    match crate::server::serve(cfg) {
+        Ok(()) => EXIT_OK,
+        Err(e) => {
+            log::error!("{e}");
+            EXIT_FAILURE
+        }
+    }
+}
+
+/// stderr logging: `TIMESTAMP LEVEL [who] event key=value…`. RUST_LOG, when
+/// set, overrides `level`.
+pub fn init_logging(level: &str, who: &'static str) {
+    let mut b = env_logger::Builder::new();
+    b.parse_filters(level);
+    if let Ok(spec) = std::env::var("RUST_LOG") {
+        b.parse_filters(&spec);
+    }
+    b.format(move |buf, rec| {
+        writeln!(
+            buf,
+            "{} {:<5} [{who} {}] {}",
+            crate::clock::format_ms(crate::clock::now_ms()),
+            rec.level(),
+            std::process::id(),
+            rec.args()
+        )
+    });
+    b.target(env_logger::Target::Stderr);
+    let _ = b.try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &[&str]) -> Vec<String> {
+        s.iter().map(|a| a.to_string()).collect()
+    }
+
+    #[test]
+    fn flags_map_to_keys() {
+        let cfg = parse_serve(&args(&[
+            "--listen",
+            "unix:///tmp/a.sock",
+            "-e",
+            "tr a-z A-Z",
+            "--set=tasks.max_running=3",
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(cfg.listen.len(), 1);
+        assert_eq!(cfg.tasks.max_running, 3);
+        assert_eq!(
+            cfg.runner,
+            config::Runner::Exec {
+                argv: vec!["tr".into(), "a-z".into(), "A-Z".into()]
+            }
+        );
+    }
+
+    #[test]
+    fn errors_name_the_flag() {
+        assert_eq!(
+            parse_serve(&args(&["--set", "tasks.max_running=0"])).unwrap_err(),
+            "--set: tasks.max_running: must be at least 1"
+        );
+        assert!(parse_serve(&args(&["--listen"]))
+            .unwrap_err()
+            .contains("needs a value"));
+        assert!(parse_serve(&args(&["--bogus"]))
+            .unwrap_err()
+            .contains("unknown option"));
+        assert!(parse_serve(&args(&["--help"])).unwrap().is_none());
+    }
+}

@@ -1,0 +1,594 @@
+//! procman: the one thread that forks, reaps, times and kills workers.
+//!
+//! Why one thread: PR_SET_PDEATHSIG fires when the *thread* that forked a
+//! child exits, so a child forked on a connection thread would die when its
+//! client hung up. procman lives as long as the daemon. It takes requests
+//! and worker frames from one channel, SIGCHLD from signal-hook, and wakes
+//! for its own timers; it never blocks on a client.
+//!
+//! The kill ladder (cancel, deadline, shutdown):
+//! ```text
+//!   cancel frame ──cancel_grace──▶ killpg(SIGTERM)+killpg(SIGCONT)
+//!                ──term_grace────▶ killpg(SIGKILL) (repeated until reaped)
+//!   worker reaped ──▶ killpg(SIGKILL) for leftovers ──▶ group empty
+//!                 ──▶ task finished (CANCELED only now)
+//! ```
+
+use std::collections::{HashMap, VecDeque};
+use std::io::Read;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+
+use crate::a2a::types::{Message, TaskState};
+use crate::config::{Config, Runner};
+use crate::control::{self, Cause, FromWorker, Outcome, Progress, Rlimits, RunnerSpec, ToWorker};
+use crate::limits;
+use crate::sys::{self, ExitStatus};
+use crate::tasks::TaskTable;
+use crate::worker;
+
+/// How often a dying group is re-checked (and re-killed) while it lingers.
+const GROUP_POLL: Duration = Duration::from_millis(20);
+/// Control writes to a worker that does not read: give up and kill it.
+const CONTROL_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What the rest of agentd asks of procman.
+enum Msg {
+    Start(String),
+    Input(String, Message),
+    Cancel(String),
+    Shutdown(Sender<()>),
+    KillAll,
+    Frame(i32, FromWorker),
+    /// The control channel ended; `true` if it broke (bad frame, I/O error).
+    ChannelClosed(i32, bool),
+    ChildExited,
+}
+
+/// The handle the rest of agentd holds. Cheap to clone.
+#[derive(Clone)]
+pub struct Procman {
+    tx: Sender<Msg>,
+}
+
+impl Procman {
+    /// A task was created in SUBMITTED: run it when there is room.
+    pub fn start(&self, task_id: &str) {
+        let _ = self.tx.send(Msg::Start(task_id.to_string()));
+    }
+
+    /// A follow-up message for a task waiting on input.
+    pub fn input(&self, task_id: &str, message: Message) {
+        let _ = self.tx.send(Msg::Input(task_id.to_string(), message));
+    }
+
+    /// Runs the kill ladder on a task (or drops it from the queue).
+    pub fn cancel(&self, task_id: &str) {
+        let _ = self.tx.send(Msg::Cancel(task_id.to_string()));
+    }
+
+    /// Ladders every task; `done` gets a message when no worker is left.
+    pub fn shutdown(&self, done: Sender<()>) {
+        let _ = self.tx.send(Msg::Shutdown(done));
+    }
+
+    /// The second SIGTERM: SIGKILL every task group now.
+    pub fn kill_all(&self) {
+        let _ = self.tx.send(Msg::KillAll);
+    }
+
+    /// SIGCHLD arrived (called from the signal thread).
+    pub fn child_exited(&self) {
+        let _ = self.tx.send(Msg::ChildExited);
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rung {
+    CancelSent,
+    TermSent,
+    KillSent,
+}
+
+struct Worker {
+    task_id: String,
+    pid: i32,
+    ctrl: UnixStream,
+    started: Instant,
+    deadline: Option<Instant>,
+    /// Why we are stopping it, and when the result came relative to that.
+    stop: Option<Cause>,
+    ladder: Option<(Rung, Instant)>,
+    /// The worker's own verdict, and whether it came before any stop.
+    done: Option<(Outcome, Cause, Option<String>, bool)>,
+    exit: Option<(ExitStatus, Instant)>,
+    channel_open: bool,
+}
+
+struct State {
+    cfg: Arc<Config>,
+    tasks: Arc<TaskTable>,
+    tx: Sender<Msg>,
+    workers: HashMap<i32, Worker>,
+    by_task: HashMap<String, i32>,
+    queue: VecDeque<String>,
+    shutdown: Option<Sender<()>>,
+}
+
+/// Starts the procman thread.
+pub fn spawn(
+    cfg: Arc<Config>,
+    tasks: Arc<TaskTable>,
+) -> std::io::Result<(Procman, std::thread::JoinHandle<()>)> {
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let mut state = State {
+        cfg,
+        tasks,
+        tx: tx.clone(),
+        workers: HashMap::new(),
+        by_task: HashMap::new(),
+        queue: VecDeque::new(),
+        shutdown: None,
+    };
+    let handle = std::thread::Builder::new()
+        .name("procman".into())
+        .spawn(move || state.run(&rx))?;
+    Ok((Procman { tx }, handle))
+}
+
+impl State {
+    fn run(&mut self, rx: &Receiver<Msg>) {
+        loop {
+            let msg = match self.next_timer() {
+                Some(at) => match rx.recv_timeout(at.saturating_duration_since(Instant::now())) {
+                    Ok(m) => Some(m),
+                    Err(RecvTimeoutError::Timeout) => None,
+                    Err(RecvTimeoutError::Disconnected) => return,
+                },
+                None => match rx.recv() {
+                    Ok(m) => Some(m),
+                    Err(_) => return,
+                },
+            };
+            if let Some(msg) = msg {
+                self.handle(msg);
+            }
+            self.run_timers();
+            self.finish_exited();
+            self.start_queued();
+            if self.workers.is_empty() {
+                if let Some(done) = self.shutdown.as_ref() {
+                    let _ = done.send(());
+                }
+            }
+        }
+    }
+
+    fn handle(&mut self, msg: Msg) {
+        match msg {
+            Msg::Start(id) => {
+                if self.shutdown.is_some() {
+                    self.tasks
+                        .finish(&id, TaskState::Canceled, Cause::Shutdown, None);
+                } else {
+                    self.queue.push_back(id);
+                }
+            }
+            Msg::Input(id, message) => {
+                match self.by_task.get(&id).and_then(|pid| self.workers.get(pid)) {
+                    Some(w) => {
+                        let pid = w.pid;
+                        self.send(pid, &ToWorker::Input { message });
+                    }
+                    None => log::warn!(
+                        "procman.input task={id} has no live worker; dropping the message"
+                    ),
+                }
+            }
+            Msg::Cancel(id) => self.cancel(&id, Cause::Cancelled),
+            Msg::Shutdown(done) => {
+                log::info!(
+                    "procman.shutdown workers={} queued={}",
+                    self.workers.len(),
+                    self.queue.len()
+                );
+                self.shutdown = Some(done);
+                for id in std::mem::take(&mut self.queue) {
+                    self.tasks
+                        .finish(&id, TaskState::Canceled, Cause::Shutdown, None);
+                }
+                let ids: Vec<String> = self.by_task.keys().cloned().collect();
+                for id in ids {
+                    self.cancel(&id, Cause::Shutdown);
+                }
+            }
+            Msg::KillAll => {
+                for w in self.workers.values_mut() {
+                    w.stop.get_or_insert(Cause::Shutdown);
+                    let _ = sys::kill_group(w.pid, libc::SIGKILL);
+                    w.ladder = Some((Rung::KillSent, Instant::now() + GROUP_POLL));
+                }
+            }
+            Msg::Frame(pid, frame) => self.on_frame(pid, frame),
+            Msg::ChannelClosed(pid, broken) => {
+                if let Some(w) = self.workers.get_mut(&pid) {
+                    w.channel_open = false;
+                    if broken && w.exit.is_none() {
+                        // A worker that speaks nonsense is not trusted to end well.
+                        w.stop.get_or_insert(Cause::Crashed);
+                        let _ = sys::kill_group(pid, libc::SIGKILL);
+                        w.ladder = Some((Rung::KillSent, Instant::now() + GROUP_POLL));
+                    }
+                }
+            }
+            Msg::ChildExited => self.reap(),
+        }
+    }
+
+    fn on_frame(&mut self, pid: i32, frame: FromWorker) {
+        let Some(w) = self.workers.get_mut(&pid) else {
+            return;
+        };
+        let id = w.task_id.clone();
+        match frame {
+            FromWorker::Ready { .. } | FromWorker::Pong => {}
+            FromWorker::Status { state, text } => {
+                let state = match state {
+                    Progress::Working => TaskState::Working,
+                    Progress::InputRequired => TaskState::InputRequired,
+                    Progress::AuthRequired => TaskState::AuthRequired,
+                };
+                if w.stop.is_none() {
+                    self.tasks.set_progress(&id, state, text);
+                }
+            }
+            FromWorker::Artifact {
+                artifact,
+                append,
+                last_chunk,
+            } => self.tasks.add_artifact(&id, artifact, append, last_chunk),
+            FromWorker::Done {
+                outcome,
+                cause,
+                text,
+            } => {
+                let before_stop = w.stop.is_none();
+                w.done = Some((outcome, cause, text, before_stop));
+            }
+        }
+    }
+
+    /// Starts queued tasks while there is room under tasks.max_running.
+    fn start_queued(&mut self) {
+        while self.workers.len() < self.cfg.tasks.max_running && self.shutdown.is_none() {
+            let Some(id) = self.queue.pop_front() else {
+                return;
+            };
+            if self.tasks.state(&id) != Some(TaskState::Submitted) {
+                continue; // cancelled while queued, or pruned
+            }
+            let Some((context_id, message)) = self.tasks.start_info(&id) else {
+                continue;
+            };
+            match self.fork_worker(&id, context_id, message) {
+                Ok(pid) => {
+                    self.tasks.set_progress(&id, TaskState::Working, None);
+                    log::info!("task.start task={id} pid={pid}");
+                }
+                Err(e) => {
+                    log::error!("task.spawn_failed task={id} error={e}");
+                    self.tasks.finish(
+                        &id,
+                        TaskState::Failed,
+                        Cause::Crashed,
+                        Some(format!("agentd could not start a worker: {e}")),
+                    );
+                }
+            }
+        }
+    }
+
+    fn fork_worker(
+        &mut self,
+        task_id: &str,
+        context_id: String,
+        message: Message,
+    ) -> std::io::Result<i32> {
+        let (ours, theirs) = UnixStream::pair()?;
+        let mut cmd = Command::new("/proc/self/exe");
+        cmd.arg("__worker")
+            .arg(task_id)
+            .env_clear()
+            .env(worker::SUPERVISOR_PID_ENV, sys::getpid().to_string())
+            .env(worker::LOG_LEVEL_ENV, &self.cfg.log_level)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        for name in worker::INHERITED_ENV {
+            if let Some(v) = std::env::var_os(name) {
+                cmd.env(name, v);
+            }
+        }
+        sys::prepare_child(
+            &mut cmd,
+            sys::ChildSetup {
+                new_group: true,
+                parent_death: Some(libc::SIGKILL),
+                control_fd: Some((theirs.as_raw_fd(), worker::CONTROL_FD)),
+                rlimits: Vec::new(),
+            },
+        );
+        let child = cmd.spawn()?;
+        drop(theirs);
+        let pid = child.id() as i32;
+        // The child is reaped by reap() via waitpid(-1), never by Child::wait.
+        drop(child);
+        ours.set_write_timeout(Some(CONTROL_WRITE_TIMEOUT))?;
+        let spawn = ToWorker::Spawn {
+            task_id: task_id.to_string(),
+            context_id,
+            message,
+            runner: self.runner_spec(),
+        };
+        let reader = ours.try_clone()?;
+        let tx = self.tx.clone();
+        std::thread::Builder::new()
+            .name(format!("ctrl-{pid}"))
+            .spawn(move || read_frames(pid, reader, &tx))?;
+        let now = Instant::now();
+        let deadline = (self.cfg.tasks.deadline_ms > 0)
+            .then(|| now + Duration::from_millis(self.cfg.tasks.deadline_ms));
+        self.workers.insert(
+            pid,
+            Worker {
+                task_id: task_id.to_string(),
+                pid,
+                ctrl: ours,
+                started: now,
+                deadline,
+                stop: None,
+                ladder: None,
+                done: None,
+                exit: None,
+                channel_open: true,
+            },
+        );
+        self.by_task.insert(task_id.to_string(), pid);
+        if !self.send(pid, &spawn) {
+            return Ok(pid); // the ladder already started; the task ends through it
+        }
+        Ok(pid)
+    }
+
+    fn runner_spec(&self) -> RunnerSpec {
+        match &self.cfg.runner {
+            Runner::Echo => RunnerSpec::Echo,
+            Runner::Exec { argv } => RunnerSpec::Exec {
+                argv: argv.clone(),
+                protocol: self.cfg.exec_protocol.clone(),
+                workdir: self.cfg.workdir.as_ref().map(|p| p.display().to_string()),
+                env: self.cfg.env.clone(),
+                rlimits: Rlimits {
+                    as_bytes: self.cfg.tasks.rlimit_as_bytes,
+                    cpu_secs: self.cfg.tasks.rlimit_cpu_secs,
+                    nofile: self.cfg.tasks.rlimit_nofile,
+                },
+                output_max_bytes: self.cfg.tasks.output_max_bytes,
+            },
+        }
+    }
+
+    /// Writes a frame to a worker; a worker that cannot take it is killed.
+    fn send(&mut self, pid: i32, frame: &ToWorker) -> bool {
+        let Some(w) = self.workers.get_mut(&pid) else {
+            return false;
+        };
+        if let Err(e) = control::write_frame(&mut w.ctrl, frame) {
+            log::warn!(
+                "procman.control task={} pid={pid} error={e}; killing the worker",
+                w.task_id
+            );
+            w.stop.get_or_insert(Cause::Stalled);
+            let _ = sys::kill_group(pid, libc::SIGKILL);
+            w.ladder = Some((Rung::KillSent, Instant::now() + GROUP_POLL));
+            return false;
+        }
+        true
+    }
+
+    fn cancel(&mut self, task_id: &str, cause: Cause) {
+        if let Some(pos) = self.queue.iter().position(|id| id == task_id) {
+            self.queue.remove(pos);
+            self.tasks.finish(task_id, TaskState::Canceled, cause, None);
+            return;
+        }
+        let Some(&pid) = self.by_task.get(task_id) else {
+            // Not started yet and not queued here: the Start message is
+            // still in flight, or it already ended. Either way, mark it.
+            if self.tasks.state(task_id) == Some(TaskState::Submitted) {
+                self.tasks.finish(task_id, TaskState::Canceled, cause, None);
+            }
+            return;
+        };
+        let grace = Duration::from_millis(self.cfg.tasks.cancel_grace_ms);
+        let Some(w) = self.workers.get_mut(&pid) else {
+            return;
+        };
+        if w.stop.is_some() {
+            return; // a ladder is already running
+        }
+        w.stop = Some(cause);
+        log::info!(
+            "task.stop task={task_id} pid={pid} cause={}",
+            cause.as_str()
+        );
+        w.ladder = Some((Rung::CancelSent, Instant::now() + grace));
+        self.send(pid, &ToWorker::Cancel);
+    }
+
+    fn next_timer(&self) -> Option<Instant> {
+        self.workers
+            .values()
+            .flat_map(|w| {
+                let drain = w
+                    .exit
+                    .map(|(_, at)| at + Duration::from_millis(limits::WORKER_CHANNEL_DRAIN_MS));
+                let linger = w.exit.map(|(_, at)| at + GROUP_POLL);
+                [
+                    w.deadline.filter(|_| w.stop.is_none()),
+                    w.ladder.map(|(_, at)| at),
+                    drain,
+                    linger,
+                ]
+            })
+            .flatten()
+            .min()
+    }
+
+    fn run_timers(&mut self) {
+        let now = Instant::now();
+        let term_grace = Duration::from_millis(self.cfg.tasks.term_grace_ms);
+        let mut expired = Vec::new();
+        for w in self.workers.values_mut() {
+            if w.stop.is_none() && w.deadline.is_some_and(|d| d <= now) {
+                expired.push(w.task_id.clone());
+            }
+            match w.ladder {
+                Some((Rung::CancelSent, at)) if at <= now => {
+                    log::info!("task.ladder task={} pid={} rung=SIGTERM", w.task_id, w.pid);
+                    let _ = sys::kill_group(w.pid, libc::SIGTERM);
+                    let _ = sys::kill_group(w.pid, libc::SIGCONT);
+                    w.ladder = Some((Rung::TermSent, now + term_grace));
+                }
+                Some((Rung::TermSent | Rung::KillSent, at)) if at <= now => {
+                    if w.ladder.map(|l| l.0) == Some(Rung::TermSent) {
+                        log::info!("task.ladder task={} pid={} rung=SIGKILL", w.task_id, w.pid);
+                    }
+                    let _ = sys::kill_group(w.pid, libc::SIGKILL);
+                    w.ladder = Some((Rung::KillSent, now + GROUP_POLL));
+                }
+                _ => {}
+            }
+        }
+        for id in expired {
+            log::info!(
+                "task.deadline task={id} after_ms={}",
+                self.cfg.tasks.deadline_ms
+            );
+            self.cancel(&id, Cause::Deadline);
+        }
+    }
+
+    /// waitpid(-1, WNOHANG) until nothing is left: known pids go to their
+    /// task, anything else (an adopted orphan) is just reaped and logged.
+    fn reap(&mut self) {
+        loop {
+            match sys::reap_any() {
+                Ok(Some((pid, status))) => match self.workers.get_mut(&pid) {
+                    Some(w) => {
+                        log::debug!("task.exit task={} pid={pid} {status}", w.task_id);
+                        w.exit = Some((status, Instant::now()));
+                    }
+                    None => log::debug!("procman.reaped pid={pid} {status} (not a worker)"),
+                },
+                Ok(None) => return,
+                Err(e) => {
+                    log::error!("procman.waitpid error={e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Finishes the tasks whose worker has exited, once its channel is
+    /// drained (or given up on) and its process group is empty.
+    fn finish_exited(&mut self) {
+        let now = Instant::now();
+        let drain = Duration::from_millis(limits::WORKER_CHANNEL_DRAIN_MS);
+        let ready: Vec<i32> = self
+            .workers
+            .values()
+            .filter(|w| matches!(w.exit, Some((_, at)) if !w.channel_open || at + drain <= now))
+            .map(|w| w.pid)
+            .collect();
+        for pid in ready {
+            // Nothing of a task outlives it: whatever the program left in
+            // its group goes now. We are a subreaper, so they come back to
+            // reap() and the group empties for real.
+            if sys::kill_group(pid, libc::SIGKILL).unwrap_or(false) || sys::group_alive(pid) {
+                self.reap();
+                if sys::group_alive(pid) {
+                    continue; // check again at the next GROUP_POLL
+                }
+            }
+            let Some(w) = self.workers.remove(&pid) else {
+                continue;
+            };
+            self.by_task.remove(&w.task_id);
+            let (state, cause, text) = verdict(&w);
+            log::info!(
+                "task.end task={} pid={pid} state={} cause={} ms={}",
+                w.task_id,
+                state.short_name(),
+                cause.as_str(),
+                w.started.elapsed().as_millis()
+            );
+            self.tasks.finish(&w.task_id, state, cause, text);
+        }
+    }
+}
+
+/// What a finished worker means for its task.
+fn verdict(w: &Worker) -> (TaskState, Cause, Option<String>) {
+    let exit = w.exit.map(|(s, _)| s).unwrap_or(ExitStatus::Code(1));
+    match (&w.done, w.stop) {
+        // The worker finished on its own before we asked it to stop.
+        (Some((outcome, cause, text, true)), _) => (outcome_state(*outcome), *cause, text.clone()),
+        (_, Some(Cause::Cancelled)) => (TaskState::Canceled, Cause::Cancelled, None),
+        (_, Some(Cause::Shutdown)) => (TaskState::Canceled, Cause::Shutdown, None),
+        (_, Some(Cause::Deadline)) => (TaskState::Failed, Cause::Deadline, None),
+        (_, Some(cause)) => (TaskState::Failed, cause, None),
+        (Some((outcome, cause, text, _)), None) => (outcome_state(*outcome), *cause, text.clone()),
+        (None, None) => (
+            TaskState::Failed,
+            Cause::Crashed,
+            Some(format!("the worker ended without a result ({exit})")),
+        ),
+    }
+}
+
+fn outcome_state(o: Outcome) -> TaskState {
+    match o {
+        Outcome::Completed => TaskState::Completed,
+        Outcome::Failed => TaskState::Failed,
+        Outcome::Rejected => TaskState::Rejected,
+        Outcome::Canceled => TaskState::Canceled,
+    }
+}
+
+/// One thread per worker: frames in, forwarded to procman in order; then
+/// the close, so procman knows nothing more is coming.
+fn read_frames(pid: i32, mut reader: impl Read, tx: &Sender<Msg>) {
+    let mut broken = false;
+    loop {
+        match control::read_frame::<FromWorker>(&mut reader) {
+            Ok(Some(frame)) => {
+                if tx.send(Msg::Frame(pid, frame)).is_err() {
+                    return;
+                }
+            }
+            Ok(None) => break,
+            Err(e) => {
+                log::warn!("procman.control pid={pid} error={e}; killing the worker");
+                broken = true;
+                break;
+            }
+        }
+    }
+    let _ = tx.send(Msg::ChannelClosed(pid, broken));
+}

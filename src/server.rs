@@ -1,0 +1,474 @@
+//! The daemon: listeners, one thread per connection (capped), the
+//! keep-alive loop, routing, and the orderly shutdown.
+//!
+//! ```text
+//!  accept ─▶ SO_PEERCRED gate ─▶ cap ─▶ thread: loop { read request ─▶ route ─▶ write }
+//!   GET  /.well-known/agent-card.json  → the card (ETag, Cache-Control)
+//!   POST / (or "")                     → Content-Type ─▶ JSON-RPC ─▶ A2A-Version ─▶ method
+//!   anything else                      → 404 / 405
+//! ```
+
+use std::fmt;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::a2a::card::{Card, PROTOCOL_VERSION};
+use crate::a2a::Agent;
+use crate::config::Config;
+use crate::http::{self, ReadError, Request, Response};
+use crate::limits;
+use crate::rpc::{self, RpcError};
+use crate::tasks::{TableLimits, TaskTable};
+use crate::transport::{self, Principal};
+
+const CARD_PATH: &str = "/.well-known/agent-card.json";
+
+/// Everything a connection thread needs.
+struct Shared {
+    agent: Agent,
+    card: Card,
+    http_limits: http::Limits,
+    conns: AtomicUsize,
+    busy: AtomicUsize,
+    stopping: AtomicBool,
+    next_conn: AtomicUsize,
+}
+
+/// Why `serve` could not run.
+#[derive(Debug)]
+pub enum ServeError {
+    Bind(transport::BindError),
+    Setup(&'static str, std::io::Error),
+}
+
+impl fmt::Display for ServeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ServeError::Bind(e) => write!(f, "{e}"),
+            ServeError::Setup(what, e) => write!(f, "cannot start: {what}: {e}"),
+        }
+    }
+}
+
+/// Runs the daemon until SIGTERM/SIGINT, then drains and returns.
+pub fn serve(cfg: Config) -> Result<(), ServeError> {
+    let cfg = Arc::new(cfg);
+    if let Err(e) = crate::sys::set_child_subreaper() {
+        log::warn!("agentd.subreaper error={e}; orphaned grandchildren will be reaped by init");
+    }
+    // Signals first, so no SIGCHLD is missed once procman forks.
+    let mut signals = signal_hook::iterator::Signals::new([
+        libc::SIGTERM,
+        libc::SIGINT,
+        libc::SIGCHLD,
+        libc::SIGHUP,
+    ])
+    .map_err(|e| ServeError::Setup("installing signal handlers", e))?;
+    let addresses = cfg.listeners();
+    let mut listeners = Vec::new();
+    for addr in &addresses {
+        match addr {
+            transport::Address::Unix(path) => {
+                listeners.push(transport::bind_unix(path).map_err(ServeError::Bind)?)
+            }
+        }
+    }
+    let tasks = Arc::new(TaskTable::new(TableLimits {
+        max_queued: cfg.tasks.max_queued,
+        retain_max: cfg.tasks.retain_max,
+        retain_ms: cfg.tasks.retain_ms,
+    }));
+    let (procman, procman_thread) = crate::procman::spawn(cfg.clone(), tasks.clone())
+        .map_err(|e| ServeError::Setup("starting procman", e))?;
+    let shared = Arc::new(Shared {
+        card: Card::build(&cfg, &addresses, false),
+        http_limits: http::Limits {
+            body_max_bytes: cfg.body_max_bytes,
+            head_timeout: Duration::from_millis(cfg.head_timeout_ms),
+            body_timeout: Duration::from_millis(
+                cfg.head_timeout_ms.max(limits::HTTP_BODY_TIMEOUT_MS),
+            ),
+            idle_timeout: Duration::from_millis(cfg.idle_timeout_ms),
+            ..http::Limits::default()
+        },
+        agent: Agent {
+            cfg: cfg.clone(),
+            tasks,
+            procman: procman.clone(),
+        },
+        conns: AtomicUsize::new(0),
+        busy: AtomicUsize::new(0),
+        stopping: AtomicBool::new(false),
+        next_conn: AtomicUsize::new(1),
+    });
+
+    let mut accept_threads = Vec::new();
+    for l in &listeners {
+        let listener = l
+            .listener
+            .try_clone()
+            .map_err(|e| ServeError::Setup("cloning a listener", e))?;
+        let shared = shared.clone();
+        let name = format!("unix://{}", l.path.display());
+        accept_threads.push(
+            std::thread::Builder::new()
+                .name("accept".into())
+                .spawn(move || accept_loop(&listener, &shared, &name))
+                .map_err(|e| ServeError::Setup("starting an accept thread", e))?,
+        );
+        log::info!(
+            "a2a.listen address=unix://{} runner={}",
+            l.path.display(),
+            cfg.runner.name()
+        );
+    }
+    log::info!(
+        "agentd.ready pid={} max_running={} isolation=process-group",
+        std::process::id(),
+        cfg.tasks.max_running
+    );
+
+    // The signal thread's only jobs: feed SIGCHLD to procman, turn the
+    // first SIGTERM/SIGINT into a drain and the second into SIGKILL.
+    let (stop_tx, stop_rx) = crossbeam_channel::bounded::<i32>(1);
+    let signal_procman = procman.clone();
+    let handle = signals.handle();
+    let signal_thread = std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let mut terms = 0;
+            for sig in signals.forever() {
+                match sig {
+                    libc::SIGCHLD => signal_procman.child_exited(),
+                    libc::SIGHUP => log::info!(
+                        "agentd.sighup ignored: nothing is reloaded; restart to apply config"
+                    ),
+                    _ => {
+                        terms += 1;
+                        if terms == 1 {
+                            let _ = stop_tx.try_send(sig);
+                        } else {
+                            log::warn!(
+                                "agentd.signal second {}: killing every task now",
+                                crate::sys::signal_name(sig)
+                            );
+                            signal_procman.kill_all();
+                        }
+                    }
+                }
+            }
+        })
+        .map_err(|e| ServeError::Setup("starting the signal thread", e))?;
+
+    let sig = stop_rx.recv().unwrap_or(libc::SIGTERM);
+    let started = Instant::now();
+    log::info!("agentd.stopping signal={}", crate::sys::signal_name(sig));
+    shared.stopping.store(true, Ordering::SeqCst);
+    for l in &listeners {
+        let _ = crate::sys::shutdown_read(&l.listener);
+        // Belt and braces: wake accept() in case shutdown(2) did not.
+        let _ = UnixStream::connect(&l.path);
+    }
+    for t in accept_threads {
+        let _ = t.join();
+    }
+    let (done_tx, done_rx) = crossbeam_channel::bounded(1);
+    procman.shutdown(done_tx);
+    let t = &cfg.tasks;
+    let ladder = Duration::from_millis(t.cancel_grace_ms + t.term_grace_ms + 2_000);
+    if done_rx.recv_timeout(ladder).is_err() {
+        log::warn!("agentd.stopping ladder overran; killing every task");
+        procman.kill_all();
+        let _ = done_rx.recv_timeout(Duration::from_secs(2));
+    }
+    // Let answers to blocked requests (now CANCELED) reach their clients.
+    let flush_by = Instant::now() + Duration::from_secs(2);
+    while shared.busy.load(Ordering::SeqCst) > 0 && Instant::now() < flush_by {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    handle.close();
+    let _ = signal_thread.join();
+    drop(procman_thread);
+    drop(listeners); // removes the socket files
+    log::info!("agentd.stopped ms={}", started.elapsed().as_millis());
+    Ok(())
+}
+
+fn accept_loop(listener: &std::os::unix::net::UnixListener, shared: &Arc<Shared>, name: &str) {
+    loop {
+        let stream = match listener.accept() {
+            Ok((s, _)) => s,
+            Err(e) => {
+                if shared.stopping.load(Ordering::SeqCst) {
+                    return;
+                }
+                // EMFILE and friends: log, breathe, go on. One bad accept
+                // must not take the listener down.
+                log::warn!("a2a.accept listener={name} error={e}");
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+        };
+        if shared.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        let principal = match transport::gate_unix(&stream) {
+            Ok(p) => p,
+            Err(denied) => {
+                log::warn!("a2a.unix.denied {denied} listener={name}");
+                continue; // dropped: closed before a byte is read
+            }
+        };
+        let conn_id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
+        if shared.conns.fetch_add(1, Ordering::SeqCst) >= shared.agent.cfg.max_connections {
+            shared.conns.fetch_sub(1, Ordering::SeqCst);
+            refuse_busy(stream, conn_id);
+            continue;
+        }
+        let shared2 = shared.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("conn-{conn_id}"))
+            .spawn(move || {
+                let reason = serve_connection(stream, &principal, &shared2);
+                log::debug!("a2a.conn.close conn={conn_id} reason={reason}");
+                shared2.conns.fetch_sub(1, Ordering::SeqCst);
+            });
+        if let Err(e) = spawned {
+            shared.conns.fetch_sub(1, Ordering::SeqCst);
+            log::warn!("a2a.conn.thread conn={conn_id} error={e}");
+        }
+    }
+}
+
+/// Over the connection cap: a short 503, then close.
+fn refuse_busy(mut stream: UnixStream, conn_id: usize) {
+    log::warn!("a2a.conn.refused conn={conn_id} reason=connection cap reached");
+    let _ = stream.set_write_timeout(Some(Duration::from_millis(500)));
+    let resp = Response::error(
+        503,
+        "too many connections (a2a.max_connections); retry later",
+    )
+    .header("Retry-After", "1");
+    let _ = http::write_response(&mut stream, &resp, false);
+}
+
+/// Why a connection ended, for the log.
+enum CloseReason {
+    PeerClosed,
+    Idle,
+    Rejected(u16),
+    ClientAskedClose,
+    Stopping,
+    Io(std::io::Error),
+}
+
+impl fmt::Display for CloseReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CloseReason::PeerClosed => f.write_str("peer closed"),
+            CloseReason::Idle => f.write_str("idle timeout"),
+            CloseReason::Rejected(s) => write!(f, "bad request ({s})"),
+            CloseReason::ClientAskedClose => f.write_str("Connection: close"),
+            CloseReason::Stopping => f.write_str("daemon stopping"),
+            CloseReason::Io(e) => write!(f, "i/o error: {e}"),
+        }
+    }
+}
+
+fn serve_connection(mut stream: UnixStream, principal: &Principal, shared: &Shared) -> CloseReason {
+    let _ = stream.set_write_timeout(Some(Duration::from_millis(limits::HTTP_WRITE_TIMEOUT_MS)));
+    let mut reader = http::Reader::new(shared.http_limits.clone());
+    loop {
+        let req = match reader.read_request(&mut stream) {
+            Ok(r) => r,
+            Err(ReadError::Closed) => return CloseReason::PeerClosed,
+            Err(ReadError::Idle) => return CloseReason::Idle,
+            Err(e @ ReadError::Reject { .. }) => {
+                let status = match &e {
+                    ReadError::Reject { status, .. } => *status,
+                    _ => 400,
+                };
+                if let Some(resp) = e.response() {
+                    let _ = http::write_response(&mut stream, &resp, false);
+                }
+                return CloseReason::Rejected(status);
+            }
+            Err(ReadError::Io(e)) => return CloseReason::Io(e),
+        };
+        shared.busy.fetch_add(1, Ordering::SeqCst);
+        let resp = route(&req, principal, shared);
+        let keep_alive = req.keep_alive && !shared.stopping.load(Ordering::SeqCst);
+        let written = http::write_response(&mut stream, &resp, keep_alive);
+        shared.busy.fetch_sub(1, Ordering::SeqCst);
+        if let Err(e) = written {
+            return CloseReason::Io(e);
+        }
+        if !req.keep_alive {
+            return CloseReason::ClientAskedClose;
+        }
+        if !keep_alive {
+            return CloseReason::Stopping;
+        }
+    }
+}
+
+fn route(req: &Request, principal: &Principal, shared: &Shared) -> Response {
+    let path = req.path.as_str();
+    if path == CARD_PATH {
+        return match req.method.as_str() {
+            "GET" => card_response(req, &shared.card),
+            _ => Response::error(405, "the agent card is read with GET").header("Allow", "GET"),
+        };
+    }
+    if path == "/" || path.is_empty() {
+        return match req.method.as_str() {
+            "POST" => rpc_response(req, principal, shared),
+            _ => Response::error(405, "JSON-RPC requests are POSTed to /").header("Allow", "POST"),
+        };
+    }
+    Response::error(
+        404,
+        "not found: JSON-RPC is served at POST /, the card at GET /.well-known/agent-card.json",
+    )
+}
+
+fn card_response(req: &Request, card: &Card) -> Response {
+    let cache = format!("public, max-age={}", limits::CARD_MAX_AGE_SECS);
+    let matches = req.header("If-None-Match").is_some_and(|v| {
+        v.split(',')
+            .any(|t| t.trim() == card.etag || t.trim() == "*")
+    });
+    if matches {
+        return Response::new(304)
+            .header("ETag", &card.etag)
+            .header("Cache-Control", &cache);
+    }
+    Response::new(200)
+        .header("ETag", &card.etag)
+        .header("Cache-Control", &cache)
+        .body("application/json", card.json.clone())
+}
+
+fn json_response(status: u16, body: Vec<u8>, extensions: &[String]) -> Response {
+    let mut resp = Response::new(status).body("application/json", body);
+    if !extensions.is_empty() {
+        resp = resp.header("A2A-Extensions", &extensions.join(", "));
+    }
+    resp
+}
+
+fn rpc_response(req: &Request, principal: &Principal, shared: &Shared) -> Response {
+    // Extensions: activated = requested ∩ declared. None are declared yet,
+    // so every requested URI is ignored (never an error).
+    let activated: Vec<String> = Vec::new();
+    if let Some(ct) = req.header("Content-Type") {
+        if !is_json_media_type(ct) {
+            let err = RpcError::new(
+                rpc::CONTENT_TYPE_NOT_SUPPORTED,
+                format!(
+                    "Content-Type `{ct}` is not supported: send `Content-Type: application/json`"
+                ),
+            );
+            return json_response(
+                err.http_status(),
+                rpc::failure(&Value::Null, &err),
+                &activated,
+            );
+        }
+    }
+    let call = match rpc::decode(&req.body) {
+        Ok(c) => c,
+        Err((id, err)) => {
+            return json_response(err.http_status(), rpc::failure(&id, &err), &activated)
+        }
+    };
+    let result = check_version(req, shared.agent.cfg.version_required)
+        .and_then(|()| shared.agent.call(principal, &call.method, call.params));
+    match result {
+        Ok(v) => json_response(200, rpc::success(&call.id, v), &activated),
+        Err(err) => {
+            log::debug!(
+                "a2a.rpc.error method={} code={} message={}",
+                call.method,
+                err.code,
+                err.message
+            );
+            json_response(err.http_status(), rpc::failure(&call.id, &err), &activated)
+        }
+    }
+}
+
+/// `application/json`, with or without parameters, or any `+json` type.
+fn is_json_media_type(ct: &str) -> bool {
+    let essence = ct
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"))
+}
+
+/// A2A-Version from the header or the `?A2A-Version=` query; Major.Minor
+/// only counts. A missing value means 0.3 (the spec's rule).
+fn check_version(req: &Request, required: bool) -> Result<(), RpcError> {
+    let raw = req
+        .header("A2A-Version")
+        .map(str::to_string)
+        .or_else(|| req.query_param("A2A-Version"))
+        .filter(|v| !v.trim().is_empty());
+    let Some(raw) = raw else {
+        if !required {
+            return Ok(());
+        }
+        return Err(RpcError::with_reason(
+            rpc::VERSION_NOT_SUPPORTED,
+            "VERSION_NOT_SUPPORTED",
+            rpc::A2A_DOMAIN,
+            format!(
+                "No A2A-Version header: that means A2A 0.3, which this agent does not speak. \
+                 Send `A2A-Version: {PROTOCOL_VERSION}`"
+            ),
+            &[
+                ("requestedVersion", "0.3"),
+                ("supportedVersions", PROTOCOL_VERSION),
+            ],
+        ));
+    };
+    let raw = raw.trim();
+    let mut parts = raw.split('.');
+    let major = parts.next().unwrap_or("");
+    let minor = parts.next().unwrap_or("0");
+    if format!("{major}.{minor}") == PROTOCOL_VERSION {
+        return Ok(());
+    }
+    Err(RpcError::with_reason(
+        rpc::VERSION_NOT_SUPPORTED,
+        "VERSION_NOT_SUPPORTED",
+        rpc::A2A_DOMAIN,
+        format!("A2A-Version {raw} is not supported. Send `A2A-Version: {PROTOCOL_VERSION}`"),
+        &[
+            ("requestedVersion", raw),
+            ("supportedVersions", PROTOCOL_VERSION),
+        ],
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_media_types() {
+        assert!(is_json_media_type("application/json"));
+        assert!(is_json_media_type("Application/JSON; charset=utf-8"));
+        assert!(is_json_media_type("application/a2a+json"));
+        assert!(!is_json_media_type("text/plain"));
+        assert!(!is_json_media_type("application/x-www-form-urlencoded"));
+    }
+}

@@ -1,0 +1,365 @@
+//! The libc boundary. Every `unsafe` block in agentd lives here: one call per
+//! block, a `// SAFETY:` line saying why it holds, and [`cvt`] turning the C
+//! convention (-1 + errno) into `io::Result`.
+#![allow(unsafe_code)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+
+/// Turns a C return value of -1 into the current `errno` as `io::Error`.
+fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// Who is on the other end of a unix socket, as the kernel saw it at connect().
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerCred {
+    pub pid: i32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// Reads SO_PEERCRED of a connected unix socket.
+pub fn peer_cred(sock: &impl AsRawFd) -> io::Result<PeerCred> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` and `len` are valid for writes and `len` is the size of
+    // `cred`; the kernel writes at most `len` bytes.
+    cvt(unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    })?;
+    Ok(PeerCred {
+        pid: cred.pid,
+        uid: cred.uid,
+        gid: cred.gid,
+    })
+}
+
+pub fn geteuid() -> u32 {
+    // SAFETY: geteuid cannot fail and touches no memory.
+    unsafe { libc::geteuid() }
+}
+
+pub fn getppid() -> i32 {
+    // SAFETY: getppid cannot fail and touches no memory.
+    unsafe { libc::getppid() }
+}
+
+/// Makes this process adopt orphaned descendants (prctl(2)
+/// PR_SET_CHILD_SUBREAPER), so a task's grandchildren are reaped by us, not
+/// by init, and `kill(-pgid, 0)` turns ESRCH once they are really gone.
+pub fn set_child_subreaper() -> io::Result<()> {
+    // SAFETY: plain prctl with integer arguments.
+    cvt(unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) }).map(drop)
+}
+
+/// prctl(2) PR_SET_PDEATHSIG: `sig` is sent to us when the *thread* that
+/// forked us exits. Async-signal-safe, so usable between fork and exec.
+pub fn set_parent_death_signal(sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: plain prctl with integer arguments.
+    cvt(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, sig as libc::c_ulong, 0, 0, 0) }).map(drop)
+}
+
+/// setpgid(0, 0): become leader of a new process group whose id is our pid.
+/// Async-signal-safe.
+pub fn become_group_leader() -> io::Result<()> {
+    // SAFETY: setpgid with (0, 0) only affects the calling process.
+    cvt(unsafe { libc::setpgid(0, 0) }).map(drop)
+}
+
+/// dup2(from, to): `to` becomes a copy of `from` without FD_CLOEXEC.
+/// When `from == to` dup2 is a no-op, so the flag is cleared by hand.
+/// Async-signal-safe.
+pub fn dup_to(from: RawFd, to: RawFd) -> io::Result<()> {
+    if from == to {
+        return set_cloexec(to, false);
+    }
+    // SAFETY: dup2 takes two integers; an invalid fd is reported as EBADF.
+    cvt(unsafe { libc::dup2(from, to) }).map(drop)
+}
+
+/// Sets or clears FD_CLOEXEC on `fd`. Async-signal-safe.
+pub fn set_cloexec(fd: RawFd, on: bool) -> io::Result<()> {
+    let flag = if on { libc::FD_CLOEXEC } else { 0 };
+    // SAFETY: fcntl F_SETFD with an integer flag; a bad fd is EBADF.
+    cvt(unsafe { libc::fcntl(fd, libc::F_SETFD, flag) }).map(drop)
+}
+
+/// Closes every descriptor from `first` up. Uses close_range(2) where the
+/// kernel has it (5.9+), else closes one by one up to the soft RLIMIT_NOFILE.
+pub fn close_fds_from(first: RawFd) {
+    // SAFETY: close_range takes integers only; failure leaves fds open and
+    // is handled by the fallback below.
+    let ret = unsafe { libc::syscall(libc::SYS_close_range, first as libc::c_uint, u32::MAX, 0) };
+    if ret == 0 {
+        return;
+    }
+    let max = rlimit_nofile_soft().unwrap_or(4096).min(65_536) as RawFd;
+    for fd in first..max {
+        // SAFETY: closing an fd number we do not use; EBADF is harmless.
+        unsafe { libc::close(fd) };
+    }
+}
+
+fn rlimit_nofile_soft() -> Option<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is valid for writes.
+    let ret = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
+    (ret == 0).then_some(lim.rlim_cur)
+}
+
+/// The per-task resource limits that setrlimit(2) can express.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rlimit {
+    AddressSpace,
+    CpuSeconds,
+    OpenFiles,
+    CoreSize,
+}
+
+/// Sets both soft and hard limit. Async-signal-safe.
+pub fn set_rlimit(which: Rlimit, value: u64) -> io::Result<()> {
+    let resource = match which {
+        Rlimit::AddressSpace => libc::RLIMIT_AS,
+        Rlimit::CpuSeconds => libc::RLIMIT_CPU,
+        Rlimit::OpenFiles => libc::RLIMIT_NOFILE,
+        Rlimit::CoreSize => libc::RLIMIT_CORE,
+    };
+    let lim = libc::rlimit {
+        rlim_cur: value as libc::rlim_t,
+        rlim_max: value as libc::rlim_t,
+    };
+    // SAFETY: `lim` is a valid rlimit read by the kernel.
+    cvt(unsafe { libc::setrlimit(resource, &lim) }).map(drop)
+}
+
+/// Sends `sig` to every process of group `pgid`. `Ok(false)` means ESRCH:
+/// the group is already empty (that rung of the ladder already won).
+pub fn kill_group(pgid: i32, sig: libc::c_int) -> io::Result<bool> {
+    if pgid <= 1 {
+        // killpg(0 or 1, …) would hit ourselves or everything: never.
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    // SAFETY: killpg takes integers; pgid > 1 was checked above.
+    match cvt(unsafe { libc::killpg(pgid, sig) }) {
+        Ok(_) => Ok(true),
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// True while any process (zombies included) is in group `pgid`.
+pub fn group_alive(pgid: i32) -> bool {
+    !matches!(kill_group(pgid, 0), Ok(false))
+}
+
+/// How a reaped child ended, in the shell's vocabulary (tini's too):
+/// exit code as is, a signal as 128+N.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitStatus {
+    Code(i32),
+    Signal(i32),
+}
+
+impl ExitStatus {
+    pub fn shell_code(self) -> i32 {
+        match self {
+            ExitStatus::Code(c) => c,
+            ExitStatus::Signal(s) => 128 + s,
+        }
+    }
+}
+
+impl std::fmt::Display for ExitStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExitStatus::Code(c) => write!(f, "exit status {c}"),
+            ExitStatus::Signal(s) => write!(f, "killed by signal {s} ({})", signal_name(*s)),
+        }
+    }
+}
+
+pub fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGXCPU => "SIGXCPU",
+        libc::SIGXFSZ => "SIGXFSZ",
+        _ => "signal",
+    }
+}
+
+/// One `waitpid(-1, WNOHANG)`: `Ok(None)` when no child has changed state
+/// (or there are no children at all).
+pub fn reap_any() -> io::Result<Option<(i32, ExitStatus)>> {
+    let mut status: libc::c_int = 0;
+    // SAFETY: `status` is valid for writes; WNOHANG never blocks.
+    let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+    match pid {
+        0 => Ok(None),
+        -1 => {
+            let err = io::Error::last_os_error();
+            match err.raw_os_error() {
+                Some(libc::ECHILD) => Ok(None),
+                Some(libc::EINTR) => reap_any(),
+                _ => Err(err),
+            }
+        }
+        pid => {
+            let how = if libc::WIFSIGNALED(status) {
+                ExitStatus::Signal(libc::WTERMSIG(status))
+            } else {
+                ExitStatus::Code(libc::WEXITSTATUS(status))
+            };
+            Ok(Some((pid, how)))
+        }
+    }
+}
+
+/// Fills `buf` from the kernel's CSPRNG (getrandom(2)).
+pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        let rest = &mut buf[filled..];
+        // SAFETY: `rest` is valid for writes of `rest.len()` bytes.
+        let n = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
+        if n < 0 {
+            let err = io::Error::last_os_error();
+            if err.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(err);
+        }
+        filled += n as usize;
+    }
+    Ok(())
+}
+
+/// shutdown(2) the read side of a listening socket: a thread blocked in
+/// accept() on it returns EINVAL, which is how accept loops are stopped.
+pub fn shutdown_read(sock: &impl AsRawFd) -> io::Result<()> {
+    // SAFETY: shutdown takes integers; a bad fd is EBADF.
+    cvt(unsafe { libc::shutdown(sock.as_raw_fd(), libc::SHUT_RD) }).map(drop)
+}
+
+/// The signal a worker asks for when agentd dies: caught (not SIGKILL), so
+/// the worker can take its whole process group — grandchildren included —
+/// down with it before it goes.
+pub const PARENT_DEATH_SIGNAL: libc::c_int = libc::SIGUSR2;
+
+extern "C" fn kill_group_handler(_sig: libc::c_int) {
+    // SAFETY: kill(2) is async-signal-safe; 0 means "my process group",
+    // which is the task's group: the worker is its leader.
+    unsafe { libc::kill(0, libc::SIGKILL) };
+}
+
+/// Installs the handler that turns [`PARENT_DEATH_SIGNAL`] into SIGKILL for
+/// the caller's whole process group.
+pub fn on_parent_death_kill_group() -> io::Result<()> {
+    // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" value.
+    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+    action.sa_sigaction = kill_group_handler as *const () as libc::sighandler_t;
+    // SAFETY: `action` is valid; the handler only calls kill(2), which is
+    // async-signal-safe, and the old action is not requested.
+    cvt(unsafe { libc::sigaction(PARENT_DEATH_SIGNAL, &action, std::ptr::null_mut()) })?;
+    set_parent_death_signal(PARENT_DEATH_SIGNAL)
+}
+
+/// Sends `sig` to one process.
+pub fn kill_pid(pid: i32, sig: libc::c_int) -> io::Result<()> {
+    if pid <= 1 {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    // SAFETY: kill takes integers; pid > 1 was checked above.
+    cvt(unsafe { libc::kill(pid, sig) }).map(drop)
+}
+
+pub fn getpid() -> i32 {
+    std::process::id() as i32
+}
+
+/// Adopts the inherited control descriptor (procman dup2'd it to `fd`
+/// before exec) and marks it close-on-exec so a task's program never sees it.
+pub fn take_control_fd(fd: RawFd) -> io::Result<std::os::unix::net::UnixStream> {
+    use std::os::fd::FromRawFd;
+    set_cloexec(fd, true)?;
+    // SAFETY: `fd` was handed to us by our supervisor as the one control
+    // socket; nothing else in this process owns it, and set_cloexec just
+    // proved it is open.
+    Ok(unsafe { std::os::unix::net::UnixStream::from_raw_fd(fd) })
+}
+
+/// The steps a child takes between fork and exec, in this order (tini's
+/// `isolate_child`, firecracker's jailer):
+/// 1. own process group — so the kill ladder reaches it and all it forks;
+/// 2. PDEATHSIG — it dies with the thread that forked it;
+/// 3. the control socket onto a fixed fd, without FD_CLOEXEC;
+/// 4. rlimits.
+#[derive(Debug, Clone, Default)]
+pub struct ChildSetup {
+    pub new_group: bool,
+    pub parent_death: Option<libc::c_int>,
+    pub control_fd: Option<(RawFd, RawFd)>,
+    pub rlimits: Vec<(Rlimit, u64)>,
+}
+
+/// Installs `setup` as the command's pre-exec hook.
+pub fn prepare_child(cmd: &mut std::process::Command, setup: ChildSetup) {
+    use std::os::unix::process::CommandExt;
+    let hook = move || -> io::Result<()> {
+        if setup.new_group {
+            become_group_leader()?;
+        }
+        if let Some(sig) = setup.parent_death {
+            set_parent_death_signal(sig)?;
+        }
+        if let Some((from, to)) = setup.control_fd {
+            dup_to(from, to)?;
+        }
+        for &(which, value) in &setup.rlimits {
+            set_rlimit(which, value)?;
+        }
+        Ok(())
+    };
+    // SAFETY: the hook runs in the forked child before exec. It makes only
+    // async-signal-safe system calls (setpgid, prctl, dup2, fcntl,
+    // setrlimit), reads data captured before the fork, and allocates
+    // nothing (io::Error::last_os_error does not allocate).
+    unsafe { cmd.pre_exec(hook) };
+}
+
+/// SIGKILL to the caller's own process group (the worker, its program and
+/// everything they forked): used when the supervisor is gone.
+pub fn kill_own_group() -> ! {
+    kill_group_handler(libc::SIGKILL);
+    // Unreachable in practice: SIGKILL to our own group includes us.
+    std::process::exit(137)
+}

@@ -1,0 +1,673 @@
+//! The task table: every task's A2A state, history, artifacts and event log,
+//! behind one `Mutex` with one `Condvar` that is notified on every change.
+//! Handlers wait on it (blocking sends, cancels, streams); procman writes it.
+//! No sockets, no processes here.
+//!
+//! ```text
+//!  SUBMITTED ──▶ WORKING ──▶ COMPLETED | FAILED | CANCELED | REJECTED
+//!      │            │  ▲
+//!      │            ▼  │ (follow-up message)
+//!      │     INPUT_REQUIRED / AUTH_REQUIRED
+//!      └──────────────────────▶ CANCELED (cancelled while queued)
+//! ```
+//! Terminal tasks are immutable and kept for a bounded time and count.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use serde_json::{Map, Value};
+
+use crate::a2a::types::{
+    Artifact, ListTasksResponse, Message, StreamResponse, Task, TaskArtifactUpdateEvent, TaskState,
+    TaskStatus, TaskStatusUpdateEvent,
+};
+use crate::clock;
+use crate::control::Cause;
+use crate::limits;
+use crate::transport::Principal;
+
+/// Metadata key holding the machine-readable reason a task ended.
+pub const TERMINAL_KEY: &str = "agentd.dev/terminal";
+
+#[derive(Debug, Clone)]
+pub struct TableLimits {
+    pub max_queued: usize,
+    pub retain_max: usize,
+    pub retain_ms: u64,
+}
+
+/// One entry of a task's event log; `seq` increases by one per event.
+#[derive(Debug, Clone)]
+pub struct LoggedEvent {
+    pub seq: u64,
+    pub event: StreamResponse,
+}
+
+struct Entry {
+    task: Task,
+    principal: String,
+    status_ms: u64,
+    artifacts: Vec<Artifact>,
+    history: VecDeque<Message>,
+    events: VecDeque<LoggedEvent>,
+    last_seq: u64,
+}
+
+#[derive(Default)]
+struct Inner {
+    tasks: HashMap<String, Entry>,
+    /// Finished tasks, oldest first, for retention.
+    finished: VecDeque<(u64, String)>,
+    submitted: usize,
+}
+
+pub struct TaskTable {
+    inner: Mutex<Inner>,
+    changed: Condvar,
+    limits: TableLimits,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CreateError {
+    QueueFull { max: usize },
+}
+
+/// Why a follow-up message cannot go to a task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ContinueError {
+    NotFound,
+    Terminal(TaskState),
+    Busy(TaskState),
+    ContextMismatch { task_context: String },
+}
+
+/// What a ListTasks page asks for, validated.
+pub struct ListQuery {
+    pub context_id: Option<String>,
+    pub status: Option<TaskState>,
+    pub after_ms: Option<u64>,
+    pub page_size: usize,
+    pub cursor: Option<(u64, String)>,
+    pub history_length: Option<usize>,
+    pub include_artifacts: bool,
+}
+
+impl TaskTable {
+    pub fn new(limits: TableLimits) -> TaskTable {
+        TaskTable {
+            inner: Mutex::new(Inner::default()),
+            changed: Condvar::new(),
+            limits,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves consistent-enough data
+        // (every mutation is a few assignments); keep serving.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Creates a task in SUBMITTED for `message`, filling in its ids. The
+    /// context is the message's, or a fresh one.
+    pub fn create(
+        &self,
+        principal: &Principal,
+        mut message: Message,
+        metadata: Option<Map<String, Value>>,
+    ) -> Result<Task, CreateError> {
+        let mut inner = self.lock();
+        if inner.submitted >= self.limits.max_queued {
+            return Err(CreateError::QueueFull {
+                max: self.limits.max_queued,
+            });
+        }
+        let id = crate::ids::new_id();
+        let context_id = message
+            .context_id
+            .clone()
+            .unwrap_or_else(crate::ids::new_id);
+        message.task_id = Some(id.clone());
+        message.context_id = Some(context_id.clone());
+        let now = clock::now_ms();
+        let task = Task {
+            id: id.clone(),
+            context_id,
+            status: TaskStatus {
+                state: TaskState::Submitted,
+                message: None,
+                timestamp: Some(clock::format_ms(now)),
+            },
+            artifacts: None,
+            history: None,
+            metadata,
+        };
+        let entry = Entry {
+            task,
+            principal: principal.name(),
+            status_ms: now,
+            artifacts: Vec::new(),
+            history: VecDeque::from([message]),
+            events: VecDeque::new(),
+            last_seq: 0,
+        };
+        let snapshot = render(&entry, None, true);
+        inner.tasks.insert(id, entry);
+        inner.submitted += 1;
+        prune(&mut inner, &self.limits, now);
+        drop(inner);
+        self.changed.notify_all();
+        Ok(snapshot)
+    }
+
+    /// Checks that `message` may continue task `id` (interrupted, same
+    /// context), appends it to the history and moves the task to WORKING.
+    pub fn continue_with(
+        &self,
+        principal: &Principal,
+        id: &str,
+        message: &mut Message,
+    ) -> Result<Task, ContinueError> {
+        let mut inner = self.lock();
+        let entry = visible_mut(&mut inner, principal, id).ok_or(ContinueError::NotFound)?;
+        let state = entry.task.status.state;
+        if state.is_terminal() {
+            return Err(ContinueError::Terminal(state));
+        }
+        if !state.is_interrupted() {
+            return Err(ContinueError::Busy(state));
+        }
+        match &message.context_id {
+            Some(c) if *c != entry.task.context_id => {
+                return Err(ContinueError::ContextMismatch {
+                    task_context: entry.task.context_id.clone(),
+                })
+            }
+            _ => message.context_id = Some(entry.task.context_id.clone()),
+        }
+        push_history(entry, message.clone());
+        set_status(entry, TaskState::Working, None);
+        let snapshot = render(entry, None, true);
+        drop(inner);
+        self.changed.notify_all();
+        Ok(snapshot)
+    }
+
+    /// The task as `principal` may see it, or `None` (absent and not
+    /// visible are the same answer: no existence leaks).
+    pub fn get(
+        &self,
+        principal: &Principal,
+        id: &str,
+        history_length: Option<usize>,
+    ) -> Option<Task> {
+        let inner = self.lock();
+        let entry = visible(&inner, principal, id)?;
+        Some(render(entry, history_length, true))
+    }
+
+    pub fn state(&self, id: &str) -> Option<TaskState> {
+        self.lock().tasks.get(id).map(|e| e.task.status.state)
+    }
+
+    /// The first message of a task and its context: what a worker starts on.
+    pub fn start_info(&self, id: &str) -> Option<(String, Message)> {
+        let inner = self.lock();
+        let e = inner.tasks.get(id)?;
+        Some((e.task.context_id.clone(), e.history.front()?.clone()))
+    }
+
+    /// Waits until `done(state)` holds for task `id` or `timeout` passes;
+    /// returns the task then (or `None` if it vanished).
+    pub fn wait_until(
+        &self,
+        principal: &Principal,
+        id: &str,
+        history_length: Option<usize>,
+        timeout: Option<Duration>,
+        done: impl Fn(TaskState) -> bool,
+    ) -> Option<Task> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut inner = self.lock();
+        loop {
+            let entry = visible(&inner, principal, id)?;
+            if done(entry.task.status.state) {
+                return Some(render(entry, history_length, true));
+            }
+            inner = match deadline {
+                None => self.changed.wait(inner).unwrap_or_else(|p| p.into_inner()),
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Some(render(entry, history_length, true));
+                    }
+                    self.changed
+                        .wait_timeout(inner, left)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0
+                }
+            };
+        }
+    }
+
+    /// Moves a task to a non-terminal state (WORKING, INPUT_REQUIRED, …),
+    /// with an optional agent message. Ignored for finished tasks.
+    pub fn set_progress(&self, id: &str, state: TaskState, text: Option<String>) {
+        debug_assert!(!state.is_terminal());
+        let mut inner = self.lock();
+        let Some(entry) = inner.tasks.get_mut(id) else {
+            return;
+        };
+        if entry.task.status.state.is_terminal() {
+            log::debug!("tasks ignoring {state:?} for finished task={id}");
+            return;
+        }
+        let was_submitted = entry.task.status.state == TaskState::Submitted;
+        let message = text.map(|t| {
+            let m = Message::agent_text(t, id, &entry.task.context_id);
+            push_history(entry, m.clone());
+            m
+        });
+        set_status(entry, state, message);
+        if was_submitted && state != TaskState::Submitted {
+            inner.submitted = inner.submitted.saturating_sub(1);
+        }
+        drop(inner);
+        self.changed.notify_all();
+    }
+
+    /// Ends a task: terminal state, readable text and machine-readable cause.
+    pub fn finish(&self, id: &str, state: TaskState, cause: Cause, text: Option<String>) {
+        debug_assert!(state.is_terminal());
+        let now = clock::now_ms();
+        let mut inner = self.lock();
+        let Some(entry) = inner.tasks.get_mut(id) else {
+            return;
+        };
+        if entry.task.status.state.is_terminal() {
+            return;
+        }
+        let was_submitted = entry.task.status.state == TaskState::Submitted;
+        let text = text.unwrap_or_else(|| default_text(state, cause).to_string());
+        let mut message = Message::agent_text(text, id, &entry.task.context_id);
+        let mut md = Map::new();
+        md.insert(TERMINAL_KEY.into(), Value::String(cause.as_str().into()));
+        message.metadata = Some(md);
+        push_history(entry, message.clone());
+        set_status(entry, state, Some(message));
+        if was_submitted {
+            inner.submitted = inner.submitted.saturating_sub(1);
+        }
+        inner.finished.push_back((now, id.to_string()));
+        prune(&mut inner, &self.limits, now);
+        drop(inner);
+        self.changed.notify_all();
+    }
+
+    /// Adds an artifact or a chunk of one (`append` extends the artifact
+    /// with the same id; otherwise it is added or replaced).
+    pub fn add_artifact(&self, id: &str, artifact: Artifact, append: bool, last_chunk: bool) {
+        let mut inner = self.lock();
+        let Some(entry) = inner.tasks.get_mut(id) else {
+            return;
+        };
+        if entry.task.status.state.is_terminal() {
+            return;
+        }
+        match entry
+            .artifacts
+            .iter_mut()
+            .find(|a| a.artifact_id == artifact.artifact_id)
+        {
+            Some(existing) if append => merge_parts(existing, &artifact),
+            Some(existing) => *existing = artifact.clone(),
+            None => entry.artifacts.push(artifact.clone()),
+        }
+        let event = StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
+            task_id: id.to_string(),
+            context_id: entry.task.context_id.clone(),
+            artifact,
+            append,
+            last_chunk,
+            metadata: None,
+        });
+        log_event(entry, event);
+        drop(inner);
+        self.changed.notify_all();
+    }
+
+    /// One page of the tasks `principal` may see, newest status first.
+    pub fn list(&self, principal: &Principal, q: &ListQuery) -> ListTasksResponse {
+        let inner = self.lock();
+        let mut rows: Vec<&Entry> = inner
+            .tasks
+            .values()
+            .filter(|e| may_see(principal, e))
+            .filter(|e| {
+                q.context_id
+                    .as_ref()
+                    .is_none_or(|c| *c == e.task.context_id)
+            })
+            .filter(|e| q.status.is_none_or(|s| s == e.task.status.state))
+            .filter(|e| q.after_ms.is_none_or(|t| e.status_ms >= t))
+            .collect();
+        rows.sort_by(|a, b| {
+            b.status_ms
+                .cmp(&a.status_ms)
+                .then_with(|| a.task.id.cmp(&b.task.id))
+        });
+        let total = rows.len();
+        let start = match &q.cursor {
+            None => 0,
+            Some((ms, id)) => rows
+                .iter()
+                .position(|e| (e.status_ms, &e.task.id) < (*ms, id) && e.status_ms <= *ms)
+                .map(|_| {
+                    rows.iter()
+                        .position(|e| e.status_ms < *ms || (e.status_ms == *ms && e.task.id > *id))
+                        .unwrap_or(total)
+                })
+                .unwrap_or(total),
+        };
+        let page: Vec<&Entry> = rows.iter().skip(start).take(q.page_size).copied().collect();
+        let next = if start + page.len() < total {
+            page.last()
+                .map(|e| encode_cursor(e.status_ms, &e.task.id))
+                .unwrap_or_default()
+        } else {
+            String::new()
+        };
+        ListTasksResponse {
+            tasks: page
+                .iter()
+                .map(|e| render(e, q.history_length, q.include_artifacts))
+                .collect(),
+            next_page_token: next,
+            page_size: q.page_size as i32,
+            total_size: total as i32,
+        }
+    }
+
+    /// Counts of (submitted, active, finished) tasks.
+    pub fn counts(&self) -> (usize, usize, usize) {
+        let inner = self.lock();
+        let finished = inner.finished.len();
+        (
+            inner.submitted,
+            inner.tasks.len() - finished - inner.submitted,
+            finished,
+        )
+    }
+
+    /// Ids of every task not yet finished.
+    pub fn unfinished(&self) -> Vec<String> {
+        let inner = self.lock();
+        inner
+            .tasks
+            .values()
+            .filter(|e| !e.task.status.state.is_terminal())
+            .map(|e| e.task.id.clone())
+            .collect()
+    }
+}
+
+/// Parses a ListTasks `pageToken` (hex of `MS:ID`).
+pub fn decode_cursor(token: &str) -> Option<(u64, String)> {
+    if token.len() % 2 != 0 || token.len() > 512 {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> = (0..token.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(token.get(i..i + 2)?, 16).ok())
+        .collect();
+    let text = String::from_utf8(bytes?).ok()?;
+    let (ms, id) = text.split_once(':')?;
+    Some((ms.parse().ok()?, id.to_string()))
+}
+
+fn encode_cursor(ms: u64, id: &str) -> String {
+    format!("{ms}:{id}")
+        .bytes()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn may_see(principal: &Principal, e: &Entry) -> bool {
+    principal.is_operator() || e.principal == principal.name()
+}
+
+fn visible<'a>(inner: &'a Inner, principal: &Principal, id: &str) -> Option<&'a Entry> {
+    inner.tasks.get(id).filter(|e| may_see(principal, e))
+}
+
+fn visible_mut<'a>(inner: &'a mut Inner, principal: &Principal, id: &str) -> Option<&'a mut Entry> {
+    inner.tasks.get_mut(id).filter(|e| may_see(principal, e))
+}
+
+fn set_status(entry: &mut Entry, state: TaskState, message: Option<Message>) {
+    let now = clock::now_ms();
+    entry.status_ms = now;
+    entry.task.status = TaskStatus {
+        state,
+        message,
+        timestamp: Some(clock::format_ms(now)),
+    };
+    let event = StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
+        task_id: entry.task.id.clone(),
+        context_id: entry.task.context_id.clone(),
+        status: entry.task.status.clone(),
+        metadata: None,
+    });
+    log_event(entry, event);
+}
+
+fn log_event(entry: &mut Entry, event: StreamResponse) {
+    entry.last_seq += 1;
+    entry.events.push_back(LoggedEvent {
+        seq: entry.last_seq,
+        event,
+    });
+    if entry.events.len() > limits::TASK_EVENTS_MAX {
+        entry.events.pop_front();
+    }
+}
+
+fn push_history(entry: &mut Entry, message: Message) {
+    entry.history.push_back(message);
+    if entry.history.len() > limits::TASK_HISTORY_MAX {
+        entry.history.pop_front();
+    }
+}
+
+fn merge_parts(existing: &mut Artifact, chunk: &Artifact) {
+    for part in &chunk.parts {
+        // Consecutive text chunks join into one text part, so the stored
+        // artifact reads as the program wrote it.
+        match (existing.parts.last_mut(), part.as_text()) {
+            (Some(last), Some(more)) if last.as_text().is_some() && part.metadata.is_none() => {
+                if let crate::a2a::types::PartContent::Text(t) = &mut last.content {
+                    t.push_str(more);
+                }
+            }
+            _ => existing.parts.push(part.clone()),
+        }
+    }
+}
+
+/// A copy of the task for the wire: history trimmed to the last `n`
+/// (`Some(0)` = none), artifacts only when asked for and present.
+fn render(entry: &Entry, history_length: Option<usize>, include_artifacts: bool) -> Task {
+    let mut task = entry.task.clone();
+    let keep = history_length
+        .unwrap_or(usize::MAX)
+        .min(entry.history.len());
+    if keep > 0 {
+        task.history = Some(
+            entry
+                .history
+                .iter()
+                .skip(entry.history.len() - keep)
+                .cloned()
+                .collect(),
+        );
+    }
+    if include_artifacts && !entry.artifacts.is_empty() {
+        task.artifacts = Some(entry.artifacts.clone());
+    }
+    task
+}
+
+fn default_text(state: TaskState, cause: Cause) -> &'static str {
+    match (state, cause) {
+        (TaskState::Completed, _) => "completed",
+        (_, Cause::Cancelled) => "canceled by request",
+        (_, Cause::Shutdown) => "canceled: agentd is shutting down",
+        (_, Cause::Deadline) => "failed: the task ran past tasks.deadline_ms",
+        (_, Cause::Stalled) => "failed: the worker stopped answering",
+        (_, Cause::Exhausted) => "failed: the task went over its output budget",
+        (_, Cause::Crashed) => "failed: the worker crashed",
+        (TaskState::Rejected, _) => "rejected by the agent",
+        _ => "failed",
+    }
+}
+
+/// Drops finished tasks past the retention time or count, oldest first.
+fn prune(inner: &mut Inner, limits: &TableLimits, now: u64) {
+    while let Some((at, id)) = inner.finished.front().cloned() {
+        let too_many = inner.finished.len() > limits.retain_max;
+        let too_old = now.saturating_sub(at) > limits.retain_ms;
+        if !(too_many || too_old) {
+            break;
+        }
+        inner.finished.pop_front();
+        inner.tasks.remove(&id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::a2a::types::{Part, Role};
+
+    fn table(retain_max: usize) -> TaskTable {
+        TaskTable::new(TableLimits {
+            max_queued: 3,
+            retain_max,
+            retain_ms: 60_000,
+        })
+    }
+
+    fn op() -> Principal {
+        Principal::Unix { uid: 0, pid: 1 }
+    }
+
+    fn msg(text: &str) -> Message {
+        Message {
+            message_id: "m".into(),
+            context_id: None,
+            task_id: None,
+            role: Role::User,
+            parts: vec![Part::text(text)],
+            metadata: None,
+            extensions: vec![],
+            reference_task_ids: vec![],
+        }
+    }
+
+    #[test]
+    fn queue_cap_refuses_without_creating() {
+        let t = table(10);
+        for _ in 0..3 {
+            t.create(&op(), msg("x"), None).unwrap();
+        }
+        assert_eq!(
+            t.create(&op(), msg("x"), None),
+            Err(CreateError::QueueFull { max: 3 })
+        );
+        assert_eq!(t.counts(), (3, 0, 0));
+    }
+
+    #[test]
+    fn finish_is_final_and_retention_is_bounded() {
+        let t = table(2);
+        let ids: Vec<String> = (0..3)
+            .map(|_| t.create(&op(), msg("x"), None).unwrap().id)
+            .collect();
+        for id in &ids {
+            t.set_progress(id, TaskState::Working, None);
+            t.finish(id, TaskState::Completed, Cause::Completed, None);
+            t.finish(id, TaskState::Failed, Cause::Crashed, None);
+        }
+        assert!(t.get(&op(), &ids[0], None).is_none(), "oldest pruned");
+        let last = t.get(&op(), &ids[2], None).unwrap();
+        assert_eq!(last.status.state, TaskState::Completed);
+        let md = last.status.message.unwrap().metadata.unwrap();
+        assert_eq!(md[TERMINAL_KEY], "completed");
+    }
+
+    #[test]
+    fn appended_chunks_join() {
+        let t = table(2);
+        let id = t.create(&op(), msg("x"), None).unwrap().id;
+        let chunk = |s: &str| Artifact {
+            artifact_id: "a".into(),
+            name: None,
+            description: None,
+            parts: vec![Part::text(s)],
+            metadata: None,
+            extensions: vec![],
+        };
+        t.add_artifact(&id, chunk("hel"), false, false);
+        t.add_artifact(&id, chunk("lo"), true, true);
+        let task = t.get(&op(), &id, Some(0)).unwrap();
+        assert!(task.history.is_none());
+        assert_eq!(task.artifacts.unwrap()[0].parts, vec![Part::text("hello")]);
+    }
+
+    #[test]
+    fn cursor_round_trips_and_rejects_junk() {
+        assert_eq!(
+            decode_cursor(&encode_cursor(12, "ab-c")),
+            Some((12, "ab-c".into()))
+        );
+        assert_eq!(decode_cursor("zz"), None);
+        assert_eq!(decode_cursor("abc"), None);
+    }
+
+    #[test]
+    fn pages_cover_everything_once() {
+        let t = TaskTable::new(TableLimits {
+            max_queued: 100,
+            retain_max: 100,
+            retain_ms: 60_000,
+        });
+        let mut ids: Vec<String> = (0..7)
+            .map(|_| t.create(&op(), msg("x"), None).unwrap().id)
+            .collect();
+        let mut seen = Vec::new();
+        let mut cursor = None;
+        loop {
+            let page = t.list(
+                &op(),
+                &ListQuery {
+                    context_id: None,
+                    status: None,
+                    after_ms: None,
+                    page_size: 3,
+                    cursor: cursor.clone(),
+                    history_length: None,
+                    include_artifacts: false,
+                },
+            );
+            assert_eq!(page.total_size, 7);
+            seen.extend(page.tasks.iter().map(|t| t.id.clone()));
+            if page.next_page_token.is_empty() {
+                break;
+            }
+            cursor = decode_cursor(&page.next_page_token);
+        }
+        ids.sort();
+        seen.sort();
+        assert_eq!(ids, seen);
+    }
+}

@@ -1,0 +1,46 @@
+//! The built-in `echo` runner: the message's parts come back as the task's
+//! one artifact. It is the default agent, so `agentd serve` works as is.
+
+use crossbeam_channel::Receiver;
+
+use super::{Done, Event, Link};
+use crate::a2a::types::{Artifact, Message, Part};
+use crate::control::{Cause, FromWorker, Outcome};
+
+pub fn run(
+    _task_id: &str,
+    _context_id: &str,
+    message: &Message,
+    link: &Link,
+    rx: &Receiver<Event>,
+) -> Done {
+    if super::cancel_requested(rx) {
+        return Done {
+            outcome: Outcome::Canceled,
+            cause: Cause::Cancelled,
+            text: None,
+        };
+    }
+    let parts = if message.parts.is_empty() {
+        vec![Part::text("")]
+    } else {
+        message.parts.clone()
+    };
+    link.send(&FromWorker::Artifact {
+        artifact: Artifact {
+            artifact_id: crate::ids::new_id(),
+            name: Some("echo".into()),
+            description: None,
+            parts,
+            metadata: None,
+            extensions: Vec::new(),
+        },
+        append: false,
+        last_chunk: true,
+    });
+    Done {
+        outcome: Outcome::Completed,
+        cause: Cause::Completed,
+        text: None,
+    }
+}

@@ -1,0 +1,208 @@
+//! The worker: agentd re-executed by procman as `agentd __worker`, one per
+//! task. It speaks the control protocol on fd 3 and runs one runner.
+//!
+//! Start-up, in order (each step is why the next is safe):
+//! 1. arm parent-death: PDEATHSIG was SIGKILL from fork to here; it becomes
+//!    a caught signal whose handler SIGKILLs our whole process group, so a
+//!    program's grandchildren die with agentd too;
+//! 2. `getppid()` must be the supervisor pid procman passed: if agentd died
+//!    before step 1, we were already reparented and must exit now;
+//! 3. close every inherited fd but 0–3, and mark fd 3 close-on-exec;
+//! 4. say `ready`, read `spawn`, run, say `done`, exit.
+//!
+//! A control-channel EOF means the supervisor is gone: kill the group.
+
+mod echo;
+mod exec;
+
+use std::io;
+use std::os::unix::net::UnixStream;
+use std::sync::{Arc, Mutex};
+
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::control::{self, Cause, FromWorker, Outcome, RunnerSpec, ToWorker};
+use crate::sys;
+
+/// Environment variable carrying the supervisor's pid to the worker.
+pub const SUPERVISOR_PID_ENV: &str = "AGENTD_SUPERVISOR_PID";
+/// Environment variable carrying the daemon's log level to the worker.
+pub const LOG_LEVEL_ENV: &str = "AGENTD_LOG_LEVEL";
+/// What a worker inherits from agentd's environment: what its program may
+/// inherit (exec::ENV_ALLOW) plus RUST_LOG for its own logging.
+pub const INHERITED_ENV: &[&str] = &[
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR", "RUST_LOG",
+];
+/// The fd the control socket is placed on in the worker.
+pub const CONTROL_FD: i32 = 3;
+/// Exit code of a worker that found its supervisor gone at start.
+const EXIT_ORPHANED: i32 = 111;
+
+/// The worker's half of the control channel, shared by its threads.
+pub struct Link {
+    writer: Mutex<UnixStream>,
+}
+
+impl Link {
+    /// Sends one frame. A failure means the supervisor is gone.
+    pub fn send(&self, frame: &FromWorker) {
+        let mut w = match self.writer.lock() {
+            Ok(w) => w,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if let Err(e) = control::write_frame(&mut *w, frame) {
+            log::error!(
+                "worker.link.lost pid={} error={e}; killing the task's group",
+                sys::getpid()
+            );
+            sys::kill_own_group();
+        }
+    }
+}
+
+/// What reaches a runner from the supervisor while it runs.
+#[derive(Debug)]
+pub enum Event {
+    Cancel,
+    Input(crate::a2a::types::Message),
+}
+
+/// How a runner ended.
+pub struct Done {
+    pub outcome: Outcome,
+    pub cause: Cause,
+    pub text: Option<String>,
+}
+
+/// `agentd __worker`: returns the process exit code.
+pub fn main() -> i32 {
+    let supervisor: i32 = match std::env::var(SUPERVISOR_PID_ENV)
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        Some(pid) => pid,
+        None => {
+            eprintln!("agentd: __worker is internal; it is started by `agentd serve`");
+            return 2;
+        }
+    };
+    if let Err(e) = sys::on_parent_death_kill_group() {
+        eprintln!("agentd worker: cannot arm parent-death signal: {e}");
+        return EXIT_ORPHANED;
+    }
+    if sys::getppid() != supervisor {
+        return EXIT_ORPHANED;
+    }
+    sys::close_fds_from(CONTROL_FD + 1);
+    let ctrl = match sys::take_control_fd(CONTROL_FD) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("agentd worker: no control channel on fd {CONTROL_FD}: {e}");
+            return 2;
+        }
+    };
+    match run(ctrl) {
+        Ok(()) => 0,
+        Err(e) => {
+            log::error!("worker.failed pid={} error={e}", sys::getpid());
+            1
+        }
+    }
+}
+
+fn run(ctrl: UnixStream) -> io::Result<()> {
+    let mut reader = ctrl.try_clone()?;
+    let link = Link {
+        writer: Mutex::new(ctrl),
+    };
+    link.send(&FromWorker::Ready { pid: sys::getpid() });
+    let Some(ToWorker::Spawn {
+        task_id,
+        context_id,
+        message,
+        runner,
+    }) = control::read_frame::<ToWorker>(&mut reader)?
+    else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "expected a spawn frame first",
+        ));
+    };
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let link = Arc::new(link);
+    let reader_link = link.clone();
+    std::thread::Builder::new()
+        .name("control".into())
+        .spawn(move || read_control(reader, &reader_link, tx))?;
+    log::debug!(
+        "worker.spawn task={task_id} pid={} runner={runner:?}",
+        sys::getpid()
+    );
+    let done = match runner {
+        RunnerSpec::Echo => echo::run(&task_id, &context_id, &message, &link, &rx),
+        RunnerSpec::Exec {
+            argv,
+            protocol: _,
+            workdir,
+            env,
+            rlimits,
+            output_max_bytes,
+        } => exec::run_text(
+            &exec::Program {
+                argv,
+                workdir,
+                env,
+                rlimits,
+                output_max_bytes,
+            },
+            &message,
+            &link,
+            &rx,
+        ),
+    };
+    link.send(&FromWorker::Done {
+        outcome: done.outcome,
+        cause: done.cause,
+        text: done.text,
+    });
+    Ok(())
+}
+
+/// Answers pings itself (so a busy runner is not mistaken for a stalled
+/// worker) and forwards the rest to the runner.
+fn read_control(mut reader: UnixStream, link: &Link, tx: Sender<Event>) {
+    loop {
+        match control::read_frame::<ToWorker>(&mut reader) {
+            Ok(Some(ToWorker::Ping)) => link.send(&FromWorker::Pong),
+            Ok(Some(ToWorker::Cancel)) => {
+                let _ = tx.send(Event::Cancel);
+            }
+            Ok(Some(ToWorker::Input { message })) => {
+                let _ = tx.send(Event::Input(message));
+            }
+            Ok(Some(ToWorker::Spawn { .. })) => {
+                log::warn!(
+                    "worker.control ignoring a second spawn frame pid={}",
+                    sys::getpid()
+                );
+            }
+            Ok(None) | Err(_) => {
+                // The supervisor is gone (or talking nonsense): nothing of
+                // this task may outlive it.
+                sys::kill_own_group();
+            }
+        }
+    }
+}
+
+/// Drains events without blocking; true if a cancel arrived.
+pub fn cancel_requested(rx: &Receiver<Event>) -> bool {
+    rx.try_iter().any(|e| matches!(e, Event::Cancel))
+}
+
+/// `agentd __worker`, with logging set up from the daemon's level.
+pub fn main_with_logging() -> i32 {
+    let level = std::env::var(LOG_LEVEL_ENV).unwrap_or_else(|_| "info".into());
+    crate::cli::init_logging(&level, "worker");
+    main()
+}
