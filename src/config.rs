@@ -325,9 +325,11 @@ impl Config {
                 "error" | "warn" | "info" | "debug" | "trace" | "off" => {
                     self.log_level = value.into()
                 }
-                _ => return Err(format!(
+                _ => {
+                    return Err(format!(
                     "log.level: expected error, warn, info, debug, trace or off, found `{value}`"
-                )),
+                ))
+                }
             },
             _ => {
                 return Err(match suggest(key) {

@@ -90,9 +90,12 @@ impl Procman {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Rung {
-    CancelSent,
-    TermSent,
-    KillSent,
+    /// The `cancel` frame went out; SIGTERM follows after cancel_grace.
+    Asked,
+    /// SIGTERM (+SIGCONT) went to the group; SIGKILL follows after term_grace.
+    Terminated,
+    /// SIGKILL went out; repeated every GROUP_POLL until the worker is reaped.
+    Killed,
 }
 
 struct Worker {
@@ -211,7 +214,7 @@ impl State {
                 for w in self.workers.values_mut() {
                     w.stop.get_or_insert(Cause::Shutdown);
                     let _ = sys::kill_group(w.pid, libc::SIGKILL);
-                    w.ladder = Some((Rung::KillSent, Instant::now() + GROUP_POLL));
+                    w.ladder = Some((Rung::Killed, Instant::now() + GROUP_POLL));
                 }
             }
             Msg::Frame(pid, frame) => self.on_frame(pid, frame),
@@ -222,7 +225,7 @@ impl State {
                         // A worker that speaks nonsense is not trusted to end well.
                         w.stop.get_or_insert(Cause::Crashed);
                         let _ = sys::kill_group(pid, libc::SIGKILL);
-                        w.ladder = Some((Rung::KillSent, Instant::now() + GROUP_POLL));
+                        w.ladder = Some((Rung::Killed, Instant::now() + GROUP_POLL));
                     }
                 }
             }
@@ -395,7 +398,7 @@ impl State {
             );
             w.stop.get_or_insert(Cause::Stalled);
             let _ = sys::kill_group(pid, libc::SIGKILL);
-            w.ladder = Some((Rung::KillSent, Instant::now() + GROUP_POLL));
+            w.ladder = Some((Rung::Killed, Instant::now() + GROUP_POLL));
             return false;
         }
         true
@@ -427,7 +430,7 @@ impl State {
             "task.stop task={task_id} pid={pid} cause={}",
             cause.as_str()
         );
-        w.ladder = Some((Rung::CancelSent, Instant::now() + grace));
+        w.ladder = Some((Rung::Asked, Instant::now() + grace));
         self.send(pid, &ToWorker::Cancel);
     }
 
@@ -459,18 +462,18 @@ impl State {
                 expired.push(w.task_id.clone());
             }
             match w.ladder {
-                Some((Rung::CancelSent, at)) if at <= now => {
+                Some((Rung::Asked, at)) if at <= now => {
                     log::info!("task.ladder task={} pid={} rung=SIGTERM", w.task_id, w.pid);
                     let _ = sys::kill_group(w.pid, libc::SIGTERM);
                     let _ = sys::kill_group(w.pid, libc::SIGCONT);
-                    w.ladder = Some((Rung::TermSent, now + term_grace));
+                    w.ladder = Some((Rung::Terminated, now + term_grace));
                 }
-                Some((Rung::TermSent | Rung::KillSent, at)) if at <= now => {
-                    if w.ladder.map(|l| l.0) == Some(Rung::TermSent) {
+                Some((Rung::Terminated | Rung::Killed, at)) if at <= now => {
+                    if w.ladder.map(|l| l.0) == Some(Rung::Terminated) {
                         log::info!("task.ladder task={} pid={} rung=SIGKILL", w.task_id, w.pid);
                     }
                     let _ = sys::kill_group(w.pid, libc::SIGKILL);
-                    w.ladder = Some((Rung::KillSent, now + GROUP_POLL));
+                    w.ladder = Some((Rung::Killed, now + GROUP_POLL));
                 }
                 _ => {}
             }

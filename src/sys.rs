@@ -363,3 +363,18 @@ pub fn kill_own_group() -> ! {
     // Unreachable in practice: SIGKILL to our own group includes us.
     std::process::exit(137)
 }
+
+extern "C" fn ignore_signal(_sig: libc::c_int) {}
+
+/// Catches SIGTERM with a handler that does nothing. The kill ladder's
+/// SIGTERM is for the task's program; the worker stays to report how the
+/// program ended. (Caught, not SIG_IGN: exec resets a caught signal to its
+/// default, so the program still sees SIGTERM normally.)
+pub fn outlast_sigterm() -> io::Result<()> {
+    // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" value.
+    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+    action.sa_sigaction = ignore_signal as *const () as libc::sighandler_t;
+    action.sa_flags = libc::SA_RESTART;
+    // SAFETY: `action` is valid and its handler does nothing at all.
+    cvt(unsafe { libc::sigaction(libc::SIGTERM, &action, std::ptr::null_mut()) }).map(drop)
+}

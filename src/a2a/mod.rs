@@ -233,7 +233,7 @@ fn parse<T: DeserializeOwned>(params: Value) -> Result<T, RpcError> {
         let field = text
             .split('`')
             .nth(1)
-            .filter(|_| text.starts_with("missing field") || text.starts_with("unknown"))
+            .filter(|_| text.starts_with("missing field"))
             .unwrap_or("params")
             .to_string();
         RpcError::invalid_params(&field, text)

@@ -7,8 +7,10 @@
 //!    program's grandchildren die with agentd too;
 //! 2. `getppid()` must be the supervisor pid procman passed: if agentd died
 //!    before step 1, we were already reparented and must exit now;
-//! 3. close every inherited fd but 0–3, and mark fd 3 close-on-exec;
-//! 4. say `ready`, read `spawn`, run, say `done`, exit.
+//! 3. catch SIGTERM (the ladder's SIGTERM is for the program; the worker
+//!    stays to report how it ended — SIGKILL still takes it);
+//! 4. close every inherited fd but 0–3, and mark fd 3 close-on-exec;
+//! 5. say `ready`, read `spawn`, run, say `done`, exit.
 //!
 //! A control-channel EOF means the supervisor is gone: kill the group.
 
@@ -92,6 +94,9 @@ pub fn main() -> i32 {
     }
     if sys::getppid() != supervisor {
         return EXIT_ORPHANED;
+    }
+    if let Err(e) = sys::outlast_sigterm() {
+        eprintln!("agentd worker: cannot catch SIGTERM: {e}");
     }
     sys::close_fds_from(CONTROL_FD + 1);
     let ctrl = match sys::take_control_fd(CONTROL_FD) {

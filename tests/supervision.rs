@@ -1,0 +1,415 @@
+//! Tasks as processes, tested from outside: the exec runner, the kill
+//! ladder against a program that fights back, clients that vanish, a daemon
+//! killed with SIGKILL, deadlines, the running cap and the queue.
+
+mod common;
+
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::{alive, group_members, user_message, wait_for, Daemon};
+use serde_json::{json, Value};
+
+/// Writes an executable shell script into `dir`.
+fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p
+}
+
+fn send_async(d: &Daemon, text: &str) -> String {
+    let r = d.ok(
+        "SendMessage",
+        json!({"message": user_message(text), "configuration": {"returnImmediately": true}}),
+    );
+    let state = r["task"]["status"]["state"].as_str().unwrap();
+    assert!(
+        matches!(state, "TASK_STATE_SUBMITTED" | "TASK_STATE_WORKING"),
+        "{r}"
+    );
+    r["task"]["id"].as_str().unwrap().to_string()
+}
+
+fn state_of(d: &Daemon, id: &str) -> String {
+    d.ok("GetTask", json!({"id": id}))["status"]["state"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+fn terminal_cause(task: &Value) -> String {
+    task["status"]["message"]["metadata"]["agentd.dev/terminal"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
+/// The process group of `pid` (field 5 of /proc/PID/stat).
+fn pgid_of(pid: i32) -> i32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    stat.rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .nth(2)
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn exec_text_protocol_success_failure_and_missing_program() {
+    let d = Daemon::start(&["--exec", "tr a-z A-Z"]);
+    let t = &d.ok(
+        "SendMessage",
+        json!({"message": user_message("shout this")}),
+    )["task"];
+    assert_eq!(t["status"]["state"], "TASK_STATE_COMPLETED", "{t}");
+    assert_eq!(t["artifacts"][0]["parts"][0]["text"], "SHOUT THIS");
+    assert_eq!(
+        t["artifacts"].as_array().unwrap().len(),
+        1,
+        "one artifact, chunks joined"
+    );
+
+    let tmp = common::TempDir::new("ex");
+    let fail = script(
+        &tmp.0,
+        "fail.sh",
+        "echo partial; echo 'something broke' >&2; exit 3",
+    );
+    let d = Daemon::start(&["--exec", fail.to_str().unwrap()]);
+    let t = &d.ok("SendMessage", json!({"message": user_message("x")}))["task"];
+    assert_eq!(t["status"]["state"], "TASK_STATE_FAILED", "{t}");
+    let text = t["status"]["message"]["parts"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("exit status 3") && text.contains("something broke"),
+        "{text}"
+    );
+    assert_eq!(terminal_cause(t), "failed");
+    assert_eq!(
+        t["artifacts"][0]["parts"][0]["text"], "partial\n",
+        "output so far is kept"
+    );
+
+    let d = Daemon::start(&["--exec", "/nonexistent/agent --flag"]);
+    let t = &d.ok("SendMessage", json!({"message": user_message("x")}))["task"];
+    assert_eq!(t["status"]["state"], "TASK_STATE_FAILED");
+    let text = t["status"]["message"]["parts"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("/nonexistent/agent") && text.contains("127"),
+        "{text}"
+    );
+}
+
+#[test]
+fn program_sees_a_scrubbed_environment_and_no_stray_fds() {
+    let tmp = common::TempDir::new("env");
+    // sh -c, not a script file: dash keeps a script open on fd 10.
+    let probe = r#"sh -c 'env | sort; echo FDS; ls /proc/$$/fd | sort -n | tr "\n" " "'"#;
+    let socket = tmp.0.join("a.sock");
+    // An fd the test leaks into agentd on purpose (no CLOEXEC): it must not
+    // reach the program.
+    let leak = std::fs::File::open("/dev/null").unwrap();
+    let leak_fd = std::os::fd::AsRawFd::as_raw_fd(&leak);
+    #[allow(unsafe_code)]
+    // SAFETY: clearing FD_CLOEXEC on our own open fd.
+    unsafe {
+        libc::fcntl(leak_fd, libc::F_SETFD, 0);
+    }
+    let log = tmp.0.join("log");
+    let child = std::process::Command::new(common::BIN)
+        .args([
+            "serve",
+            "--listen",
+            &format!("unix://{}", socket.display()),
+            "--exec",
+            probe,
+        ])
+        .args(["--set", "agent.env=EXTRA=given"])
+        .env("AGENTD_TEST_SECRET", "leaked")
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    assert!(wait_for(Duration::from_secs(10), || {
+        std::os::unix::net::UnixStream::connect(&socket).is_ok()
+    }));
+    drop(leak);
+    let d = Daemon {
+        child: Some(child),
+        socket,
+        dir: common::TempDir::new("unused"),
+        log,
+    };
+    let t = &d.ok("SendMessage", json!({"message": user_message("x")}))["task"];
+    let out = t["artifacts"][0]["parts"][0]["text"].as_str().unwrap();
+    assert!(!out.contains("AGENTD_TEST_SECRET"), "{out}");
+    assert!(!out.contains("AGENTD_SUPERVISOR_PID"), "{out}");
+    assert!(out.contains("EXTRA=given"), "{out}");
+    let fds = out.split("FDS\n").nth(1).unwrap().trim();
+    assert_eq!(fds, "0 1 2", "only stdio reaches the program, got: {fds}");
+}
+
+#[test]
+fn task_outlives_the_connection_that_created_it() {
+    // The PDEATHSIG trap: were the worker forked on the connection's
+    // thread, it would die when that thread ends.
+    let tmp = common::TempDir::new("outlive");
+    let slow = script(&tmp.0, "slow.sh", "sleep 1; echo finished");
+    let d = Daemon::start(&["--exec", slow.to_str().unwrap()]);
+    let id = {
+        let mut conn = d.connect();
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+            "params": {"message": user_message("x"), "configuration": {"returnImmediately": true}}})
+        .to_string();
+        write!(
+            conn,
+            "POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nA2A-Version: 1.0\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let resp = common::read_response(&mut std::io::BufReader::new(conn))
+            .unwrap()
+            .json();
+        resp["result"]["task"]["id"].as_str().unwrap().to_string()
+        // the connection (and its server thread) ends here
+    };
+    let mut last = String::new();
+    assert!(
+        wait_for(Duration::from_secs(10), || {
+            last = state_of(&d, &id);
+            last == "TASK_STATE_COMPLETED"
+        }),
+        "task ended as {last}"
+    );
+    let t = d.ok("GetTask", json!({"id": id}));
+    assert_eq!(t["artifacts"][0]["parts"][0]["text"], "finished\n");
+}
+
+/// A program that ignores SIGTERM and leaves two grandchildren (one also
+/// ignoring SIGTERM), recording every pid in `pids`.
+fn stubborn_script(dir: &Path, pids: &Path) -> PathBuf {
+    script(
+        dir,
+        "stubborn.sh",
+        &format!(
+            "trap '' TERM\n\
+             sh -c \"trap '' TERM; sleep 1000\" &\n\
+             a=$!\n\
+             sleep 1000 &\n\
+             b=$!\n\
+             echo \"$$ $a $b\" > {p}.tmp && mv {p}.tmp {p}\n\
+             echo started\n\
+             while :; do sleep 1; done",
+            p = pids.display()
+        ),
+    )
+}
+
+fn read_pids(path: &Path) -> Vec<i32> {
+    assert!(
+        wait_for(Duration::from_secs(10), || path.exists()),
+        "pid file never appeared"
+    );
+    std::fs::read_to_string(path)
+        .unwrap()
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect()
+}
+
+#[test]
+fn cancel_kills_a_stubborn_program_and_its_grandchildren() {
+    let tmp = common::TempDir::new("cancel");
+    let pids_file = tmp.0.join("pids");
+    let prog = stubborn_script(&tmp.0, &pids_file);
+    let d = Daemon::start(&[
+        "--exec",
+        prog.to_str().unwrap(),
+        "--set",
+        "tasks.cancel_grace_ms=200",
+        "--set",
+        "tasks.term_grace_ms=300",
+    ]);
+    let id = send_async(&d, "x");
+    let pids = read_pids(&pids_file);
+    let pgid = pgid_of(pids[0]);
+    assert!(pids.iter().all(|p| alive(*p)));
+    assert!(
+        group_members(pgid).len() >= 4,
+        "worker, program and two grandchildren"
+    );
+
+    let started = Instant::now();
+    let t = d.ok("CancelTask", json!({"id": id}));
+    assert_eq!(t["status"]["state"], "TASK_STATE_CANCELED", "{t}");
+    assert_eq!(terminal_cause(&t), "cancelled");
+    // CANCELED is reported only once the group is gone: check at once.
+    assert_eq!(
+        group_members(pgid),
+        Vec::<i32>::new(),
+        "group {pgid} still has processes"
+    );
+    for p in &pids {
+        assert!(!alive(*p), "pid {p} survived the cancel");
+    }
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(
+        d.log_text().contains("rung=SIGKILL"),
+        "the ladder reached SIGKILL"
+    );
+    // Cancelling again is refused: it is finished.
+    assert_eq!(d.err("CancelTask", json!({"id": id}))["code"], -32002);
+}
+
+#[test]
+fn sigkill_of_the_daemon_leaves_no_task_process() {
+    let tmp = common::TempDir::new("kill9");
+    let mut all = Vec::new();
+    let mut d = Daemon::start(&["--exec", &format!("{}/run.sh", tmp.0.display())]);
+    // Each task writes its pids to its own file.
+    script(
+        &tmp.0,
+        "run.sh",
+        &format!(
+            "f=$(mktemp {dir}/pids.XXXXXX)\n\
+             sleep 1000 &\n\
+             echo \"$$ $!\" > $f.tmp && mv $f.tmp $f.done\n\
+             while :; do sleep 1; done",
+            dir = tmp.0.display()
+        ),
+    );
+    for _ in 0..3 {
+        send_async(&d, "x");
+    }
+    assert!(wait_for(Duration::from_secs(10), || {
+        std::fs::read_dir(&tmp.0)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "done"))
+            .count()
+            == 3
+    }));
+    for e in std::fs::read_dir(&tmp.0).unwrap().flatten() {
+        if e.path().extension().is_some_and(|x| x == "done") {
+            all.extend(
+                std::fs::read_to_string(e.path())
+                    .unwrap()
+                    .split_whitespace()
+                    .map(|p| p.parse::<i32>().unwrap()),
+            );
+        }
+    }
+    let workers: Vec<i32> = common::children(d.pid());
+    assert_eq!(workers.len(), 3, "one worker per task");
+    all.extend(&workers);
+    d.kill9();
+    assert!(
+        wait_for(Duration::from_secs(5), || all.iter().all(|p| !alive(*p))),
+        "survivors: {:?}",
+        all.iter().filter(|p| alive(**p)).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn deadline_fails_the_task_with_its_cause() {
+    let d = Daemon::start(&[
+        "--exec",
+        "sleep 30",
+        "--set",
+        "tasks.deadline_ms=300",
+        "--set",
+        "tasks.cancel_grace_ms=100",
+    ]);
+    let started = Instant::now();
+    let t = &d.ok("SendMessage", json!({"message": user_message("x")}))["task"];
+    assert_eq!(t["status"]["state"], "TASK_STATE_FAILED", "{t}");
+    assert_eq!(terminal_cause(t), "deadline");
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn running_cap_queues_and_queue_cap_refuses() {
+    let d = Daemon::start(&[
+        "--exec",
+        "sleep 0.5",
+        "--set",
+        "tasks.max_running=1",
+        "--set",
+        "tasks.max_queued=1",
+    ]);
+    let first = send_async(&d, "a");
+    assert!(wait_for(Duration::from_secs(5), || state_of(&d, &first)
+        == "TASK_STATE_WORKING"));
+    let second = send_async(&d, "b");
+    assert_eq!(state_of(&d, &second), "TASK_STATE_SUBMITTED");
+    let err = d.err(
+        "SendMessage",
+        json!({"message": user_message("c"), "configuration": {"returnImmediately": true}}),
+    );
+    assert_eq!(err["code"], -32603, "{err}");
+    assert_eq!(err["data"][0]["reason"], "QUEUE_FULL");
+    assert_eq!(
+        d.ok("ListTasks", json!({}))["totalSize"],
+        2,
+        "nothing half-created"
+    );
+    for id in [&first, &second] {
+        assert!(wait_for(Duration::from_secs(10), || state_of(&d, id)
+            == "TASK_STATE_COMPLETED"));
+    }
+    // A queued task can be cancelled without ever running.
+    let a = send_async(&d, "a");
+    let b = send_async(&d, "b");
+    let t = d.ok("CancelTask", json!({"id": b}));
+    assert_eq!(t["status"]["state"], "TASK_STATE_CANCELED");
+    assert!(wait_for(Duration::from_secs(10), || state_of(&d, &a)
+        == "TASK_STATE_COMPLETED"));
+}
+
+#[test]
+fn sigterm_drains_running_tasks_and_answers_blocked_clients() {
+    let tmp = common::TempDir::new("drain");
+    let pids_file = tmp.0.join("pids");
+    let prog = stubborn_script(&tmp.0, &pids_file);
+    let mut d = Daemon::start(&[
+        "--exec",
+        prog.to_str().unwrap(),
+        "--set",
+        "tasks.cancel_grace_ms=100",
+        "--set",
+        "tasks.term_grace_ms=200",
+    ]);
+    let socket = d.socket.clone();
+    let blocked = {
+        let body = json!({"jsonrpc": "2.0", "id": 9, "method": "SendMessage", "params": {"message": user_message("x")}}).to_string();
+        let mut conn = d.connect();
+        std::thread::spawn(move || {
+            write!(
+                conn,
+                "POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nA2A-Version: 1.0\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .unwrap();
+            common::read_response(&mut std::io::BufReader::new(conn)).map(|r| r.json())
+        })
+    };
+    let pids = read_pids(&pids_file);
+    assert_eq!(d.stop(), Some(0), "clean exit");
+    let answer = blocked
+        .join()
+        .unwrap()
+        .expect("the blocked client got an answer");
+    assert_eq!(
+        answer["result"]["task"]["status"]["state"], "TASK_STATE_CANCELED",
+        "{answer}"
+    );
+    assert_eq!(terminal_cause(&answer["result"]["task"]), "shutdown");
+    for p in pids {
+        assert!(!alive(p), "pid {p} survived shutdown");
+    }
+    assert!(!socket.exists(), "socket removed on exit");
+}
