@@ -78,9 +78,7 @@ fn help(topic: Option<&str>) -> i32 {
         Some("serve") => write!(out, "{SERVE_HELP}"),
         Some("config") => write!(out, "{}", config_help()),
         Some(other) => {
-            eprintln!(
-                "agentd: no help on `{other}`; try `agentd help serve` or `agentd help config`"
-            );
+            eprintln!("agentd: no help on `{other}`; try `agentd help serve` or `agentd help config`");
             return EXIT_USAGE;
         }
     };
@@ -125,9 +123,7 @@ pub fn parse_serve(args: &[String]) -> Result<Option<Config>, String> {
             "-l" | "--listen" => sets.push((flag.into(), "a2a.listen".into(), value(flag)?)),
             "-c" | "--config" => config_file = Some(PathBuf::from(value(flag)?)),
             "-e" | "--exec" => sets.push((flag.into(), "agent.exec".into(), value(flag)?)),
-            "--exec-protocol" => {
-                sets.push((flag.into(), "agent.exec_protocol".into(), value(flag)?))
-            }
+            "--exec-protocol" => sets.push((flag.into(), "agent.exec_protocol".into(), value(flag)?)),
             "--log-level" => sets.push((flag.into(), "log.level".into(), value(flag)?)),
             "-s" | "--set" => {
                 let kv = value(flag)?;
@@ -137,15 +133,9 @@ pub fn parse_serve(args: &[String]) -> Result<Option<Config>, String> {
                 sets.push((flag.into(), k.trim().into(), v.trim().into()));
             }
             other if other.starts_with('-') => {
-                return Err(format!(
-                    "unknown option `{other}` (see `agentd help serve`)"
-                ))
+                return Err(format!("unknown option `{other}` (see `agentd help serve`)"))
             }
-            other => {
-                return Err(format!(
-                    "unexpected argument `{other}` (see `agentd help serve`)"
-                ))
-            }
+            other => return Err(format!("unexpected argument `{other}` (see `agentd help serve`)")),
         }
     }
     if let Some(path) = &config_file {
@@ -237,12 +227,8 @@ mod tests {
             parse_serve(&args(&["--set", "tasks.max_running=0"])).unwrap_err(),
             "--set: tasks.max_running: must be at least 1"
         );
-        assert!(parse_serve(&args(&["--listen"]))
-            .unwrap_err()
-            .contains("needs a value"));
-        assert!(parse_serve(&args(&["--bogus"]))
-            .unwrap_err()
-            .contains("unknown option"));
+        assert!(parse_serve(&args(&["--listen"])).unwrap_err().contains("needs a value"));
+        assert!(parse_serve(&args(&["--bogus"])).unwrap_err().contains("unknown option"));
         assert!(parse_serve(&args(&["--help"])).unwrap().is_none());
     }
 }

@@ -44,12 +44,15 @@ keys! {
     "card.skill_example", "TEXT", "", "An example prompt for the skill. Repeatable.";
     "agent.runner", "echo|exec", "echo", "What a task runs: the built-in echo agent, or the program of agent.exec.";
     "agent.exec", "PROGRAM ARGS…", "", "The program each task runs (sets agent.runner to exec). Split on spaces; single and double quotes and backslash work as in sh. No shell is involved.";
-    "agent.exec_protocol", "text", "text", "How agentd talks to the program: `text` = the message's text on stdin, stdout streamed back as the artifact, exit status decides COMPLETED or FAILED.";
+    "agent.exec_protocol", "text|jsonl", "text", "How agentd talks to the program. `text`: the message's text on stdin, stdout streamed back as the artifact, exit status decides COMPLETED or FAILED. `jsonl`: one JSON object per line each way, driving the whole task model (see the manual).";
     "agent.workdir", "PATH", "(agentd's working directory)", "The program's working directory.";
     "agent.env", "NAME=VALUE", "", "An environment variable for the program. Repeatable. The program otherwise sees only PATH, HOME, USER, LOGNAME, LANG, LC_ALL, TZ and TMPDIR from agentd's environment.";
     "tasks.max_running", "N", "32", "Tasks whose process runs at once; more wait in TASK_STATE_SUBMITTED.";
     "tasks.max_queued", "N", "1024", "Tasks waiting in TASK_STATE_SUBMITTED; a send over it is refused (-32603, reason QUEUE_FULL) and nothing is created.";
     "tasks.deadline_ms", "MS", "0", "Wall-clock budget of one task; past it the kill ladder runs and the task FAILS with cause `deadline`. 0 = no deadline.";
+    "tasks.input_idle_ms", "MS", "600000", "How long a task in TASK_STATE_INPUT_REQUIRED keeps its process waiting for the next message; past it the task FAILS with cause `idle`.";
+    "tasks.ping_interval_ms", "MS", "5000", "How often each worker is pinged on its control channel.";
+    "tasks.stall_timeout_ms", "MS", "15000", "A worker that leaves a ping unanswered this long is stalled: kill ladder, FAILED with cause `stalled`.";
     "tasks.retain_max", "N", "1000", "Finished tasks kept for GetTask and ListTasks; the oldest go first.";
     "tasks.retain_ms", "MS", "3600000", "How long a finished task is kept.";
     "tasks.cancel_grace_ms", "MS", "1000", "Kill ladder: time between the cancel request to the worker and SIGTERM to its process group.";
@@ -61,6 +64,7 @@ keys! {
     "http.body_max_bytes", "BYTES", "4194304", "Largest request body; over it → 413.";
     "http.head_timeout_ms", "MS", "10000", "Time a client has to send a request head (and, separately, its body); over it → 408.";
     "http.idle_timeout_ms", "MS", "60000", "Idle keep-alive time before the connection is closed.";
+    "http.sse_keepalive_ms", "MS", "15000", "An SSE stream with nothing to say sends a `: keep-alive` comment this often.";
     "log.level", "LEVEL", "info", "error, warn, info, debug or trace. The RUST_LOG environment variable overrides it.";
 }
 
@@ -102,6 +106,9 @@ pub struct Tasks {
     pub max_running: usize,
     pub max_queued: usize,
     pub deadline_ms: u64,
+    pub input_idle_ms: u64,
+    pub ping_interval_ms: u64,
+    pub stall_timeout_ms: u64,
     pub retain_max: usize,
     pub retain_ms: u64,
     pub cancel_grace_ms: u64,
@@ -127,6 +134,7 @@ pub struct Config {
     pub body_max_bytes: usize,
     pub head_timeout_ms: u64,
     pub idle_timeout_ms: u64,
+    pub sse_keepalive_ms: u64,
     pub log_level: String,
 }
 
@@ -160,6 +168,9 @@ impl Default for Config {
                 max_running: limits::TASKS_MAX_RUNNING,
                 max_queued: limits::TASKS_MAX_QUEUED,
                 deadline_ms: limits::TASK_DEADLINE_MS,
+                input_idle_ms: limits::TASK_INPUT_IDLE_MS,
+                ping_interval_ms: limits::WORKER_PING_INTERVAL_MS,
+                stall_timeout_ms: limits::WORKER_STALL_TIMEOUT_MS,
                 retain_max: limits::TASKS_RETAIN_MAX,
                 retain_ms: limits::TASKS_RETAIN_MS,
                 cancel_grace_ms: limits::LADDER_CANCEL_GRACE_MS,
@@ -172,6 +183,7 @@ impl Default for Config {
             body_max_bytes: limits::HTTP_BODY_MAX_BYTES,
             head_timeout_ms: limits::HTTP_HEAD_TIMEOUT_MS,
             idle_timeout_ms: limits::HTTP_IDLE_TIMEOUT_MS,
+            sse_keepalive_ms: limits::SSE_KEEPALIVE_MS,
             log_level: "info".into(),
         }
     }
@@ -226,9 +238,7 @@ impl Config {
     /// Sets one key. Repeatable keys append. The error says what was wrong.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
         match key {
-            "a2a.listen" => self
-                .listen
-                .push(Address::parse(value).map_err(|e| e.to_string())?),
+            "a2a.listen" => self.listen.push(Address::parse(value).map_err(|e| e.to_string())?),
             "a2a.advertise" => {
                 let (binding, url) = value
                     .split_once(char::is_whitespace)
@@ -240,21 +250,17 @@ impl Config {
                 self.advertise.push((binding.to_string(), url.to_string()));
             }
             "a2a.tls" => {
-                return Err(
-                    "a2a.tls: TLS is not supported on a unix listener: the kernel \
+                return Err("a2a.tls: TLS is not supported on a unix listener: the kernel \
                             authenticates the peer (SO_PEERCRED). Remove this key; put TLS in \
                             the proxy that fronts the socket."
-                        .into(),
-                )
+                    .into())
             }
             "a2a.max_connections" => self.max_connections = positive(key, value)?,
             "a2a.version_required" => self.version_required = boolean(key, value)?,
             "card.name" => self.card.name = text(key, value)?,
             "card.description" => self.card.description = Some(text(key, value)?),
             "card.version" => self.card.version = text(key, value)?,
-            "card.provider_organization" => {
-                self.card.provider_organization = Some(text(key, value)?)
-            }
+            "card.provider_organization" => self.card.provider_organization = Some(text(key, value)?),
             "card.provider_url" => self.card.provider_url = Some(text(key, value)?),
             "card.documentation_url" => self.card.documentation_url = Some(text(key, value)?),
             "card.input_modes" => self.card.input_modes = list(key, value)?,
@@ -271,11 +277,7 @@ impl Config {
                         self.runner = Runner::Exec { argv: Vec::new() }
                     }
                 }
-                _ => {
-                    return Err(format!(
-                        "agent.runner: expected `echo` or `exec`, found `{value}`"
-                    ))
-                }
+                _ => return Err(format!("agent.runner: expected `echo` or `exec`, found `{value}`")),
             },
             "agent.exec" => {
                 let argv = split_command(value).map_err(|e| format!("agent.exec: {e}"))?;
@@ -285,18 +287,16 @@ impl Config {
                 self.runner = Runner::Exec { argv };
             }
             "agent.exec_protocol" => match value {
-                "text" => self.exec_protocol = value.to_string(),
+                "text" | "jsonl" => self.exec_protocol = value.to_string(),
                 _ => {
                     return Err(format!(
-                        "agent.exec_protocol: expected `text`, found `{value}`"
+                        "agent.exec_protocol: expected `text` or `jsonl`, found `{value}`"
                     ))
                 }
             },
             "agent.workdir" => {
                 if !value.starts_with('/') {
-                    return Err(format!(
-                        "agent.workdir: expected an absolute path, found `{value}`"
-                    ));
+                    return Err(format!("agent.workdir: expected an absolute path, found `{value}`"));
                 }
                 self.workdir = Some(PathBuf::from(value));
             }
@@ -310,6 +310,9 @@ impl Config {
             "tasks.max_running" => self.tasks.max_running = positive(key, value)?,
             "tasks.max_queued" => self.tasks.max_queued = number(key, value)? as usize,
             "tasks.deadline_ms" => self.tasks.deadline_ms = number(key, value)?,
+            "tasks.input_idle_ms" => self.tasks.input_idle_ms = positive(key, value)? as u64,
+            "tasks.ping_interval_ms" => self.tasks.ping_interval_ms = positive(key, value)? as u64,
+            "tasks.stall_timeout_ms" => self.tasks.stall_timeout_ms = positive(key, value)? as u64,
             "tasks.retain_max" => self.tasks.retain_max = number(key, value)? as usize,
             "tasks.retain_ms" => self.tasks.retain_ms = number(key, value)?,
             "tasks.cancel_grace_ms" => self.tasks.cancel_grace_ms = number(key, value)?,
@@ -321,14 +324,13 @@ impl Config {
             "http.body_max_bytes" => self.body_max_bytes = positive(key, value)?,
             "http.head_timeout_ms" => self.head_timeout_ms = positive(key, value)? as u64,
             "http.idle_timeout_ms" => self.idle_timeout_ms = positive(key, value)? as u64,
+            "http.sse_keepalive_ms" => self.sse_keepalive_ms = positive(key, value)? as u64,
             "log.level" => match value {
-                "error" | "warn" | "info" | "debug" | "trace" | "off" => {
-                    self.log_level = value.into()
-                }
+                "error" | "warn" | "info" | "debug" | "trace" | "off" => self.log_level = value.into(),
                 _ => {
                     return Err(format!(
-                    "log.level: expected error, warn, info, debug, trace or off, found `{value}`"
-                ))
+                        "log.level: expected error, warn, info, debug, trace or off, found `{value}`"
+                    ))
                 }
             },
             _ => {
@@ -349,9 +351,7 @@ impl Config {
         };
         if let Runner::Exec { argv } = &self.runner {
             if argv.is_empty() {
-                return Err(err(
-                    "agent.runner is `exec` but agent.exec names no program".into(),
-                ));
+                return Err(err("agent.runner is `exec` but agent.exec names no program".into()));
             }
         }
         let mut seen = std::collections::HashSet::new();
@@ -399,9 +399,7 @@ fn list(key: &str, value: &str) -> Result<Vec<String>, String> {
         .map(String::from)
         .collect();
     if items.is_empty() {
-        Err(format!(
-            "{key}: expected a comma-separated list, found nothing"
-        ))
+        Err(format!("{key}: expected a comma-separated list, found nothing"))
     } else {
         Ok(items)
     }
@@ -518,14 +516,10 @@ mod tests {
         .unwrap();
         assert_eq!(c.tasks.max_running, 4);
         assert_eq!(c.listen.len(), 1);
-        let err = c
-            .load_str("card.name: a\nbogus.key: 1\n", "f.conf")
-            .unwrap_err();
+        let err = c.load_str("card.name: a\nbogus.key: 1\n", "f.conf").unwrap_err();
         assert_eq!(err.place, "f.conf:2");
         assert!(err.message.contains("unknown key `bogus.key`"), "{err}");
-        let err = c
-            .load_str("tasks.max_running: many\n", "f.conf")
-            .unwrap_err();
+        let err = c.load_str("tasks.max_running: many\n", "f.conf").unwrap_err();
         assert_eq!(
             err.to_string(),
             "f.conf:1: tasks.max_running: expected a whole number, found `many`"
@@ -534,9 +528,7 @@ mod tests {
 
     #[test]
     fn tls_on_unix_is_an_error() {
-        let err = Config::default()
-            .load_str("a2a.tls: cert.pem\n", "f")
-            .unwrap_err();
+        let err = Config::default().load_str("a2a.tls: cert.pem\n", "f").unwrap_err();
         assert_eq!(err.place, "f:1");
         assert!(err.message.starts_with("a2a.tls: TLS is not supported"));
     }
@@ -566,7 +558,7 @@ mod tests {
                 "ADDRESS" => "unix:///tmp/agentd-key-test.sock",
                 "BINDING URL" => "JSONRPC http://127.0.0.1:1/",
                 "echo|exec" => "echo",
-                "text" => "text",
+                "text|jsonl" => "jsonl",
                 "PATH" => "/tmp",
                 "NAME=VALUE" => "A=b",
                 "LEVEL" => "debug",

@@ -56,6 +56,7 @@ pub enum Cause {
     Deadline,
     Stalled,
     Exhausted,
+    Idle,
     Crashed,
     Failed,
     Shutdown,
@@ -70,6 +71,7 @@ impl Cause {
             Cause::Deadline => "deadline",
             Cause::Stalled => "stalled",
             Cause::Exhausted => "exhausted",
+            Cause::Idle => "idle",
             Cause::Crashed => "crashed",
             Cause::Failed => "failed",
             Cause::Shutdown => "shutdown",
@@ -131,6 +133,10 @@ pub enum FromWorker {
         append: bool,
         #[serde(default)]
         last_chunk: bool,
+    },
+    /// The agent answers with this Message instead of a task.
+    Reply {
+        message: Message,
     },
     Pong,
     Done {
@@ -260,15 +266,9 @@ mod tests {
         for cut in 0..wire.len() {
             assert_eq!(decode::<ToWorker>(&wire[..cut]).unwrap(), None);
         }
-        assert_eq!(
-            decode::<ToWorker>(&wire).unwrap(),
-            Some((ToWorker::Ping, wire.len()))
-        );
+        assert_eq!(decode::<ToWorker>(&wire).unwrap(), Some((ToWorker::Ping, wire.len())));
         let huge = (CONTROL_FRAME_MAX_BYTES as u32 + 1).to_be_bytes();
-        assert!(matches!(
-            decode::<ToWorker>(&huge),
-            Err(FrameError::TooLarge(_))
-        ));
+        assert!(matches!(decode::<ToWorker>(&huge), Err(FrameError::TooLarge(_))));
         assert!(matches!(
             decode::<ToWorker>(b"\0\0\0\x02{}"),
             Err(FrameError::BadJson(_))

@@ -48,6 +48,17 @@ pub const LADDER_TERM_GRACE_MS: u64 = 2_000;
 /// before the task is finished without it.
 pub const WORKER_CHANNEL_DRAIN_MS: u64 = 1_000;
 
+/// How long a task waiting for input (a warm session) may wait
+/// (config: `tasks.input_idle_ms`); past it the task FAILS with cause `idle`.
+pub const TASK_INPUT_IDLE_MS: u64 = 600_000;
+/// Heartbeat: procman pings each worker this often (config: `tasks.ping_interval_ms`).
+pub const WORKER_PING_INTERVAL_MS: u64 = 5_000;
+/// Heartbeat: a ping unanswered this long means the worker is stalled
+/// (config: `tasks.stall_timeout_ms`): kill ladder, FAILED, cause `stalled`.
+pub const WORKER_STALL_TIMEOUT_MS: u64 = 15_000;
+/// SSE comment sent on an idle stream (config: `http.sse_keepalive_ms`).
+pub const SSE_KEEPALIVE_MS: u64 = 15_000;
+
 /// Largest control-channel frame, either way; a bigger one kills the worker.
 pub const CONTROL_FRAME_MAX_BYTES: usize = 8 * 1024 * 1024;
 /// Bytes of a program's stderr kept to explain a failure.

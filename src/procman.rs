@@ -111,6 +111,11 @@ struct Worker {
     done: Option<(Outcome, Cause, Option<String>, bool)>,
     exit: Option<(ExitStatus, Instant)>,
     channel_open: bool,
+    /// Since when the task has been waiting for input (a warm session).
+    waiting_since: Option<Instant>,
+    /// Heartbeat: when the unanswered ping went out, and when the next is due.
+    ping_sent: Option<Instant>,
+    next_ping: Instant,
 }
 
 struct State {
@@ -124,10 +129,7 @@ struct State {
 }
 
 /// Starts the procman thread.
-pub fn spawn(
-    cfg: Arc<Config>,
-    tasks: Arc<TaskTable>,
-) -> std::io::Result<(Procman, std::thread::JoinHandle<()>)> {
+pub fn spawn(cfg: Arc<Config>, tasks: Arc<TaskTable>) -> std::io::Result<(Procman, std::thread::JoinHandle<()>)> {
     let (tx, rx) = crossbeam_channel::unbounded();
     let mut state = State {
         cfg,
@@ -176,23 +178,18 @@ impl State {
         match msg {
             Msg::Start(id) => {
                 if self.shutdown.is_some() {
-                    self.tasks
-                        .finish(&id, TaskState::Canceled, Cause::Shutdown, None);
+                    self.tasks.finish(&id, TaskState::Canceled, Cause::Shutdown, None);
                 } else {
                     self.queue.push_back(id);
                 }
             }
-            Msg::Input(id, message) => {
-                match self.by_task.get(&id).and_then(|pid| self.workers.get(pid)) {
-                    Some(w) => {
-                        let pid = w.pid;
-                        self.send(pid, &ToWorker::Input { message });
-                    }
-                    None => log::warn!(
-                        "procman.input task={id} has no live worker; dropping the message"
-                    ),
+            Msg::Input(id, message) => match self.by_task.get(&id).and_then(|pid| self.workers.get(pid)) {
+                Some(w) => {
+                    let pid = w.pid;
+                    self.send(pid, &ToWorker::Input { message });
                 }
-            }
+                None => log::warn!("procman.input task={id} has no live worker; dropping the message"),
+            },
             Msg::Cancel(id) => self.cancel(&id, Cause::Cancelled),
             Msg::Shutdown(done) => {
                 log::info!(
@@ -202,8 +199,7 @@ impl State {
                 );
                 self.shutdown = Some(done);
                 for id in std::mem::take(&mut self.queue) {
-                    self.tasks
-                        .finish(&id, TaskState::Canceled, Cause::Shutdown, None);
+                    self.tasks.finish(&id, TaskState::Canceled, Cause::Shutdown, None);
                 }
                 let ids: Vec<String> = self.by_task.keys().cloned().collect();
                 for id in ids {
@@ -234,18 +230,21 @@ impl State {
     }
 
     fn on_frame(&mut self, pid: i32, frame: FromWorker) {
-        let Some(w) = self.workers.get_mut(&pid) else {
-            return;
-        };
+        let Some(w) = self.workers.get_mut(&pid) else { return };
         let id = w.task_id.clone();
+        if !matches!(frame, FromWorker::Ready { .. } | FromWorker::Pong) {
+            self.tasks.mark_spoke(&id);
+        }
         match frame {
-            FromWorker::Ready { .. } | FromWorker::Pong => {}
+            FromWorker::Ready { .. } => {}
+            FromWorker::Pong => w.ping_sent = None,
             FromWorker::Status { state, text } => {
                 let state = match state {
                     Progress::Working => TaskState::Working,
                     Progress::InputRequired => TaskState::InputRequired,
                     Progress::AuthRequired => TaskState::AuthRequired,
                 };
+                w.waiting_since = state.is_interrupted().then(Instant::now);
                 if w.stop.is_none() {
                     self.tasks.set_progress(&id, state, text);
                 }
@@ -255,11 +254,8 @@ impl State {
                 append,
                 last_chunk,
             } => self.tasks.add_artifact(&id, artifact, append, last_chunk),
-            FromWorker::Done {
-                outcome,
-                cause,
-                text,
-            } => {
+            FromWorker::Reply { message } => self.tasks.set_direct_reply(&id, message),
+            FromWorker::Done { outcome, cause, text } => {
                 let before_stop = w.stop.is_none();
                 w.done = Some((outcome, cause, text, before_stop));
             }
@@ -296,12 +292,7 @@ impl State {
         }
     }
 
-    fn fork_worker(
-        &mut self,
-        task_id: &str,
-        context_id: String,
-        message: Message,
-    ) -> std::io::Result<i32> {
+    fn fork_worker(&mut self, task_id: &str, context_id: String, message: Message) -> std::io::Result<i32> {
         let (ours, theirs) = UnixStream::pair()?;
         let mut cmd = Command::new("/proc/self/exe");
         cmd.arg("__worker")
@@ -344,8 +335,8 @@ impl State {
             .name(format!("ctrl-{pid}"))
             .spawn(move || read_frames(pid, reader, &tx))?;
         let now = Instant::now();
-        let deadline = (self.cfg.tasks.deadline_ms > 0)
-            .then(|| now + Duration::from_millis(self.cfg.tasks.deadline_ms));
+        let deadline =
+            (self.cfg.tasks.deadline_ms > 0).then(|| now + Duration::from_millis(self.cfg.tasks.deadline_ms));
         self.workers.insert(
             pid,
             Worker {
@@ -359,6 +350,9 @@ impl State {
                 done: None,
                 exit: None,
                 channel_open: true,
+                waiting_since: None,
+                ping_sent: None,
+                next_ping: now + Duration::from_millis(self.cfg.tasks.ping_interval_ms),
             },
         );
         self.by_task.insert(task_id.to_string(), pid);
@@ -426,24 +420,27 @@ impl State {
             return; // a ladder is already running
         }
         w.stop = Some(cause);
-        log::info!(
-            "task.stop task={task_id} pid={pid} cause={}",
-            cause.as_str()
-        );
+        log::info!("task.stop task={task_id} pid={pid} cause={}", cause.as_str());
         w.ladder = Some((Rung::Asked, Instant::now() + grace));
         self.send(pid, &ToWorker::Cancel);
     }
 
     fn next_timer(&self) -> Option<Instant> {
+        let t = &self.cfg.tasks;
+        let input_idle = Duration::from_millis(t.input_idle_ms);
+        let stall = Duration::from_millis(t.stall_timeout_ms);
         self.workers
             .values()
             .flat_map(|w| {
+                let running = w.stop.is_none() && w.exit.is_none();
                 let drain = w
                     .exit
                     .map(|(_, at)| at + Duration::from_millis(limits::WORKER_CHANNEL_DRAIN_MS));
                 let linger = w.exit.map(|(_, at)| at + GROUP_POLL);
                 [
-                    w.deadline.filter(|_| w.stop.is_none()),
+                    w.deadline.filter(|_| running),
+                    w.waiting_since.map(|at| at + input_idle).filter(|_| running),
+                    Some(w.ping_sent.map_or(w.next_ping, |at| at + stall)).filter(|_| running),
                     w.ladder.map(|(_, at)| at),
                     drain,
                     linger,
@@ -455,11 +452,26 @@ impl State {
 
     fn run_timers(&mut self) {
         let now = Instant::now();
-        let term_grace = Duration::from_millis(self.cfg.tasks.term_grace_ms);
-        let mut expired = Vec::new();
+        let t = &self.cfg.tasks;
+        let term_grace = Duration::from_millis(t.term_grace_ms);
+        let input_idle = Duration::from_millis(t.input_idle_ms);
+        let stall = Duration::from_millis(t.stall_timeout_ms);
+        let ping_every = Duration::from_millis(t.ping_interval_ms);
+        let mut stops = Vec::new();
+        let mut pings = Vec::new();
         for w in self.workers.values_mut() {
-            if w.stop.is_none() && w.deadline.is_some_and(|d| d <= now) {
-                expired.push(w.task_id.clone());
+            if w.stop.is_none() && w.exit.is_none() {
+                if w.deadline.is_some_and(|d| d <= now) {
+                    stops.push((w.task_id.clone(), Cause::Deadline));
+                } else if w.waiting_since.is_some_and(|at| at + input_idle <= now) {
+                    stops.push((w.task_id.clone(), Cause::Idle));
+                } else if w.ping_sent.is_some_and(|at| at + stall <= now) {
+                    stops.push((w.task_id.clone(), Cause::Stalled));
+                } else if w.ping_sent.is_none() && w.next_ping <= now {
+                    w.ping_sent = Some(now);
+                    w.next_ping = now + ping_every;
+                    pings.push(w.pid);
+                }
             }
             match w.ladder {
                 Some((Rung::Asked, at)) if at <= now => {
@@ -478,12 +490,12 @@ impl State {
                 _ => {}
             }
         }
-        for id in expired {
-            log::info!(
-                "task.deadline task={id} after_ms={}",
-                self.cfg.tasks.deadline_ms
-            );
-            self.cancel(&id, Cause::Deadline);
+        for pid in pings {
+            self.send(pid, &ToWorker::Ping);
+        }
+        for (id, cause) in stops {
+            log::info!("task.{} task={id}", cause.as_str());
+            self.cancel(&id, cause);
         }
     }
 
@@ -554,7 +566,6 @@ fn verdict(w: &Worker) -> (TaskState, Cause, Option<String>) {
         (Some((outcome, cause, text, true)), _) => (outcome_state(*outcome), *cause, text.clone()),
         (_, Some(Cause::Cancelled)) => (TaskState::Canceled, Cause::Cancelled, None),
         (_, Some(Cause::Shutdown)) => (TaskState::Canceled, Cause::Shutdown, None),
-        (_, Some(Cause::Deadline)) => (TaskState::Failed, Cause::Deadline, None),
         (_, Some(cause)) => (TaskState::Failed, cause, None),
         (Some((outcome, cause, text, _)), None) => (outcome_state(*outcome), *cause, text.clone()),
         (None, None) => (

@@ -72,10 +72,7 @@ impl RpcError {
     /// -32602 with a google.rpc.BadRequest naming the offending field.
     pub fn invalid_params(field: &str, description: impl Into<String>) -> RpcError {
         let description = description.into();
-        let mut e = RpcError::new(
-            INVALID_PARAMS,
-            format!("Invalid parameters: {field}: {description}"),
-        );
+        let mut e = RpcError::new(INVALID_PARAMS, format!("Invalid parameters: {field}: {description}"));
         e.data.push(json!({
             "@type": BAD_REQUEST,
             "fieldViolations": [{"field": field, "description": description}],
@@ -161,10 +158,7 @@ pub fn decode(body: &[u8]) -> Result<Request, (Value, RpcError)> {
     let invalid = |id: Value, why: &str| {
         (
             id,
-            RpcError::new(
-                INVALID_REQUEST,
-                format!("Request payload validation error: {why}"),
-            ),
+            RpcError::new(INVALID_REQUEST, format!("Request payload validation error: {why}")),
         )
     };
     let mut obj = match value {
@@ -180,12 +174,7 @@ pub fn decode(body: &[u8]) -> Result<Request, (Value, RpcError)> {
             ))
         }
         Some(id @ (Value::String(_) | Value::Number(_) | Value::Null)) => id,
-        Some(_) => {
-            return Err(invalid(
-                Value::Null,
-                "`id` must be a string, a number or null",
-            ))
-        }
+        Some(_) => return Err(invalid(Value::Null, "`id` must be a string, a number or null")),
     };
     if obj.get("jsonrpc") != Some(&Value::String("2.0".into())) {
         return Err(invalid(id, "`jsonrpc` must be \"2.0\""));
@@ -204,14 +193,12 @@ pub fn decode(body: &[u8]) -> Result<Request, (Value, RpcError)> {
 
 /// `{"jsonrpc":"2.0","id":…,"result":…}` as compact bytes.
 pub fn success(id: &Value, result: Value) -> Vec<u8> {
-    serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id, "result": result}))
-        .unwrap_or_else(|_| b"{}".to_vec())
+    serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id, "result": result})).unwrap_or_else(|_| b"{}".to_vec())
 }
 
 /// `{"jsonrpc":"2.0","id":…,"error":…}` as compact bytes.
 pub fn failure(id: &Value, err: &RpcError) -> Vec<u8> {
-    serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id, "error": err.to_value()}))
-        .unwrap_or_else(|_| b"{}".to_vec())
+    serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id, "error": err.to_value()})).unwrap_or_else(|_| b"{}".to_vec())
 }
 
 #[cfg(test)]
@@ -252,12 +239,7 @@ mod tests {
         INVALID_REQUEST,
         json!(3)
     );
-    bad!(
-        no_method,
-        br#"{"jsonrpc":"2.0","id":"a"}"#,
-        INVALID_REQUEST,
-        json!("a")
-    );
+    bad!(no_method, br#"{"jsonrpc":"2.0","id":"a"}"#, INVALID_REQUEST, json!("a"));
     bad!(
         array_params,
         br#"{"jsonrpc":"2.0","id":1,"method":"x","params":[]}"#,

@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::a2a::card::{Card, PROTOCOL_VERSION};
-use crate::a2a::Agent;
+use crate::a2a::{stream, Agent, Answer};
 use crate::config::Config;
-use crate::http::{self, ReadError, Request, Response};
+use crate::http::{self, sse, ReadError, Request, Response};
 use crate::limits;
 use crate::rpc::{self, RpcError};
 use crate::tasks::{TableLimits, TaskTable};
@@ -61,37 +61,29 @@ pub fn serve(cfg: Config) -> Result<(), ServeError> {
         log::warn!("agentd.subreaper error={e}; orphaned grandchildren will be reaped by init");
     }
     // Signals first, so no SIGCHLD is missed once procman forks.
-    let mut signals = signal_hook::iterator::Signals::new([
-        libc::SIGTERM,
-        libc::SIGINT,
-        libc::SIGCHLD,
-        libc::SIGHUP,
-    ])
-    .map_err(|e| ServeError::Setup("installing signal handlers", e))?;
+    let mut signals = signal_hook::iterator::Signals::new([libc::SIGTERM, libc::SIGINT, libc::SIGCHLD, libc::SIGHUP])
+        .map_err(|e| ServeError::Setup("installing signal handlers", e))?;
     let addresses = cfg.listeners();
     let mut listeners = Vec::new();
     for addr in &addresses {
         match addr {
-            transport::Address::Unix(path) => {
-                listeners.push(transport::bind_unix(path).map_err(ServeError::Bind)?)
-            }
+            transport::Address::Unix(path) => listeners.push(transport::bind_unix(path).map_err(ServeError::Bind)?),
         }
     }
     let tasks = Arc::new(TaskTable::new(TableLimits {
+        max_running: cfg.tasks.max_running,
         max_queued: cfg.tasks.max_queued,
         retain_max: cfg.tasks.retain_max,
         retain_ms: cfg.tasks.retain_ms,
     }));
-    let (procman, procman_thread) = crate::procman::spawn(cfg.clone(), tasks.clone())
-        .map_err(|e| ServeError::Setup("starting procman", e))?;
+    let (procman, procman_thread) =
+        crate::procman::spawn(cfg.clone(), tasks.clone()).map_err(|e| ServeError::Setup("starting procman", e))?;
     let shared = Arc::new(Shared {
-        card: Card::build(&cfg, &addresses, false),
+        card: Card::build(&cfg, &addresses, true),
         http_limits: http::Limits {
             body_max_bytes: cfg.body_max_bytes,
             head_timeout: Duration::from_millis(cfg.head_timeout_ms),
-            body_timeout: Duration::from_millis(
-                cfg.head_timeout_ms.max(limits::HTTP_BODY_TIMEOUT_MS),
-            ),
+            body_timeout: Duration::from_millis(cfg.head_timeout_ms.max(limits::HTTP_BODY_TIMEOUT_MS)),
             idle_timeout: Duration::from_millis(cfg.idle_timeout_ms),
             ..http::Limits::default()
         },
@@ -144,9 +136,7 @@ pub fn serve(cfg: Config) -> Result<(), ServeError> {
             for sig in signals.forever() {
                 match sig {
                     libc::SIGCHLD => signal_procman.child_exited(),
-                    libc::SIGHUP => log::info!(
-                        "agentd.sighup ignored: nothing is reloaded; restart to apply config"
-                    ),
+                    libc::SIGHUP => log::info!("agentd.sighup ignored: nothing is reloaded; restart to apply config"),
                     _ => {
                         terms += 1;
                         if terms == 1 {
@@ -248,11 +238,8 @@ fn accept_loop(listener: &std::os::unix::net::UnixListener, shared: &Arc<Shared>
 fn refuse_busy(mut stream: UnixStream, conn_id: usize) {
     log::warn!("a2a.conn.refused conn={conn_id} reason=connection cap reached");
     let _ = stream.set_write_timeout(Some(Duration::from_millis(500)));
-    let resp = Response::error(
-        503,
-        "too many connections (a2a.max_connections); retry later",
-    )
-    .header("Retry-After", "1");
+    let resp =
+        Response::error(503, "too many connections (a2a.max_connections); retry later").header("Retry-After", "1");
     let _ = http::write_response(&mut stream, &resp, false);
 }
 
@@ -300,9 +287,15 @@ fn serve_connection(mut stream: UnixStream, principal: &Principal, shared: &Shar
             Err(ReadError::Io(e)) => return CloseReason::Io(e),
         };
         shared.busy.fetch_add(1, Ordering::SeqCst);
-        let resp = route(&req, principal, shared);
-        let keep_alive = req.keep_alive && !shared.stopping.load(Ordering::SeqCst);
-        let written = http::write_response(&mut stream, &resp, keep_alive);
+        let written = match route(&req, principal, shared) {
+            Reply::Full(resp) => {
+                let keep_alive = req.keep_alive && !shared.stopping.load(Ordering::SeqCst);
+                http::write_response(&mut stream, &resp, keep_alive)
+            }
+            Reply::Stream { id, plan, extensions } => {
+                write_stream(&mut stream, principal, shared, &id, plan, &extensions)
+            }
+        };
         shared.busy.fetch_sub(1, Ordering::SeqCst);
         if let Err(e) = written {
             return CloseReason::Io(e);
@@ -310,38 +303,96 @@ fn serve_connection(mut stream: UnixStream, principal: &Principal, shared: &Shar
         if !req.keep_alive {
             return CloseReason::ClientAskedClose;
         }
-        if !keep_alive {
+        if shared.stopping.load(Ordering::SeqCst) {
             return CloseReason::Stopping;
         }
     }
 }
 
-fn route(req: &Request, principal: &Principal, shared: &Shared) -> Response {
+/// What a request gets: a whole response, or an SSE stream.
+enum Reply {
+    Full(Response),
+    Stream {
+        id: Value,
+        plan: stream::Plan,
+        extensions: Vec<String>,
+    },
+}
+
+fn route(req: &Request, principal: &Principal, shared: &Shared) -> Reply {
     let path = req.path.as_str();
     if path == CARD_PATH {
-        return match req.method.as_str() {
+        return Reply::Full(match req.method.as_str() {
             "GET" => card_response(req, &shared.card),
             _ => Response::error(405, "the agent card is read with GET").header("Allow", "GET"),
-        };
+        });
     }
     if path == "/" || path.is_empty() {
         return match req.method.as_str() {
             "POST" => rpc_response(req, principal, shared),
-            _ => Response::error(405, "JSON-RPC requests are POSTed to /").header("Allow", "POST"),
+            _ => Reply::Full(Response::error(405, "JSON-RPC requests are POSTed to /").header("Allow", "POST")),
         };
     }
-    Response::error(
+    Reply::Full(Response::error(
         404,
         "not found: JSON-RPC is served at POST /, the card at GET /.well-known/agent-card.json",
-    )
+    ))
+}
+
+/// Writes an SSE stream: headers, one chunk per event (flushed at once),
+/// keep-alive comments while idle, the zero chunk at the end.
+fn write_stream(
+    stream: &mut UnixStream,
+    principal: &Principal,
+    shared: &Shared,
+    id: &Value,
+    plan: stream::Plan,
+    extensions: &[String],
+) -> std::io::Result<()> {
+    let mut headers = vec![
+        ("Content-Type".to_string(), "text/event-stream".to_string()),
+        ("Cache-Control".to_string(), "no-cache".to_string()),
+        ("X-Accel-Buffering".to_string(), "no".to_string()),
+    ];
+    if !extensions.is_empty() {
+        headers.push(("A2A-Extensions".to_string(), extensions.join(", ")));
+    }
+    let task_id = plan.task_id.clone();
+    let mut out = http::ChunkedWriter::start(stream, 200, &headers)?;
+    let keepalive = Duration::from_millis(shared.agent.cfg.sse_keepalive_ms);
+    let mut events = 0u64;
+    let pumped = stream::pump(
+        &shared.agent.tasks,
+        principal,
+        plan,
+        keepalive,
+        &mut |emit| match emit {
+            stream::Emit::Event(seq, result) => {
+                events += 1;
+                let data = String::from_utf8_lossy(&rpc::success(id, result)).into_owned();
+                out.chunk(&sse::encode_event(seq, &data))
+            }
+            stream::Emit::KeepAlive => out.chunk(&sse::encode_comment("keep-alive")),
+        },
+    );
+    match pumped {
+        Ok(()) => {
+            log::debug!("a2a.stream.end task={task_id} events={events}");
+            out.finish().map(drop)
+        }
+        Err(e) => {
+            // The client went away: only this stream ends.
+            log::debug!("a2a.stream.gone task={task_id} events={events} error={e}");
+            Err(e)
+        }
+    }
 }
 
 fn card_response(req: &Request, card: &Card) -> Response {
     let cache = format!("public, max-age={}", limits::CARD_MAX_AGE_SECS);
-    let matches = req.header("If-None-Match").is_some_and(|v| {
-        v.split(',')
-            .any(|t| t.trim() == card.etag || t.trim() == "*")
-    });
+    let matches = req
+        .header("If-None-Match")
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == card.etag || t.trim() == "*"));
     if matches {
         return Response::new(304)
             .header("ETag", &card.etag)
@@ -361,35 +412,34 @@ fn json_response(status: u16, body: Vec<u8>, extensions: &[String]) -> Response 
     resp
 }
 
-fn rpc_response(req: &Request, principal: &Principal, shared: &Shared) -> Response {
+fn rpc_response(req: &Request, principal: &Principal, shared: &Shared) -> Reply {
     // Extensions: activated = requested ∩ declared. None are declared yet,
     // so every requested URI is ignored (never an error).
     let activated: Vec<String> = Vec::new();
+    let full = |status: u16, body: Vec<u8>| Reply::Full(json_response(status, body, &activated));
     if let Some(ct) = req.header("Content-Type") {
         if !is_json_media_type(ct) {
             let err = RpcError::new(
                 rpc::CONTENT_TYPE_NOT_SUPPORTED,
-                format!(
-                    "Content-Type `{ct}` is not supported: send `Content-Type: application/json`"
-                ),
+                format!("Content-Type `{ct}` is not supported: send `Content-Type: application/json`"),
             );
-            return json_response(
-                err.http_status(),
-                rpc::failure(&Value::Null, &err),
-                &activated,
-            );
+            return full(err.http_status(), rpc::failure(&Value::Null, &err));
         }
     }
     let call = match rpc::decode(&req.body) {
         Ok(c) => c,
-        Err((id, err)) => {
-            return json_response(err.http_status(), rpc::failure(&id, &err), &activated)
-        }
+        Err((id, err)) => return full(err.http_status(), rpc::failure(&id, &err)),
     };
+    let last_event_id = req.header("Last-Event-ID").and_then(|v| v.trim().parse().ok());
     let result = check_version(req, shared.agent.cfg.version_required)
-        .and_then(|()| shared.agent.call(principal, &call.method, call.params));
+        .and_then(|()| shared.agent.call(principal, &call.method, call.params, last_event_id));
     match result {
-        Ok(v) => json_response(200, rpc::success(&call.id, v), &activated),
+        Ok(Answer::Value(v)) => full(200, rpc::success(&call.id, v)),
+        Ok(Answer::Stream(plan)) => Reply::Stream {
+            id: call.id,
+            plan,
+            extensions: activated.clone(),
+        },
         Err(err) => {
             log::debug!(
                 "a2a.rpc.error method={} code={} message={}",
@@ -397,21 +447,15 @@ fn rpc_response(req: &Request, principal: &Principal, shared: &Shared) -> Respon
                 err.code,
                 err.message
             );
-            json_response(err.http_status(), rpc::failure(&call.id, &err), &activated)
+            full(err.http_status(), rpc::failure(&call.id, &err))
         }
     }
 }
 
 /// `application/json`, with or without parameters, or any `+json` type.
 fn is_json_media_type(ct: &str) -> bool {
-    let essence = ct
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
-    essence == "application/json"
-        || (essence.starts_with("application/") && essence.ends_with("+json"))
+    let essence = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
 /// A2A-Version from the header or the `?A2A-Version=` query; Major.Minor
@@ -434,10 +478,7 @@ fn check_version(req: &Request, required: bool) -> Result<(), RpcError> {
                 "No A2A-Version header: that means A2A 0.3, which this agent does not speak. \
                  Send `A2A-Version: {PROTOCOL_VERSION}`"
             ),
-            &[
-                ("requestedVersion", "0.3"),
-                ("supportedVersions", PROTOCOL_VERSION),
-            ],
+            &[("requestedVersion", "0.3"), ("supportedVersions", PROTOCOL_VERSION)],
         ));
     };
     let raw = raw.trim();
@@ -452,10 +493,7 @@ fn check_version(req: &Request, required: bool) -> Result<(), RpcError> {
         "VERSION_NOT_SUPPORTED",
         rpc::A2A_DOMAIN,
         format!("A2A-Version {raw} is not supported. Send `A2A-Version: {PROTOCOL_VERSION}`"),
-        &[
-            ("requestedVersion", raw),
-            ("supportedVersions", PROTOCOL_VERSION),
-        ],
+        &[("requestedVersion", raw), ("supportedVersions", PROTOCOL_VERSION)],
     ))
 }
 

@@ -26,11 +26,7 @@ pub struct PeerCred {
 
 /// Reads SO_PEERCRED of a connected unix socket.
 pub fn peer_cred(sock: &impl AsRawFd) -> io::Result<PeerCred> {
-    let mut cred = libc::ucred {
-        pid: 0,
-        uid: 0,
-        gid: 0,
-    };
+    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
     // SAFETY: `cred` and `len` are valid for writes and `len` is the size of
     // `cred`; the kernel writes at most `len` bytes.

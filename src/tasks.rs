@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Map, Value};
 
 use crate::a2a::types::{
-    Artifact, ListTasksResponse, Message, StreamResponse, Task, TaskArtifactUpdateEvent, TaskState,
-    TaskStatus, TaskStatusUpdateEvent,
+    Artifact, ListTasksResponse, Message, StreamResponse, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus,
+    TaskStatusUpdateEvent,
 };
 use crate::clock;
 use crate::control::Cause;
@@ -32,6 +32,7 @@ pub const TERMINAL_KEY: &str = "agentd.dev/terminal";
 
 #[derive(Debug, Clone)]
 pub struct TableLimits {
+    pub max_running: usize,
     pub max_queued: usize,
     pub retain_max: usize,
     pub retain_ms: u64,
@@ -52,6 +53,34 @@ struct Entry {
     history: VecDeque<Message>,
     events: VecDeque<LoggedEvent>,
     last_seq: u64,
+    /// The worker has said something (a status, artifact, message or end):
+    /// from then on a stream knows whether this is a task or a direct reply.
+    spoke: bool,
+    /// The agent answered with a Message instead of a task.
+    direct_reply: Option<Message>,
+}
+
+/// What a stream gets when it asks for events after a sequence number.
+#[derive(Debug)]
+pub enum Next {
+    /// New events, in order.
+    Events(Vec<LoggedEvent>),
+    /// The client fell behind the retained log: a fresh snapshot and the
+    /// sequence it reflects.
+    Resync(Task, u64),
+    /// Nothing new within the timeout.
+    Timeout,
+    /// The task is no longer visible (pruned).
+    Gone,
+}
+
+/// How a stream should begin, once the worker has spoken.
+#[derive(Debug)]
+pub enum Opening {
+    /// The agent replied with a Message: that is the whole stream.
+    Reply(Message),
+    /// A task: its snapshot, and the sequence the snapshot reflects.
+    Task(Task, u64),
 }
 
 #[derive(Default)]
@@ -117,16 +146,20 @@ impl TaskTable {
         metadata: Option<Map<String, Value>>,
     ) -> Result<Task, CreateError> {
         let mut inner = self.lock();
-        if inner.submitted >= self.limits.max_queued {
+        // Tasks about to take a free running slot are not "waiting".
+        let active = inner
+            .tasks
+            .values()
+            .filter(|e| !e.task.status.state.is_terminal() && e.task.status.state != TaskState::Submitted)
+            .count();
+        let free_slots = self.limits.max_running.saturating_sub(active);
+        if inner.submitted >= self.limits.max_queued + free_slots {
             return Err(CreateError::QueueFull {
                 max: self.limits.max_queued,
             });
         }
         let id = crate::ids::new_id();
-        let context_id = message
-            .context_id
-            .clone()
-            .unwrap_or_else(crate::ids::new_id);
+        let context_id = message.context_id.clone().unwrap_or_else(crate::ids::new_id);
         message.task_id = Some(id.clone());
         message.context_id = Some(context_id.clone());
         let now = clock::now_ms();
@@ -150,6 +183,8 @@ impl TaskTable {
             history: VecDeque::from([message]),
             events: VecDeque::new(),
             last_seq: 0,
+            spoke: false,
+            direct_reply: None,
         };
         let snapshot = render(&entry, None, true);
         inner.tasks.insert(id, entry);
@@ -162,12 +197,13 @@ impl TaskTable {
 
     /// Checks that `message` may continue task `id` (interrupted, same
     /// context), appends it to the history and moves the task to WORKING.
+    /// Returns the task as it is now and the event sequence that reflects.
     pub fn continue_with(
         &self,
         principal: &Principal,
         id: &str,
         message: &mut Message,
-    ) -> Result<Task, ContinueError> {
+    ) -> Result<(Task, u64), ContinueError> {
         let mut inner = self.lock();
         let entry = visible_mut(&mut inner, principal, id).ok_or(ContinueError::NotFound)?;
         let state = entry.task.status.state;
@@ -185,9 +221,10 @@ impl TaskTable {
             }
             _ => message.context_id = Some(entry.task.context_id.clone()),
         }
+        message.task_id = Some(id.to_string());
         push_history(entry, message.clone());
         set_status(entry, TaskState::Working, None);
-        let snapshot = render(entry, None, true);
+        let snapshot = (render(entry, None, true), entry.last_seq);
         drop(inner);
         self.changed.notify_all();
         Ok(snapshot)
@@ -195,12 +232,7 @@ impl TaskTable {
 
     /// The task as `principal` may see it, or `None` (absent and not
     /// visible are the same answer: no existence leaks).
-    pub fn get(
-        &self,
-        principal: &Principal,
-        id: &str,
-        history_length: Option<usize>,
-    ) -> Option<Task> {
+    pub fn get(&self, principal: &Principal, id: &str, history_length: Option<usize>) -> Option<Task> {
         let inner = self.lock();
         let entry = visible(&inner, principal, id)?;
         Some(render(entry, history_length, true))
@@ -231,7 +263,7 @@ impl TaskTable {
         let mut inner = self.lock();
         loop {
             let entry = visible(&inner, principal, id)?;
-            if done(entry.task.status.state) {
+            if done(entry.task.status.state) || entry.direct_reply.is_some() {
                 return Some(render(entry, history_length, true));
             }
             inner = match deadline {
@@ -343,19 +375,11 @@ impl TaskTable {
             .tasks
             .values()
             .filter(|e| may_see(principal, e))
-            .filter(|e| {
-                q.context_id
-                    .as_ref()
-                    .is_none_or(|c| *c == e.task.context_id)
-            })
+            .filter(|e| q.context_id.as_ref().is_none_or(|c| *c == e.task.context_id))
             .filter(|e| q.status.is_none_or(|s| s == e.task.status.state))
             .filter(|e| q.after_ms.is_none_or(|t| e.status_ms >= t))
             .collect();
-        rows.sort_by(|a, b| {
-            b.status_ms
-                .cmp(&a.status_ms)
-                .then_with(|| a.task.id.cmp(&b.task.id))
-        });
+        rows.sort_by(|a, b| b.status_ms.cmp(&a.status_ms).then_with(|| a.task.id.cmp(&b.task.id)));
         let total = rows.len();
         let start = match &q.cursor {
             None => 0,
@@ -386,6 +410,120 @@ impl TaskTable {
             page_size: q.page_size as i32,
             total_size: total as i32,
         }
+    }
+
+    /// Records that the worker of task `id` said something.
+    pub fn mark_spoke(&self, id: &str) {
+        let mut inner = self.lock();
+        if let Some(e) = inner.tasks.get_mut(id) {
+            if !e.spoke {
+                e.spoke = true;
+                drop(inner);
+                self.changed.notify_all();
+            }
+        }
+    }
+
+    /// The agent answered with a Message instead of working on a task.
+    pub fn set_direct_reply(&self, id: &str, mut message: Message) {
+        let mut inner = self.lock();
+        let Some(entry) = inner.tasks.get_mut(id) else { return };
+        if entry.task.status.state.is_terminal() {
+            return;
+        }
+        message.context_id = Some(entry.task.context_id.clone());
+        message.task_id = None;
+        message.role = crate::a2a::types::Role::Agent;
+        if message.message_id.is_empty() {
+            message.message_id = crate::ids::new_id();
+        }
+        push_history(entry, message.clone());
+        entry.direct_reply = Some(message);
+        entry.spoke = true;
+        drop(inner);
+        self.changed.notify_all();
+    }
+
+    /// The Message a task's agent replied with, if it did.
+    pub fn direct_reply(&self, id: &str) -> Option<Message> {
+        self.lock().tasks.get(id)?.direct_reply.clone()
+    }
+
+    /// The task's snapshot and the last event sequence it reflects.
+    pub fn snapshot(&self, principal: &Principal, id: &str, history_length: Option<usize>) -> Option<(Task, u64)> {
+        let inner = self.lock();
+        let entry = visible(&inner, principal, id)?;
+        Some((render(entry, history_length, true), entry.last_seq))
+    }
+
+    /// Waits (up to `timeout`) until the worker of `id` has spoken or the
+    /// task ended, then says how a stream should open. `None` on timeout.
+    pub fn opening(
+        &self,
+        principal: &Principal,
+        id: &str,
+        history_length: Option<usize>,
+        timeout: Duration,
+    ) -> Result<Option<Opening>, ()> {
+        let deadline = Instant::now() + timeout;
+        let mut inner = self.lock();
+        loop {
+            let entry = visible(&inner, principal, id).ok_or(())?;
+            if let Some(m) = &entry.direct_reply {
+                return Ok(Some(Opening::Reply(m.clone())));
+            }
+            if entry.spoke || entry.task.status.state.is_terminal() {
+                return Ok(Some(Opening::Task(render(entry, history_length, true), entry.last_seq)));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            inner = self
+                .changed
+                .wait_timeout(inner, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    /// Events of task `id` after sequence `after`, waiting up to `timeout`
+    /// for the first one.
+    pub fn next_events(&self, principal: &Principal, id: &str, after: u64, timeout: Duration) -> Next {
+        let deadline = Instant::now() + timeout;
+        let mut inner = self.lock();
+        loop {
+            let Some(entry) = visible(&inner, principal, id) else {
+                return Next::Gone;
+            };
+            if entry.last_seq > after {
+                let oldest = entry.events.front().map(|e| e.seq).unwrap_or(entry.last_seq + 1);
+                if oldest > after + 1 {
+                    return Next::Resync(render(entry, None, true), entry.last_seq);
+                }
+                let events = entry.events.iter().filter(|e| e.seq > after).cloned().collect();
+                return Next::Events(events);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Next::Timeout;
+            }
+            inner = self
+                .changed
+                .wait_timeout(inner, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    /// Whether events after `seq` are still all retained (for Last-Event-ID).
+    pub fn can_replay_from(&self, principal: &Principal, id: &str, seq: u64) -> bool {
+        let inner = self.lock();
+        let Some(entry) = visible(&inner, principal, id) else {
+            return false;
+        };
+        let oldest = entry.events.front().map(|e| e.seq).unwrap_or(entry.last_seq + 1);
+        seq <= entry.last_seq && oldest <= seq + 1
     }
 
     /// Counts of (submitted, active, finished) tasks.
@@ -426,10 +564,7 @@ pub fn decode_cursor(token: &str) -> Option<(u64, String)> {
 }
 
 fn encode_cursor(ms: u64, id: &str) -> String {
-    format!("{ms}:{id}")
-        .bytes()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    format!("{ms}:{id}").bytes().map(|b| format!("{b:02x}")).collect()
 }
 
 fn may_see(principal: &Principal, e: &Entry) -> bool {
@@ -498,18 +633,9 @@ fn merge_parts(existing: &mut Artifact, chunk: &Artifact) {
 /// (`Some(0)` = none), artifacts only when asked for and present.
 fn render(entry: &Entry, history_length: Option<usize>, include_artifacts: bool) -> Task {
     let mut task = entry.task.clone();
-    let keep = history_length
-        .unwrap_or(usize::MAX)
-        .min(entry.history.len());
+    let keep = history_length.unwrap_or(usize::MAX).min(entry.history.len());
     if keep > 0 {
-        task.history = Some(
-            entry
-                .history
-                .iter()
-                .skip(entry.history.len() - keep)
-                .cloned()
-                .collect(),
-        );
+        task.history = Some(entry.history.iter().skip(entry.history.len() - keep).cloned().collect());
     }
     if include_artifacts && !entry.artifacts.is_empty() {
         task.artifacts = Some(entry.artifacts.clone());
@@ -525,6 +651,7 @@ fn default_text(state: TaskState, cause: Cause) -> &'static str {
         (_, Cause::Deadline) => "failed: the task ran past tasks.deadline_ms",
         (_, Cause::Stalled) => "failed: the worker stopped answering",
         (_, Cause::Exhausted) => "failed: the task went over its output budget",
+        (_, Cause::Idle) => "failed: nobody answered the agent's question within tasks.input_idle_ms",
         (_, Cause::Crashed) => "failed: the worker crashed",
         (TaskState::Rejected, _) => "rejected by the agent",
         _ => "failed",
@@ -551,6 +678,7 @@ mod tests {
 
     fn table(retain_max: usize) -> TaskTable {
         TaskTable::new(TableLimits {
+            max_running: 0,
             max_queued: 3,
             retain_max,
             retain_ms: 60_000,
@@ -580,19 +708,14 @@ mod tests {
         for _ in 0..3 {
             t.create(&op(), msg("x"), None).unwrap();
         }
-        assert_eq!(
-            t.create(&op(), msg("x"), None),
-            Err(CreateError::QueueFull { max: 3 })
-        );
+        assert_eq!(t.create(&op(), msg("x"), None), Err(CreateError::QueueFull { max: 3 }));
         assert_eq!(t.counts(), (3, 0, 0));
     }
 
     #[test]
     fn finish_is_final_and_retention_is_bounded() {
         let t = table(2);
-        let ids: Vec<String> = (0..3)
-            .map(|_| t.create(&op(), msg("x"), None).unwrap().id)
-            .collect();
+        let ids: Vec<String> = (0..3).map(|_| t.create(&op(), msg("x"), None).unwrap().id).collect();
         for id in &ids {
             t.set_progress(id, TaskState::Working, None);
             t.finish(id, TaskState::Completed, Cause::Completed, None);
@@ -626,10 +749,7 @@ mod tests {
 
     #[test]
     fn cursor_round_trips_and_rejects_junk() {
-        assert_eq!(
-            decode_cursor(&encode_cursor(12, "ab-c")),
-            Some((12, "ab-c".into()))
-        );
+        assert_eq!(decode_cursor(&encode_cursor(12, "ab-c")), Some((12, "ab-c".into())));
         assert_eq!(decode_cursor("zz"), None);
         assert_eq!(decode_cursor("abc"), None);
     }
@@ -637,13 +757,12 @@ mod tests {
     #[test]
     fn pages_cover_everything_once() {
         let t = TaskTable::new(TableLimits {
+            max_running: 0,
             max_queued: 100,
             retain_max: 100,
             retain_ms: 60_000,
         });
-        let mut ids: Vec<String> = (0..7)
-            .map(|_| t.create(&op(), msg("x"), None).unwrap().id)
-            .collect();
+        let mut ids: Vec<String> = (0..7).map(|_| t.create(&op(), msg("x"), None).unwrap().id).collect();
         let mut seen = Vec::new();
         let mut cursor = None;
         loop {

@@ -165,13 +165,11 @@ pub fn bind_unix(path: &Path) -> Result<UnixSocketListener, BindError> {
             .create(parent)
             .map_err(io_err("cannot create the socket's directory"))?;
     }
-    let staging =
-        make_staging_dir(parent).map_err(io_err("cannot create a staging directory beside it"))?;
+    let staging = make_staging_dir(parent).map_err(io_err("cannot create a staging directory beside it"))?;
     let staged = staging.join("s");
     let result = (|| {
         let listener = UnixListener::bind(&staged).map_err(io_err("bind"))?;
-        std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o600))
-            .map_err(io_err("chmod 0600"))?;
+        std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o600)).map_err(io_err("chmod 0600"))?;
         std::fs::rename(&staged, path).map_err(io_err("rename into place"))?;
         let meta = std::fs::symlink_metadata(path).map_err(io_err("stat after rename"))?;
         Ok(UnixSocketListener {
@@ -199,10 +197,7 @@ fn make_staging_dir(parent: &Path) -> io::Result<PathBuf> {
             Err(e) => return Err(e),
         }
     }
-    Err(io::Error::new(
-        io::ErrorKind::AlreadyExists,
-        "no free staging name",
-    ))
+    Err(io::Error::new(io::ErrorKind::AlreadyExists, "no free staging name"))
 }
 
 /// Who the peer of an accepted connection is, once it passed the gate.
@@ -275,10 +270,7 @@ mod tests {
             .unwrap_err()
             .0
             .contains("unix:///run/a.sock"));
-        assert!(Address::parse("tcp://1.2.3.4:5")
-            .unwrap_err()
-            .0
-            .contains("proxy"));
+        assert!(Address::parse("tcp://1.2.3.4:5").unwrap_err().0.contains("proxy"));
         let long = format!("unix:///{}", "a".repeat(120));
         assert!(Address::parse(&long).unwrap_err().0.contains("at most 107"));
     }
@@ -301,10 +293,7 @@ mod tests {
         drop(l2);
         assert!(!path.exists(), "socket removed on drop");
         std::fs::write(&path, b"not a socket").unwrap();
-        assert!(matches!(
-            bind_unix(&path),
-            Err(BindError::NotASocket { .. })
-        ));
+        assert!(matches!(bind_unix(&path), Err(BindError::NotASocket { .. })));
         assert_eq!(std::fs::read(&path).unwrap(), b"not a socket");
         let leftovers: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
         assert_eq!(leftovers.len(), 1, "no staging directory left behind");

@@ -37,28 +37,18 @@ fn card_value(cfg: &Config, listeners: &[Address], streaming: bool) -> Value {
     );
     let (default_desc, default_skill_desc) = match &cfg.runner {
         Runner::Echo => (
-            "agentd's built-in echo agent: every task answers with the message it was given."
-                .to_string(),
+            "agentd's built-in echo agent: every task answers with the message it was given.".to_string(),
             "Answers with the text it was sent.".to_string(),
         ),
         Runner::Exec { argv } => (
-            format!(
-                "Runs `{}` for every task, supervised by agentd.",
-                argv.join(" ")
-            ),
-            format!(
-                "Sends the message to `{}` and returns what it prints.",
-                argv[0]
-            ),
+            format!("Runs `{}` for every task, supervised by agentd.", argv.join(" ")),
+            format!("Sends the message to `{}` and returns what it prints.", argv[0]),
         ),
     };
     let runner = cfg.runner.name();
     let mut skill = Map::new();
     skill.insert("id".into(), json!(c.skill_id.as_deref().unwrap_or(runner)));
-    skill.insert(
-        "name".into(),
-        json!(c.skill_name.as_deref().unwrap_or(runner)),
-    );
+    skill.insert("name".into(), json!(c.skill_name.as_deref().unwrap_or(runner)));
     skill.insert(
         "description".into(),
         json!(c.skill_description.clone().unwrap_or(default_skill_desc)),
@@ -110,8 +100,7 @@ mod tests {
     #[test]
     fn lists_listeners_first_then_advertised_and_declares_no_security() {
         let mut cfg = Config::default();
-        cfg.set("a2a.advertise", "JSONRPC http://127.0.0.1:8080/")
-            .unwrap();
+        cfg.set("a2a.advertise", "JSONRPC http://127.0.0.1:8080/").unwrap();
         let card = Card::build(&cfg, &[Address::Unix("/run/a.sock".into())], false);
         let v: Value = serde_json::from_slice(&card.json).unwrap();
         assert_eq!(v["supportedInterfaces"][0]["url"], "unix:///run/a.sock");

@@ -3,6 +3,7 @@
 //! task table and to procman, never to sockets or processes directly.
 
 pub mod card;
+pub mod stream;
 pub mod types;
 
 use std::sync::Arc;
@@ -18,7 +19,7 @@ use crate::tasks::{ContinueError, CreateError, ListQuery, TaskTable};
 use crate::transport::Principal;
 use types::{
     CancelTaskRequest, GetTaskRequest, ListTasksRequest, Role, SendMessageRequest, StreamResponse,
-    TaskState,
+    SubscribeToTaskRequest, Task, TaskState,
 };
 
 /// Every method of the A2A 1.0 JSON-RPC binding.
@@ -36,6 +37,12 @@ pub const METHODS: [&str; 11] = [
     "GetExtendedAgentCard",
 ];
 
+/// What a method call produced: a JSON-RPC result, or a stream to open.
+pub enum Answer {
+    Value(Value),
+    Stream(stream::Plan),
+}
+
 /// The agent behind every listener.
 pub struct Agent {
     pub cfg: Arc<Config>,
@@ -44,22 +51,23 @@ pub struct Agent {
 }
 
 impl Agent {
-    /// Runs one non-streaming method.
+    /// Runs one method. `last_event_id` is the SSE `Last-Event-ID` header.
     pub fn call(
         &self,
         principal: &Principal,
         method: &str,
         params: Value,
-    ) -> Result<Value, RpcError> {
+        last_event_id: Option<u64>,
+    ) -> Result<Answer, RpcError> {
         match method {
-            "SendMessage" => self.send_message(principal, parse(params)?),
-            "GetTask" => self.get_task(principal, parse(params)?),
-            "ListTasks" => self.list_tasks(principal, parse(params)?),
-            "CancelTask" => self.cancel_task(principal, parse(params)?),
-            "SendStreamingMessage" | "SubscribeToTask" => Err(RpcError::unsupported(
-                format!("{method}: this agent does not offer streaming (capabilities.streaming is false)"),
-                &[("method", method)],
-            )),
+            "SendMessage" => self.send_message(principal, parse(params)?).map(Answer::Value),
+            "SendStreamingMessage" => self.send_streaming(principal, parse(params)?).map(Answer::Stream),
+            "SubscribeToTask" => self
+                .subscribe(principal, parse(params)?, last_event_id)
+                .map(Answer::Stream),
+            "GetTask" => self.get_task(principal, parse(params)?).map(Answer::Value),
+            "ListTasks" => self.list_tasks(principal, parse(params)?).map(Answer::Value),
+            "CancelTask" => self.cancel_task(principal, parse(params)?).map(Answer::Value),
             "CreateTaskPushNotificationConfig"
             | "GetTaskPushNotificationConfig"
             | "ListTaskPushNotificationConfigs"
@@ -82,13 +90,16 @@ impl Agent {
         }
     }
 
-    fn send_message(
+    /// Validates a send and hands the message to a new task or to the
+    /// waiting one. Returns the task as of then, its event sequence, and
+    /// whether it is new.
+    fn begin_send(
         &self,
         principal: &Principal,
         req: SendMessageRequest,
-    ) -> Result<Value, RpcError> {
+    ) -> Result<(Task, u64, bool, types::SendMessageConfiguration), RpcError> {
         let config = req.configuration.unwrap_or_default();
-        let history_length = history_length(config.history_length, "configuration.historyLength")?;
+        history_length(config.history_length, "configuration.historyLength")?;
         if config.task_push_notification_config.is_some() {
             return Err(RpcError::new(
                 rpc::PUSH_NOT_SUPPORTED,
@@ -96,42 +107,116 @@ impl Agent {
             ));
         }
         let mut message = req.message;
+        // ProtoJSON: an empty string is the default value, i.e. "not set".
+        message.task_id = message.task_id.filter(|t| !t.is_empty());
+        message.context_id = message.context_id.filter(|c| !c.is_empty());
         validate_user_message(&message)?;
-        let task = match message.task_id.clone() {
+        match message.task_id.clone() {
             Some(task_id) => {
-                let task = self
+                let (task, seq) = self
                     .tasks
                     .continue_with(principal, &task_id, &mut message)
                     .map_err(|e| continue_error(&task_id, e))?;
                 self.procman.input(&task_id, message);
-                task
+                Ok((task, seq, false, config))
             }
             None => {
-                let task = self.tasks.create(principal, message, req.metadata).map_err(|e| match e {
-                    CreateError::QueueFull { max } => RpcError::with_reason(
-                        rpc::INTERNAL_ERROR,
-                        "QUEUE_FULL",
-                        rpc::AGENTD_DOMAIN,
-                        format!("Too many tasks waiting ({max}, tasks.max_queued); nothing was created — retry later"),
-                        &[("maxQueued", &max.to_string())],
-                    ),
-                })?;
+                let task = self
+                    .tasks
+                    .create(principal, message, req.metadata)
+                    .map_err(|e| match e {
+                        CreateError::QueueFull { max } => RpcError::with_reason(
+                            rpc::INTERNAL_ERROR,
+                            "QUEUE_FULL",
+                            rpc::AGENTD_DOMAIN,
+                            format!(
+                                "Too many tasks waiting ({max}, tasks.max_queued); nothing was created — retry later"
+                            ),
+                            &[("maxQueued", &max.to_string())],
+                        ),
+                    })?;
                 self.procman.start(&task.id);
-                task
+                Ok((task, 0, true, config))
             }
+        }
+    }
+
+    fn send_message(&self, principal: &Principal, req: SendMessageRequest) -> Result<Value, RpcError> {
+        let (task, _, _, config) = self.begin_send(principal, req)?;
+        let history_length = history_length(config.history_length, "configuration.historyLength")?;
+        if config.return_immediately {
+            let task = self.tasks.get(principal, &task.id, history_length).unwrap_or(task);
+            return to_value(&StreamResponse::Task(task));
+        }
+        let task = self
+            .tasks
+            .wait_until(principal, &task.id, history_length, None, |s| {
+                s.is_terminal() || s.is_interrupted()
+            })
+            .ok_or_else(|| RpcError::task_not_found(&task.id))?;
+        match self.tasks.direct_reply(&task.id) {
+            Some(m) => to_value(&StreamResponse::Message(m)),
+            None => to_value(&StreamResponse::Task(task)),
+        }
+    }
+
+    fn send_streaming(&self, principal: &Principal, req: SendMessageRequest) -> Result<stream::Plan, RpcError> {
+        let (mut task, seq, is_new, config) = self.begin_send(principal, req)?;
+        if let Some(n) = history_length(config.history_length, "configuration.historyLength")? {
+            let history = task.history.take().unwrap_or_default();
+            let keep = history.len().min(n);
+            task.history = Some(history[history.len() - keep..].to_vec()).filter(|h| !h.is_empty());
+        }
+        Ok(stream::Plan {
+            task_id: task.id.clone(),
+            start: stream::Start::Snapshot {
+                task,
+                seq,
+                may_reply: is_new && self.runner_may_reply(),
+            },
+            until: stream::Until::TurnEnd,
+        })
+    }
+
+    fn subscribe(
+        &self,
+        principal: &Principal,
+        req: SubscribeToTaskRequest,
+        last_event_id: Option<u64>,
+    ) -> Result<stream::Plan, RpcError> {
+        require_id(&req.id)?;
+        let (task, seq) = self
+            .tasks
+            .snapshot(principal, &req.id, None)
+            .ok_or_else(|| RpcError::task_not_found(&req.id))?;
+        if task.status.state.is_terminal() {
+            return Err(RpcError::unsupported(
+                format!(
+                    "Task {} is in terminal state {}: there is nothing to subscribe to; use GetTask",
+                    req.id,
+                    task.status.state.wire_name()
+                ),
+                &[("taskId", &req.id), ("state", task.status.state.wire_name())],
+            ));
+        }
+        let start = match last_event_id {
+            Some(n) if self.tasks.can_replay_from(principal, &req.id, n) => stream::Start::Replay { seq: n },
+            _ => stream::Start::Snapshot {
+                task,
+                seq,
+                may_reply: false,
+            },
         };
-        let task = if config.return_immediately {
-            self.tasks
-                .get(principal, &task.id, history_length)
-                .unwrap_or(task)
-        } else {
-            self.tasks
-                .wait_until(principal, &task.id, history_length, None, |s| {
-                    s.is_terminal() || s.is_interrupted()
-                })
-                .ok_or_else(|| RpcError::task_not_found(&task.id))?
-        };
-        to_value(&StreamResponse::Task(task))
+        Ok(stream::Plan {
+            task_id: req.id,
+            start,
+            until: stream::Until::Terminal,
+        })
+    }
+
+    /// Only a jsonl program can answer with a direct Message.
+    fn runner_may_reply(&self) -> bool {
+        matches!(self.cfg.runner, crate::config::Runner::Exec { .. }) && self.cfg.exec_protocol == "jsonl"
     }
 
     fn get_task(&self, principal: &Principal, req: GetTaskRequest) -> Result<Value, RpcError> {
@@ -157,9 +242,10 @@ impl Agent {
         };
         let cursor = match req.page_token.as_deref() {
             None | Some("") => None,
-            Some(t) => Some(crate::tasks::decode_cursor(t).ok_or_else(|| {
-                RpcError::invalid_params("pageToken", "not a token this server issued")
-            })?),
+            Some(t) => Some(
+                crate::tasks::decode_cursor(t)
+                    .ok_or_else(|| RpcError::invalid_params("pageToken", "not a token this server issued"))?,
+            ),
         };
         let after_ms = match req.status_timestamp_after.as_deref() {
             None | Some("") => None,
@@ -182,11 +268,7 @@ impl Agent {
         to_value(&self.tasks.list(principal, &query))
     }
 
-    fn cancel_task(
-        &self,
-        principal: &Principal,
-        req: CancelTaskRequest,
-    ) -> Result<Value, RpcError> {
+    fn cancel_task(&self, principal: &Principal, req: CancelTaskRequest) -> Result<Value, RpcError> {
         require_id(&req.id)?;
         let task = self
             .tasks
@@ -202,10 +284,7 @@ impl Agent {
                     req.id,
                     task.status.state.wire_name()
                 ),
-                &[
-                    ("taskId", &req.id),
-                    ("state", task.status.state.wire_name()),
-                ],
+                &[("taskId", &req.id), ("state", task.status.state.wire_name())],
             ));
         }
         self.procman.cancel(&req.id);
@@ -215,13 +294,7 @@ impl Agent {
         let bound = Duration::from_millis(t.cancel_grace_ms + t.term_grace_ms + 5_000);
         let task = self
             .tasks
-            .wait_until(
-                principal,
-                &req.id,
-                None,
-                Some(bound),
-                TaskState::is_terminal,
-            )
+            .wait_until(principal, &req.id, None, Some(bound), TaskState::is_terminal)
             .ok_or_else(|| RpcError::task_not_found(&req.id))?;
         to_value(&task)
     }
@@ -241,8 +314,7 @@ fn parse<T: DeserializeOwned>(params: Value) -> Result<T, RpcError> {
 }
 
 fn to_value<T: serde::Serialize>(v: &T) -> Result<Value, RpcError> {
-    serde_json::to_value(v)
-        .map_err(|e| RpcError::new(rpc::INTERNAL_ERROR, format!("Internal error: {e}")))
+    serde_json::to_value(v).map_err(|e| RpcError::new(rpc::INTERNAL_ERROR, format!("Internal error: {e}")))
 }
 
 fn require_id(id: &str) -> Result<(), RpcError> {

@@ -292,11 +292,7 @@ pub struct Message {
     pub parts: Vec<Part>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Map<String, Value>>,
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "Vec::is_empty"
-    )]
+    #[serde(default, deserialize_with = "null_as_default", skip_serializing_if = "Vec::is_empty")]
     pub extensions: Vec<String>,
     #[serde(
         default,
@@ -342,11 +338,7 @@ pub struct Artifact {
     pub parts: Vec<Part>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Map<String, Value>>,
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "Vec::is_empty"
-    )]
+    #[serde(default, deserialize_with = "null_as_default", skip_serializing_if = "Vec::is_empty")]
     pub extensions: Vec<String>,
 }
 
@@ -417,21 +409,13 @@ pub enum StreamResponse {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SendMessageConfiguration {
-    #[serde(
-        default,
-        alias = "accepted_output_modes",
-        deserialize_with = "null_as_default"
-    )]
+    #[serde(default, alias = "accepted_output_modes", deserialize_with = "null_as_default")]
     pub accepted_output_modes: Vec<String>,
     #[serde(default, alias = "task_push_notification_config")]
     pub task_push_notification_config: Option<Value>,
     #[serde(default, alias = "history_length")]
     pub history_length: Option<i32>,
-    #[serde(
-        default,
-        alias = "return_immediately",
-        deserialize_with = "null_as_default"
-    )]
+    #[serde(default, alias = "return_immediately", deserialize_with = "null_as_default")]
     pub return_immediately: bool,
 }
 
@@ -456,6 +440,15 @@ pub struct GetTaskRequest {
     pub id: String,
     #[serde(default, alias = "history_length")]
     pub history_length: Option<i32>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SubscribeToTaskRequest {
+    #[serde(default)]
+    pub tenant: Option<String>,
+    #[serde(default)]
+    pub id: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -529,10 +522,7 @@ mod tests {
     fn states_round_trip_and_accept_numbers() {
         let s: TaskState = serde_json::from_value(json!(6)).unwrap();
         assert_eq!(s, TaskState::InputRequired);
-        assert_eq!(
-            serde_json::to_value(s).unwrap(),
-            json!("TASK_STATE_INPUT_REQUIRED")
-        );
+        assert_eq!(serde_json::to_value(s).unwrap(), json!("TASK_STATE_INPUT_REQUIRED"));
         assert!(serde_json::from_value::<TaskState>(json!("TASK_STATE_UNSPECIFIED")).is_err());
     }
 

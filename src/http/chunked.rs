@@ -200,10 +200,7 @@ impl Decoder {
                 b'\n' => return Err(ChunkError::MissingCrlf),
                 _ => {
                     check_line_len(len + 1, line_max)?;
-                    State::Ext {
-                        value,
-                        len: len + 1,
-                    }
+                    State::Ext { value, len: len + 1 }
                 }
             },
             State::SizeLf { value } => {
@@ -214,10 +211,7 @@ impl Decoder {
                     return Err(ChunkError::SizeOverflow);
                 }
                 if value == 0 {
-                    State::Trailer {
-                        total: 0,
-                        line_len: 0,
-                    }
+                    State::Trailer { total: 0, line_len: 0 }
                 } else {
                     State::Data { remaining: value }
                 }
@@ -271,17 +265,11 @@ fn after_digits(b: u8, value: u64, len: usize, line_max: usize) -> Result<State,
         b'\n' => Err(ChunkError::MissingCrlf),
         b' ' | b'\t' => {
             check_line_len(len + 1, line_max)?;
-            Ok(State::SizeWs {
-                value,
-                len: len + 1,
-            })
+            Ok(State::SizeWs { value, len: len + 1 })
         }
         b';' => {
             check_line_len(len + 1, line_max)?;
-            Ok(State::Ext {
-                value,
-                len: len + 1,
-            })
+            Ok(State::Ext { value, len: len + 1 })
         }
         _ => Err(ChunkError::BadSizeLine),
     }
@@ -322,10 +310,7 @@ mod tests {
 
     /// Feeds `input` whole, then one byte at a time; both must agree.
     /// Returns (result, decoded data, done).
-    fn decode_both(
-        mut make: impl FnMut() -> Decoder,
-        input: &[u8],
-    ) -> (Result<usize, ChunkError>, Vec<u8>, bool) {
+    fn decode_both(mut make: impl FnMut() -> Decoder, input: &[u8]) -> (Result<usize, ChunkError>, Vec<u8>, bool) {
         let mut whole = make();
         let mut out_whole = Vec::new();
         let r_whole = whole.feed(input, &mut out_whole);
@@ -402,11 +387,7 @@ mod tests {
         v
     }
 
-    chunk!(
-        simple,
-        *b"5\r\nhello\r\n0\r\n\r\n",
-        Ok((15, b"hello", true))
-    );
+    chunk!(simple, *b"5\r\nhello\r\n0\r\n\r\n", Ok((15, b"hello", true)));
     chunk!(
         two_chunks,
         *b"3\r\nabc\r\nA\r\n0123456789\r\n0\r\n\r\n",
@@ -441,41 +422,17 @@ mod tests {
     chunk!(empty_input, *b"", Ok((0, b"", false)));
     chunk!(not_hex, *b"z\r\n", Err(ChunkError::BadSizeLine));
     chunk!(empty_size, *b"\r\n", Err(ChunkError::BadSizeLine));
-    chunk!(
-        junk_after_digits,
-        *b"5x\r\nhello\r\n",
-        Err(ChunkError::BadSizeLine)
-    );
+    chunk!(junk_after_digits, *b"5x\r\nhello\r\n", Err(ChunkError::BadSizeLine));
     chunk!(negative, *b"-5\r\n", Err(ChunkError::BadSizeLine));
     chunk!(bare_lf_size, *b"5\nhello\r\n", Err(ChunkError::MissingCrlf));
-    chunk!(
-        bare_lf_ext,
-        *b"5;a\nhello\r\n",
-        Err(ChunkError::MissingCrlf)
-    );
+    chunk!(bare_lf_ext, *b"5;a\nhello\r\n", Err(ChunkError::MissingCrlf));
     chunk!(cr_without_lf, *b"5\rhello", Err(ChunkError::MissingCrlf));
-    chunk!(
-        data_too_long,
-        *b"3\r\nabcd\r\n",
-        Err(ChunkError::MissingCrlf)
-    );
-    chunk!(
-        data_bare_lf,
-        *b"3\r\nabc\n0\r\n\r\n",
-        Err(ChunkError::MissingCrlf)
-    );
-    chunk!(
-        trailer_bare_lf,
-        *b"0\r\nX: 1\n\r\n",
-        Err(ChunkError::MissingCrlf)
-    );
+    chunk!(data_too_long, *b"3\r\nabcd\r\n", Err(ChunkError::MissingCrlf));
+    chunk!(data_bare_lf, *b"3\r\nabc\n0\r\n\r\n", Err(ChunkError::MissingCrlf));
+    chunk!(trailer_bare_lf, *b"0\r\nX: 1\n\r\n", Err(ChunkError::MissingCrlf));
     chunk!(final_bare_lf, *b"0\r\n\n", Err(ChunkError::MissingCrlf));
     chunk!(u64_max_fits, *b"ffffffffffffffff\r\n", Ok((18, b"", false)));
-    chunk!(
-        u64_overflow,
-        *b"10000000000000000\r\n",
-        Err(ChunkError::SizeOverflow)
-    );
+    chunk!(u64_overflow, *b"10000000000000000\r\n", Err(ChunkError::SizeOverflow));
     chunk!(
         leading_zeros_no_overflow,
         *b"000000000000000000000001\r\na\r\n0\r\n\r\n",
@@ -568,17 +525,8 @@ mod tests {
 
     #[test]
     fn display_texts() {
-        assert_eq!(
-            ChunkError::BadSizeLine.to_string(),
-            "chunk size line is not hex"
-        );
-        assert_eq!(
-            ChunkError::SizeLineTooLong.to_string(),
-            "chunk size line is too long"
-        );
-        assert_eq!(
-            ChunkError::MissingCrlf.to_string(),
-            "chunk line does not end in CRLF"
-        );
+        assert_eq!(ChunkError::BadSizeLine.to_string(), "chunk size line is not hex");
+        assert_eq!(ChunkError::SizeLineTooLong.to_string(), "chunk size line is too long");
+        assert_eq!(ChunkError::MissingCrlf.to_string(), "chunk line does not end in CRLF");
     }
 }

@@ -269,28 +269,18 @@ enum ReadOutcome {
 
 /// Reads once into `buf`, with the read timeout set to the time left until
 /// `deadline`. WouldBlock and TimedOut both mean the timeout fired.
-fn read_by<C: Conn>(
-    conn: &mut C,
-    buf: &mut [u8],
-    deadline: Instant,
-) -> Result<ReadOutcome, ReadError> {
+fn read_by<C: Conn>(conn: &mut C, buf: &mut [u8], deadline: Instant) -> Result<ReadOutcome, ReadError> {
     loop {
         let now = Instant::now();
         if now >= deadline {
             return Ok(ReadOutcome::Timeout);
         }
-        conn.set_read_timeout(Some(deadline - now))
-            .map_err(ReadError::Io)?;
+        conn.set_read_timeout(Some(deadline - now)).map_err(ReadError::Io)?;
         match conn.read(buf) {
             Ok(0) => return Ok(ReadOutcome::Eof),
             Ok(n) => return Ok(ReadOutcome::Data(n)),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
                 return Ok(ReadOutcome::Timeout)
             }
             Err(e) => return Err(ReadError::Io(e)),
@@ -365,9 +355,10 @@ impl Reader {
         let framing = framing(head.http11, &head.headers, self.limits.body_max_bytes)?;
 
         let expects_continue = head.http11
-            && head.headers.iter().any(|(n, v)| {
-                n.eq_ignore_ascii_case("expect") && v.eq_ignore_ascii_case("100-continue")
-            });
+            && head
+                .headers
+                .iter()
+                .any(|(n, v)| n.eq_ignore_ascii_case("expect") && v.eq_ignore_ascii_case("100-continue"));
         if expects_continue && framing != Framing::Empty {
             conn.write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
                 .map_err(ReadError::Io)?;
@@ -401,9 +392,7 @@ impl Reader {
             match req.parse(&self.buf[..self.end]) {
                 Ok(httparse::Status::Complete(len)) => return head_from(&req, len),
                 Ok(httparse::Status::Partial) => {}
-                Err(httparse::Error::TooManyHeaders) => {
-                    return Err(ReadError::reject(431, "too many header fields"))
-                }
+                Err(httparse::Error::TooManyHeaders) => return Err(ReadError::reject(431, "too many header fields")),
                 Err(httparse::Error::Version) => {
                     // `None`: the version may still turn out well-formed.
                     if let Some(e) = version_error(&self.buf[..self.end]) {
@@ -417,25 +406,15 @@ impl Reader {
             }
             match read_by(conn, &mut self.buf[self.end..], deadline)? {
                 ReadOutcome::Data(n) => self.end += n,
-                ReadOutcome::Eof => {
-                    return Err(ReadError::reject(400, "connection closed mid-request"))
-                }
-                ReadOutcome::Timeout => {
-                    return Err(ReadError::reject(408, "request head timed out"))
-                }
+                ReadOutcome::Eof => return Err(ReadError::reject(400, "connection closed mid-request")),
+                ReadOutcome::Timeout => return Err(ReadError::reject(408, "request head timed out")),
             }
         }
     }
 
-    fn read_length_body<C: Conn>(
-        &mut self,
-        conn: &mut C,
-        len: u64,
-        deadline: Instant,
-    ) -> Result<Vec<u8>, ReadError> {
+    fn read_length_body<C: Conn>(&mut self, conn: &mut C, len: u64, deadline: Instant) -> Result<Vec<u8>, ReadError> {
         // `framing` capped `len` at body_max_bytes, a usize.
-        let len = usize::try_from(len)
-            .map_err(|_| ReadError::reject(413, "request body is too large"))?;
+        let len = usize::try_from(len).map_err(|_| ReadError::reject(413, "request body is too large"))?;
         let mut body = Vec::with_capacity(len.min(limits::HTTP_BODY_READ_CHUNK_BYTES));
         let take = len.min(self.end - self.start);
         body.extend_from_slice(&self.buf[self.start..self.start + take]);
@@ -447,22 +426,14 @@ impl Reader {
             let outcome = read_by(conn, &mut body[have..], deadline);
             match outcome? {
                 ReadOutcome::Data(n) => body.truncate(have + n),
-                ReadOutcome::Eof => {
-                    return Err(ReadError::reject(400, "connection closed mid-body"))
-                }
-                ReadOutcome::Timeout => {
-                    return Err(ReadError::reject(408, "request body timed out"))
-                }
+                ReadOutcome::Eof => return Err(ReadError::reject(400, "connection closed mid-body")),
+                ReadOutcome::Timeout => return Err(ReadError::reject(408, "request body timed out")),
             }
         }
         Ok(body)
     }
 
-    fn read_chunked_body<C: Conn>(
-        &mut self,
-        conn: &mut C,
-        deadline: Instant,
-    ) -> Result<Vec<u8>, ReadError> {
+    fn read_chunked_body<C: Conn>(&mut self, conn: &mut C, deadline: Instant) -> Result<Vec<u8>, ReadError> {
         let cap = self.limits.body_max_bytes;
         let mut decoder = chunked::Decoder::with_trailer_max(self.limits.head_max_bytes);
         let mut body = Vec::new();
@@ -485,12 +456,8 @@ impl Reader {
             self.end = 0;
             match read_by(conn, &mut self.buf, deadline)? {
                 ReadOutcome::Data(n) => self.end = n,
-                ReadOutcome::Eof => {
-                    return Err(ReadError::reject(400, "connection closed mid-body"))
-                }
-                ReadOutcome::Timeout => {
-                    return Err(ReadError::reject(408, "request body timed out"))
-                }
+                ReadOutcome::Eof => return Err(ReadError::reject(400, "connection closed mid-body")),
+                ReadOutcome::Timeout => return Err(ReadError::reject(408, "request body timed out")),
             }
         }
     }
@@ -519,13 +486,10 @@ fn version_error(buf: &[u8]) -> Option<ReadError> {
     };
     let version = line.rsplit(|&b| b == b' ').next().unwrap_or(&[]);
     let fits = version.len() <= PATTERN.len()
-        && version.iter().zip(PATTERN).all(|(&b, &p)| {
-            if p == b'd' {
-                b.is_ascii_digit()
-            } else {
-                b == p
-            }
-        });
+        && version
+            .iter()
+            .zip(PATTERN)
+            .all(|(&b, &p)| if p == b'd' { b.is_ascii_digit() } else { b == p });
     if fits && version.len() == PATTERN.len() {
         Some(ReadError::reject(505, "HTTP version not supported"))
     } else if fits && !complete {
@@ -544,10 +508,7 @@ fn head_from(req: &httparse::Request<'_, '_>, len: usize) -> Result<Head, ReadEr
     for h in req.headers.iter() {
         let value = std::str::from_utf8(h.value)
             .map_err(|_| ReadError::reject(400, format!("header {} is not UTF-8", h.name)))?;
-        headers.push((
-            h.name.to_string(),
-            value.trim_matches([' ', '\t']).to_string(),
-        ));
+        headers.push((h.name.to_string(), value.trim_matches([' ', '\t']).to_string()));
     }
     Ok(Head {
         len,
@@ -560,10 +521,7 @@ fn head_from(req: &httparse::Request<'_, '_>, len: usize) -> Result<Head, ReadEr
 
 /// Comma-separated tokens of every header named `name`, trimmed, empty
 /// elements skipped.
-fn list_values<'a>(
-    headers: &'a [(String, String)],
-    name: &'a str,
-) -> impl Iterator<Item = &'a str> {
+fn list_values<'a>(headers: &'a [(String, String)], name: &'a str) -> impl Iterator<Item = &'a str> {
     headers
         .iter()
         .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
@@ -582,26 +540,16 @@ fn keep_alive(http11: bool, headers: &[(String, String)]) -> bool {
     !close && (http11 || keep)
 }
 
-fn framing(
-    http11: bool,
-    headers: &[(String, String)],
-    body_max: usize,
-) -> Result<Framing, ReadError> {
+fn framing(http11: bool, headers: &[(String, String)], body_max: usize) -> Result<Framing, ReadError> {
     let has = |name: &str| headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(name));
     let (te, cl) = (has("transfer-encoding"), has("content-length"));
     if te && cl {
-        return Err(ReadError::reject(
-            400,
-            "both Transfer-Encoding and Content-Length",
-        ));
+        return Err(ReadError::reject(400, "both Transfer-Encoding and Content-Length"));
     }
     if te {
         // RFC 9112 §6.1: Transfer-Encoding in HTTP/1.0 means faulty framing.
         if !http11 {
-            return Err(ReadError::reject(
-                400,
-                "Transfer-Encoding in an HTTP/1.0 request",
-            ));
+            return Err(ReadError::reject(400, "Transfer-Encoding in an HTTP/1.0 request"));
         }
         let mut codings = list_values(headers, "transfer-encoding");
         return match (codings.next(), codings.next()) {
@@ -633,11 +581,7 @@ fn framing(
     if len > u64::try_from(body_max).unwrap_or(u64::MAX) {
         return Err(ReadError::reject(413, "request body is too large"));
     }
-    Ok(if len == 0 {
-        Framing::Empty
-    } else {
-        Framing::Length(len)
-    })
+    Ok(if len == 0 { Framing::Empty } else { Framing::Length(len) })
 }
 
 /// A complete non-streaming response.
@@ -665,8 +609,7 @@ impl Response {
 
     /// Sets the body and its `Content-Type` (replacing an earlier one).
     pub fn body(mut self, content_type: &str, body: Vec<u8>) -> Self {
-        self.headers
-            .retain(|(n, _)| !n.eq_ignore_ascii_case("content-type"));
+        self.headers.retain(|(n, _)| !n.eq_ignore_ascii_case("content-type"));
         self.headers
             .push(("Content-Type".to_string(), content_type.to_string()));
         self.body = body;
@@ -675,14 +618,8 @@ impl Response {
 
     /// Error response for 4xx/5xx with a one-line reason: text/plain body "reason\n".
     pub fn error(status: u16, reason: &str) -> Self {
-        let line: String = reason
-            .chars()
-            .map(|c| if c.is_control() { ' ' } else { c })
-            .collect();
-        Response::new(status).body(
-            "text/plain; charset=utf-8",
-            format!("{line}\n").into_bytes(),
-        )
+        let line: String = reason.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+        Response::new(status).body("text/plain; charset=utf-8", format!("{line}\n").into_bytes())
     }
 }
 
@@ -722,12 +659,7 @@ pub fn reason_phrase(status: u16) -> &'static str {
 
 /// Status line + caller headers; refuses CR/LF in headers (response
 /// splitting) and status codes outside 100..=999.
-fn write_head(
-    out: &mut Vec<u8>,
-    status: u16,
-    headers: &[(String, String)],
-    skip: &[&str],
-) -> io::Result<()> {
+fn write_head(out: &mut Vec<u8>, status: u16, headers: &[(String, String)], skip: &[&str]) -> io::Result<()> {
     if !(100..=999).contains(&status) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -792,19 +724,11 @@ impl<W: Write> ChunkedWriter<W> {
     /// Transfer-Encoding dropped; `Transfer-Encoding: chunked` added) and flushes.
     pub fn start(mut w: W, status: u16, headers: &[(String, String)]) -> io::Result<Self> {
         let mut out = Vec::with_capacity(256);
-        write_head(
-            &mut out,
-            status,
-            headers,
-            &["content-length", "transfer-encoding"],
-        )?;
+        write_head(&mut out, status, headers, &["content-length", "transfer-encoding"])?;
         out.extend_from_slice(b"Transfer-Encoding: chunked\r\n\r\n");
         w.write_all(&out)?;
         w.flush()?;
-        Ok(ChunkedWriter {
-            w,
-            scratch: Vec::new(),
-        })
+        Ok(ChunkedWriter { w, scratch: Vec::new() })
     }
 
     /// Writes one chunk and flushes; empty data is a no-op (an empty chunk
@@ -914,8 +838,7 @@ mod tests {
     impl Write for Script {
         fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
             self.written.extend_from_slice(buf);
-            self.log
-                .push(format!("write {:?}", String::from_utf8_lossy(buf)));
+            self.log.push(format!("write {:?}", String::from_utf8_lossy(buf)));
             Ok(buf.len())
         }
         fn flush(&mut self) -> io::Result<()> {
@@ -946,11 +869,7 @@ mod tests {
         let piece = (input.len() / 256).max(1);
         let pieces = input.chunks(piece).map(|c| Data(c.to_vec())).collect();
         let (drip, _) = read_with(limits, pieces);
-        assert_eq!(
-            format!("{whole:?}"),
-            format!("{drip:?}"),
-            "whole vs piecewise"
-        );
+        assert_eq!(format!("{whole:?}"), format!("{drip:?}"), "whole vs piecewise");
         whole
     }
 
@@ -1029,30 +948,22 @@ mod tests {
     }
 
     // ---- heads ----
-    accept!(
-        simple_get,
-        *b"GET /a/b?x=1&y HTTP/1.1\r\nHost: h\r\n\r\n",
-        |r| {
-            assert_eq!((r.method.as_str(), r.path.as_str()), ("GET", "/a/b"));
-            assert_eq!(r.query.as_deref(), Some("x=1&y"));
-            assert!(r.keep_alive && r.body.is_empty());
-        }
-    );
-    accept!(
-        leading_blank_line,
-        *b"\r\nGET / HTTP/1.1\r\n\r\n",
-        |r| assert_eq!(r.path, "/")
-    );
+    accept!(simple_get, *b"GET /a/b?x=1&y HTTP/1.1\r\nHost: h\r\n\r\n", |r| {
+        assert_eq!((r.method.as_str(), r.path.as_str()), ("GET", "/a/b"));
+        assert_eq!(r.query.as_deref(), Some("x=1&y"));
+        assert!(r.keep_alive && r.body.is_empty());
+    });
+    accept!(leading_blank_line, *b"\r\nGET / HTTP/1.1\r\n\r\n", |r| assert_eq!(
+        r.path,
+        "/"
+    ));
     accept!(
         headers_as_sent,
         *b"GET / HTTP/1.1\r\nX-Mixed:   a b \t\r\nx-mixed: 2\r\n\r\n",
         |r| {
             assert_eq!(
                 r.headers,
-                [
-                    ("X-Mixed".into(), "a b".into()),
-                    ("x-mixed".into(), "2".into())
-                ]
+                [("X-Mixed".into(), "a b".into()), ("x-mixed".into(), "2".into())]
             );
             assert_eq!(r.header("X-MIXED"), Some("a b"));
             assert_eq!(r.header("nope"), None);
@@ -1071,18 +982,8 @@ mod tests {
         400,
         "invalid header value"
     );
-    reject!(
-        http2,
-        *b"GET / HTTP/2.0\r\n\r\n",
-        505,
-        "HTTP version not supported"
-    );
-    reject!(
-        junk_version,
-        *b"GET / FTP/1.1\r\n\r\n",
-        400,
-        "invalid HTTP version"
-    );
+    reject!(http2, *b"GET / HTTP/2.0\r\n\r\n", 505, "HTTP version not supported");
+    reject!(junk_version, *b"GET / FTP/1.1\r\n\r\n", 400, "invalid HTTP version");
     reject!(
         non_utf8_value,
         *b"GET / HTTP/1.1\r\nX-A: \xff\xfe\r\n\r\n",
@@ -1095,28 +996,19 @@ mod tests {
         400,
         "connection closed mid-request"
     );
-    accept!(
-        head_at_limit,
-        head_of_len(limits::HTTP_HEAD_MAX_BYTES),
-        |r| {
-            assert_eq!(
-                r.header("x-pad").map(str::len),
-                Some(limits::HTTP_HEAD_MAX_BYTES - 27)
-            );
-        }
-    );
+    accept!(head_at_limit, head_of_len(limits::HTTP_HEAD_MAX_BYTES), |r| {
+        assert_eq!(r.header("x-pad").map(str::len), Some(limits::HTTP_HEAD_MAX_BYTES - 27));
+    });
     reject!(
         head_over_limit,
         head_of_len(limits::HTTP_HEAD_MAX_BYTES + 1),
         431,
         "request head is too large"
     );
-    accept!(
-        small_head_at_limit,
-        small(64, 8, 0),
-        head_of_len(64),
-        |r| assert_eq!(r.path, "/")
-    );
+    accept!(small_head_at_limit, small(64, 8, 0), head_of_len(64), |r| assert_eq!(
+        r.path,
+        "/"
+    ));
     reject!(
         small_head_over_limit,
         small(64, 8, 0),
@@ -1124,11 +1016,9 @@ mod tests {
         431,
         "request head is too large"
     );
-    accept!(
-        headers_at_limit,
-        with_headers(limits::HTTP_HEADERS_MAX),
-        |r| { assert_eq!(r.headers.len(), limits::HTTP_HEADERS_MAX) }
-    );
+    accept!(headers_at_limit, with_headers(limits::HTTP_HEADERS_MAX), |r| {
+        assert_eq!(r.headers.len(), limits::HTTP_HEADERS_MAX)
+    });
     reject!(
         headers_over_limit,
         with_headers(limits::HTTP_HEADERS_MAX + 1),
@@ -1137,11 +1027,9 @@ mod tests {
     );
 
     // ---- keep-alive ----
-    accept!(
-        http11_default_keep,
-        *b"GET / HTTP/1.1\r\n\r\n",
-        |r| assert!(r.keep_alive)
-    );
+    accept!(http11_default_keep, *b"GET / HTTP/1.1\r\n\r\n", |r| assert!(
+        r.keep_alive
+    ));
     accept!(
         http11_close,
         *b"GET / HTTP/1.1\r\nConnection: Close\r\n\r\n",
@@ -1152,11 +1040,9 @@ mod tests {
         *b"GET / HTTP/1.1\r\nConnection: upgrade, close\r\n\r\n",
         |r| { assert!(!r.keep_alive) }
     );
-    accept!(
-        http10_default_close,
-        *b"GET / HTTP/1.0\r\n\r\n",
-        |r| assert!(!r.keep_alive)
-    );
+    accept!(http10_default_close, *b"GET / HTTP/1.0\r\n\r\n", |r| assert!(
+        !r.keep_alive
+    ));
     accept!(
         http10_keep_alive,
         *b"GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n",
@@ -1220,12 +1106,10 @@ mod tests {
         413,
         "request body is too large"
     );
-    accept!(
-        length_at_cap,
-        small(1024, 8, 10),
-        post_len(10),
-        |r| assert_eq!(r.body.len(), 10)
-    );
+    accept!(length_at_cap, small(1024, 8, 10), post_len(10), |r| assert_eq!(
+        r.body.len(),
+        10
+    ));
     reject!(
         length_over_cap,
         small(1024, 8, 10),
@@ -1233,11 +1117,9 @@ mod tests {
         413,
         "request body is too large"
     );
-    accept!(
-        length_at_default_cap,
-        post_len(limits::HTTP_BODY_MAX_BYTES),
-        |r| { assert_eq!(r.body.len(), limits::HTTP_BODY_MAX_BYTES) }
-    );
+    accept!(length_at_default_cap, post_len(limits::HTTP_BODY_MAX_BYTES), |r| {
+        assert_eq!(r.body.len(), limits::HTTP_BODY_MAX_BYTES)
+    });
     reject!(
         length_over_default_cap,
         post_len(limits::HTTP_BODY_MAX_BYTES + 1),
@@ -1373,33 +1255,19 @@ mod tests {
     fn pipelined_in_one_read() {
         let mut wire = b"GET /1 HTTP/1.1\r\n\r\n".to_vec();
         wire.extend(post_chunked("3\r\nabc\r\n0\r\n\r\n"));
-        wire.extend_from_slice(
-            b"POST /3 HTTP/1.1\r\nContent-Length: 2\r\n\r\nxyGET /4 HTTP/1.0\r\n\r\n",
-        );
+        wire.extend_from_slice(b"POST /3 HTTP/1.1\r\nContent-Length: 2\r\n\r\nxyGET /4 HTTP/1.0\r\n\r\n");
         let len = wire.len();
         let mut conn = Script::new(vec![Data(wire)]);
         let mut reader = Reader::new(Limits::default());
         let paths: Vec<(String, Vec<u8>)> = (0..4)
-            .map(|_| {
-                reader
-                    .read_request(&mut conn)
-                    .map(|r| (r.path, r.body))
-                    .unwrap()
-            })
+            .map(|_| reader.read_request(&mut conn).map(|r| (r.path, r.body)).unwrap())
             .collect();
         assert_eq!(paths[0], ("/1".into(), vec![]));
         assert_eq!(paths[1], ("/".into(), b"abc".to_vec()));
         assert_eq!(paths[2], ("/3".into(), b"xy".to_vec()));
         assert_eq!(paths[3], ("/4".into(), vec![]));
-        assert_eq!(
-            conn.log,
-            [format!("read {len}")],
-            "one read served all four"
-        );
-        assert!(matches!(
-            reader.read_request(&mut conn),
-            Err(ReadError::Closed)
-        ));
+        assert_eq!(conn.log, [format!("read {len}")], "one read served all four");
+        assert!(matches!(reader.read_request(&mut conn), Err(ReadError::Closed)));
     }
 
     #[test]
@@ -1408,16 +1276,10 @@ mod tests {
         let mut conn = Script::new(wire.iter().map(|&b| Data(vec![b])).collect());
         let mut reader = Reader::new(Limits::default());
         let first = reader.read_request(&mut conn).unwrap();
-        assert_eq!(
-            (first.path.as_str(), first.body.as_slice()),
-            ("/x", &b"abc"[..])
-        );
+        assert_eq!((first.path.as_str(), first.body.as_slice()), ("/x", &b"abc"[..]));
         assert_eq!(first.query_param("A2A-Version").as_deref(), Some("1.0"));
         assert_eq!(reader.read_request(&mut conn).unwrap().path, "/y");
-        assert!(matches!(
-            reader.read_request(&mut conn),
-            Err(ReadError::Closed)
-        ));
+        assert!(matches!(reader.read_request(&mut conn), Err(ReadError::Closed)));
     }
 
     #[test]
@@ -1451,20 +1313,10 @@ mod tests {
 
     #[test]
     fn oversized_length_refused_without_reading_body() {
-        let head = b"POST / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 1000000000\r\n\r\n"
-            .to_vec();
-        let (r, conn) = read_with(
-            Limits::default(),
-            vec![Data(head), Data(b"never read".to_vec())],
-        );
-        assert!(
-            matches!(r, Err(ReadError::Reject { status: 413, .. })),
-            "{r:?}"
-        );
-        assert!(
-            conn.written.is_empty(),
-            "no 100 Continue for a refused body"
-        );
+        let head = b"POST / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 1000000000\r\n\r\n".to_vec();
+        let (r, conn) = read_with(Limits::default(), vec![Data(head), Data(b"never read".to_vec())]);
+        assert!(matches!(r, Err(ReadError::Reject { status: 413, .. })), "{r:?}");
+        assert!(conn.written.is_empty(), "no 100 Continue for a refused body");
         assert_eq!(conn.steps.len(), 1, "body left unread");
     }
 
@@ -1489,10 +1341,7 @@ mod tests {
             read_with(Limits::default(), vec![Eof]).0,
             Err(ReadError::Closed)
         ));
-        assert!(matches!(
-            read_with(Limits::default(), vec![]).0,
-            Err(ReadError::Closed)
-        ));
+        assert!(matches!(read_with(Limits::default(), vec![]).0, Err(ReadError::Closed)));
     }
 
     #[test]
@@ -1530,13 +1379,7 @@ mod tests {
             elapsed >= Duration::from_millis(60) && elapsed < Duration::from_millis(500),
             "{elapsed:?}"
         );
-        let armed: Vec<Duration> = conn
-            .timeouts
-            .borrow()
-            .iter()
-            .skip(1)
-            .map(|t| t.unwrap())
-            .collect();
+        let armed: Vec<Duration> = conn.timeouts.borrow().iter().skip(1).map(|t| t.unwrap()).collect();
         assert!(armed.len() >= 2 && armed.len() <= 6, "{armed:?}");
         assert!(
             armed.windows(2).all(|w| w[1] < w[0]),
@@ -1551,9 +1394,7 @@ mod tests {
             body_timeout: Duration::from_millis(40),
             ..Limits::default()
         };
-        let mut steps = vec![Data(
-            b"POST / HTTP/1.1\r\nContent-Length: 100\r\n\r\n".to_vec(),
-        )];
+        let mut steps = vec![Data(b"POST / HTTP/1.1\r\nContent-Length: 100\r\n\r\n".to_vec())];
         steps.extend((0..100).map(|_| Slow(b"x".to_vec(), Duration::from_millis(15))));
         let (r, _) = read_with(limits, steps);
         match r {
@@ -1574,10 +1415,7 @@ mod tests {
             ],
         );
         assert_eq!(r.unwrap().path, "/");
-        let (r, _) = read_with(
-            Limits::default(),
-            vec![Fail(io::ErrorKind::ConnectionReset)],
-        );
+        let (r, _) = read_with(Limits::default(), vec![Fail(io::ErrorKind::ConnectionReset)]);
         assert!(
             matches!(r, Err(ReadError::Io(ref e)) if e.kind() == io::ErrorKind::ConnectionReset),
             "{r:?}"
@@ -1594,10 +1432,7 @@ mod tests {
         let mut reader = Reader::new(Limits::default());
         assert_eq!(reader.read_request(&mut conn).unwrap().path, "/1");
         assert_eq!(reader.read_request(&mut conn).unwrap().path, "/2");
-        assert!(matches!(
-            reader.read_request(&mut conn),
-            Err(ReadError::Idle)
-        ));
+        assert!(matches!(reader.read_request(&mut conn), Err(ReadError::Idle)));
     }
 
     #[test]
@@ -1616,9 +1451,7 @@ mod tests {
         );
         assert_eq!(req("A2A-Version=1.0").query_param("a2a-version"), None);
         assert_eq!(
-            req("%41%32A-Version=1%2e0")
-                .query_param("A2A-Version")
-                .as_deref(),
+            req("%41%32A-Version=1%2e0").query_param("A2A-Version").as_deref(),
             Some("1.0")
         );
         assert_eq!(req("a=1&a=2").query_param("a").as_deref(), Some("1"));
@@ -1704,10 +1537,7 @@ mod tests {
         );
         let mut decoder = chunked::Decoder::new();
         let mut body = Vec::new();
-        assert_eq!(
-            decoder.feed(&out[head.len()..], &mut body),
-            Ok(out.len() - head.len())
-        );
+        assert_eq!(decoder.feed(&out[head.len()..], &mut body), Ok(out.len() - head.len()));
         assert!(decoder.is_done());
         let mut events = Vec::new();
         sse::Parser::new().feed(&body, &mut events).unwrap();
@@ -1727,10 +1557,7 @@ mod tests {
             ReadError::Closed.to_string(),
             "peer closed the connection between requests"
         );
-        assert_eq!(
-            ReadError::Idle.to_string(),
-            "no request within the idle timeout"
-        );
+        assert_eq!(ReadError::Idle.to_string(), "no request within the idle timeout");
         assert_eq!(
             ReadError::reject(431, "too many header fields").to_string(),
             "request rejected with 431: too many header fields"

@@ -313,21 +313,13 @@ mod tests {
         v
     }
 
-    sse!(
-        one_event,
-        *b"data: hello\n\n",
-        Ok(vec![ev(None, None, "hello")])
-    );
+    sse!(one_event, *b"data: hello\n\n", Ok(vec![ev(None, None, "hello")]));
     sse!(
         crlf_lines,
         *b"id: 1\r\ndata: a\r\n\r\n",
         Ok(vec![ev(Some("1"), None, "a")])
     );
-    sse!(
-        cr_lines,
-        *b"id: 1\rdata: a\r\r",
-        Ok(vec![ev(Some("1"), None, "a")])
-    );
+    sse!(cr_lines, *b"id: 1\rdata: a\r\r", Ok(vec![ev(Some("1"), None, "a")]));
     sse!(
         mixed_ends,
         *b"data: a\r\ndata: b\rdata: c\n\r\n",
@@ -339,16 +331,8 @@ mod tests {
         *b"data:  x \n\n",
         Ok(vec![ev(None, None, " x ")])
     );
-    sse!(
-        empty_data_dispatches,
-        *b"data\n\n",
-        Ok(vec![ev(None, None, "")])
-    );
-    sse!(
-        empty_data_lines,
-        *b"data:\ndata:\n\n",
-        Ok(vec![ev(None, None, "\n")])
-    );
+    sse!(empty_data_dispatches, *b"data\n\n", Ok(vec![ev(None, None, "")]));
+    sse!(empty_data_lines, *b"data:\ndata:\n\n", Ok(vec![ev(None, None, "\n")]));
     sse!(
         no_data_no_event,
         *b"id: 5\nevent: x\n\ndata: y\n\n",
@@ -383,11 +367,7 @@ mod tests {
         *b"id: 1\nid: a\0b\ndata: x\n\n",
         Ok(vec![ev(Some("1"), None, "x")])
     );
-    sse!(
-        bom_dropped,
-        *b"\xEF\xBB\xBFdata: x\n\n",
-        Ok(vec![ev(None, None, "x")])
-    );
+    sse!(bom_dropped, *b"\xEF\xBB\xBFdata: x\n\n", Ok(vec![ev(None, None, "x")]));
     sse!(unterminated_waits, *b"data: x\n", Ok(vec![]));
     sse!(
         invalid_utf8_replaced,
@@ -428,15 +408,8 @@ mod tests {
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].data.len(), max - 5);
         let mut p = Parser::new();
-        assert_eq!(
-            p.feed(&long_data_line(max + 1), &mut out),
-            Err(SseError::LineTooLong)
-        );
-        assert_eq!(
-            p.feed(b"\n", &mut out),
-            Err(SseError::LineTooLong),
-            "sticky"
-        );
+        assert_eq!(p.feed(&long_data_line(max + 1), &mut out), Err(SseError::LineTooLong));
+        assert_eq!(p.feed(b"\n", &mut out), Err(SseError::LineTooLong), "sticky");
     }
 
     #[test]
@@ -450,10 +423,7 @@ mod tests {
 
     #[test]
     fn encode_exact_bytes() {
-        assert_eq!(
-            encode_event(Some(3), "{\"a\":1}"),
-            b"id: 3\ndata: {\"a\":1}\n\n"
-        );
+        assert_eq!(encode_event(Some(3), "{\"a\":1}"), b"id: 3\ndata: {\"a\":1}\n\n");
         assert_eq!(encode_event(None, "x"), b"data: x\n\n");
         assert_eq!(
             encode_event(None, "a\nb\r\nc\rd"),
@@ -466,10 +436,7 @@ mod tests {
     #[test]
     fn encode_parse_round_trip() {
         let mut wire = encode_comment("keep-alive");
-        for (i, data) in ["{}", "", "two\nlines", " lead", "crlf\r\nend"]
-            .iter()
-            .enumerate()
-        {
+        for (i, data) in ["{}", "", "two\nlines", " lead", "crlf\r\nend"].iter().enumerate() {
             wire.extend(encode_event(Some(i as u64), data));
         }
         let events = parse_all(Parser::new, &wire).unwrap();
@@ -480,9 +447,6 @@ mod tests {
 
     #[test]
     fn display_texts() {
-        assert_eq!(
-            SseError::LineTooLong.to_string(),
-            "event stream line is too long"
-        );
+        assert_eq!(SseError::LineTooLong.to_string(), "event stream line is too long");
     }
 }

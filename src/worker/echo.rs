@@ -7,13 +7,7 @@ use super::{Done, Event, Link};
 use crate::a2a::types::{Artifact, Message, Part};
 use crate::control::{Cause, FromWorker, Outcome};
 
-pub fn run(
-    _task_id: &str,
-    _context_id: &str,
-    message: &Message,
-    link: &Link,
-    rx: &Receiver<Event>,
-) -> Done {
+pub fn run(_task_id: &str, _context_id: &str, message: &Message, link: &Link, rx: &Receiver<Event>) -> Done {
     if super::cancel_requested(rx) {
         return Done {
             outcome: Outcome::Canceled,

@@ -15,7 +15,9 @@
 //! A control-channel EOF means the supervisor is gone: kill the group.
 
 mod echo;
-mod exec;
+pub mod jsonl;
+mod program;
+mod text;
 
 use std::io;
 use std::os::unix::net::UnixStream;
@@ -78,10 +80,7 @@ pub struct Done {
 
 /// `agentd __worker`: returns the process exit code.
 pub fn main() -> i32 {
-    let supervisor: i32 = match std::env::var(SUPERVISOR_PID_ENV)
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
+    let supervisor: i32 = match std::env::var(SUPERVISOR_PID_ENV).ok().and_then(|s| s.parse().ok()) {
         Some(pid) => pid,
         None => {
             eprintln!("agentd: __worker is internal; it is started by `agentd serve`");
@@ -139,31 +138,35 @@ fn run(ctrl: UnixStream) -> io::Result<()> {
     std::thread::Builder::new()
         .name("control".into())
         .spawn(move || read_control(reader, &reader_link, tx))?;
-    log::debug!(
-        "worker.spawn task={task_id} pid={} runner={runner:?}",
-        sys::getpid()
-    );
+    log::debug!("worker.spawn task={task_id} pid={} runner={runner:?}", sys::getpid());
     let done = match runner {
         RunnerSpec::Echo => echo::run(&task_id, &context_id, &message, &link, &rx),
         RunnerSpec::Exec {
             argv,
-            protocol: _,
+            protocol,
             workdir,
             env,
             rlimits,
             output_max_bytes,
-        } => exec::run_text(
-            &exec::Program {
+        } => {
+            let prog = program::Program {
                 argv,
                 workdir,
                 env,
                 rlimits,
                 output_max_bytes,
-            },
-            &message,
-            &link,
-            &rx,
-        ),
+            };
+            if protocol == "jsonl" {
+                let turn = jsonl::Turn {
+                    task_id: &task_id,
+                    context_id: &context_id,
+                    message: &message,
+                };
+                jsonl::run(&prog, &turn, &link, &rx)
+            } else {
+                text::run(&prog, &message, &link, &rx)
+            }
+        }
     };
     link.send(&FromWorker::Done {
         outcome: done.outcome,
@@ -186,10 +189,7 @@ fn read_control(mut reader: UnixStream, link: &Link, tx: Sender<Event>) {
                 let _ = tx.send(Event::Input(message));
             }
             Ok(Some(ToWorker::Spawn { .. })) => {
-                log::warn!(
-                    "worker.control ignoring a second spawn frame pid={}",
-                    sys::getpid()
-                );
+                log::warn!("worker.control ignoring a second spawn frame pid={}", sys::getpid());
             }
             Ok(None) | Err(_) => {
                 // The supervisor is gone (or talking nonsense): nothing of

@@ -1,0 +1,135 @@
+//! Streaming methods: which events a stream carries, in which order, and
+//! when it ends. The events come from the task table's per-task log; the
+//! bytes go to a sink the server provides (SSE over chunked HTTP), so this
+//! module does no I/O itself.
+//!
+//! ```text
+//! SendStreamingMessage   task(snapshot at creation) ─▶ statusUpdate/artifactUpdate… ─▶
+//!                        ends after a terminal or interrupted status (the turn is over)
+//!                        or: one `message` event when the agent replies directly
+//! SubscribeToTask        task(snapshot now) ─▶ events… ─▶ ends after a terminal status
+//!   with Last-Event-ID   the retained events after that sequence, no snapshot
+//! ```
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::types::{Message, StreamResponse, Task, TaskState};
+use crate::tasks::{Next, Opening, TaskTable};
+use crate::transport::Principal;
+
+/// When a stream is over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Until {
+    /// The agent's turn ended: terminal, or waiting on the client.
+    TurnEnd,
+    /// The task is finished.
+    Terminal,
+}
+
+impl Until {
+    fn reached(self, state: TaskState) -> bool {
+        match self {
+            Until::TurnEnd => state.is_terminal() || state.is_interrupted(),
+            Until::Terminal => state.is_terminal(),
+        }
+    }
+}
+
+/// How a stream begins.
+#[derive(Debug)]
+pub enum Start {
+    /// With this snapshot (taken at sequence `seq`). With `may_reply`, the
+    /// agent may still answer with a direct Message, so wait until it has
+    /// spoken before committing to a task stream.
+    Snapshot { task: Task, seq: u64, may_reply: bool },
+    /// Replaying the retained events after `seq` (Last-Event-ID).
+    Replay { seq: u64 },
+}
+
+/// A stream the server should open.
+#[derive(Debug)]
+pub struct Plan {
+    pub task_id: String,
+    pub start: Start,
+    pub until: Until,
+}
+
+/// What the stream writes next.
+pub enum Emit {
+    /// One SSE event: its sequence (`id:`) if it has one, and the
+    /// StreamResponse to put in the JSON-RPC `result`.
+    Event(Option<u64>, Value),
+    /// Nothing happened for a while: a comment keeps the connection alive
+    /// and finds out whether the client is still there.
+    KeepAlive,
+}
+
+/// Runs a stream to its end. A sink error (the client went away) ends only
+/// this stream; the task and every other stream go on.
+pub fn pump(
+    tasks: &TaskTable,
+    principal: &Principal,
+    plan: Plan,
+    keepalive: Duration,
+    sink: &mut dyn FnMut(Emit) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let id = plan.task_id.as_str();
+    let mut seq = match plan.start {
+        Start::Snapshot { task, seq, may_reply } => {
+            if may_reply {
+                loop {
+                    match tasks.opening(principal, id, Some(0), keepalive) {
+                        Ok(Some(Opening::Reply(m))) => return sink(Emit::Event(None, message_event(m))),
+                        Ok(Some(Opening::Task(..))) => break,
+                        Ok(None) => sink(Emit::KeepAlive)?,
+                        Err(()) => return Ok(()),
+                    }
+                }
+            }
+            let state = task.status.state;
+            sink(Emit::Event(Some(seq), to_value(StreamResponse::Task(task))))?;
+            if plan.until.reached(state) {
+                return Ok(());
+            }
+            seq
+        }
+        Start::Replay { seq } => seq,
+    };
+    loop {
+        match tasks.next_events(principal, id, seq, keepalive) {
+            Next::Events(events) => {
+                for e in events {
+                    seq = e.seq;
+                    let ends =
+                        matches!(&e.event, StreamResponse::StatusUpdate(s) if plan.until.reached(s.status.state));
+                    sink(Emit::Event(Some(e.seq), to_value(e.event)))?;
+                    if ends {
+                        return Ok(());
+                    }
+                }
+            }
+            Next::Resync(task, at) => {
+                // Fell behind the retained log: a fresh snapshot instead of
+                // the events that are gone.
+                seq = at;
+                let state = task.status.state;
+                sink(Emit::Event(Some(at), to_value(StreamResponse::Task(task))))?;
+                if plan.until.reached(state) {
+                    return Ok(());
+                }
+            }
+            Next::Timeout => sink(Emit::KeepAlive)?,
+            Next::Gone => return Ok(()),
+        }
+    }
+}
+
+fn message_event(m: Message) -> Value {
+    to_value(StreamResponse::Message(m))
+}
+
+fn to_value(r: StreamResponse) -> Value {
+    serde_json::to_value(r).unwrap_or(Value::Null)
+}

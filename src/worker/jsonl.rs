@@ -1,0 +1,441 @@
+//! The `exec` runner's `jsonl` protocol: one JSON object per line each way,
+//! so a program in any language drives the whole A2A task model.
+//!
+//! agentd → program, for the first message and every follow-up:
+//! ```text
+//! {"message": <A2A Message>, "task": {"id": "…", "contextId": "…"}}
+//! ```
+//! program → agentd, one of:
+//! ```text
+//! {"status": "working" | "input-required" | "auth-required", "text"?: "…"}
+//! {"status": "completed" | "failed" | "rejected", "text"?: "…"}       (ends the task)
+//! {"artifact": {"artifactId"?, "name"?, "description"?, "parts": […], "metadata"?},
+//!  "append"?: bool, "lastChunk"?: bool}
+//! {"message": {"parts": […], "metadata"?}}       (first and only line: a direct reply)
+//! ```
+//! After `input-required` the program reads its next stdin line. A line that
+//! is not one of these fails the task with the line number and the reason.
+//! A program that exits without a terminal line: 0 → COMPLETED, else FAILED.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::ChildStdin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use serde_json::{json, Map, Value};
+
+use super::program::{self, Note, Program, PIPES_DRAIN};
+use super::{Done, Event, Link};
+use crate::a2a::types::{Artifact, Message, Part, Role};
+use crate::control::{Cause, FromWorker, Outcome, Progress};
+use crate::sys::{self, ExitStatus};
+
+/// Longest line a program may write; over it the task fails.
+pub const LINE_MAX_BYTES: usize = 4 * 1024 * 1024;
+/// After a terminal line, how long the program has to exit by itself.
+const EXIT_GRACE: Duration = Duration::from_secs(1);
+
+/// One parsed line from the program.
+#[derive(Debug, PartialEq)]
+pub enum Line {
+    Progress(Progress, Option<String>),
+    End(Outcome, Option<String>),
+    Artifact {
+        artifact_id: Option<String>,
+        name: Option<String>,
+        description: Option<String>,
+        parts: Vec<Part>,
+        metadata: Option<Map<String, Value>>,
+        append: bool,
+        last_chunk: bool,
+    },
+    Reply(Vec<Part>, Option<Map<String, Value>>),
+}
+
+/// Parses one line of the program's output; the error says what is wrong
+/// in words a program's author can act on.
+pub fn parse_line(bytes: &[u8]) -> Result<Line, String> {
+    let value: Value = serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
+    let Value::Object(mut obj) = value else {
+        return Err("expected a JSON object".into());
+    };
+    let keys: Vec<&str> = ["status", "artifact", "message"]
+        .into_iter()
+        .filter(|k| obj.contains_key(*k))
+        .collect();
+    let key = match keys.as_slice() {
+        [k] => *k,
+        [] => return Err("expected one of `status`, `artifact`, `message`".into()),
+        _ => {
+            return Err(format!(
+                "expected one of `status`, `artifact`, `message`, found {}",
+                keys.join(" and ")
+            ))
+        }
+    };
+    let text = match obj.remove("text") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(t)) => Some(t),
+        Some(_) => return Err("`text` must be a string".into()),
+    };
+    match key {
+        "status" => {
+            let Some(Value::String(state)) = obj.remove("status") else {
+                return Err("`status` must be a string".into());
+            };
+            match state.as_str() {
+                "working" => Ok(Line::Progress(Progress::Working, text)),
+                "input-required" => Ok(Line::Progress(Progress::InputRequired, text)),
+                "auth-required" => Ok(Line::Progress(Progress::AuthRequired, text)),
+                "completed" => Ok(Line::End(Outcome::Completed, text)),
+                "failed" => Ok(Line::End(Outcome::Failed, text)),
+                "rejected" => Ok(Line::End(Outcome::Rejected, text)),
+                other => Err(format!(
+                    "unknown status `{other}` (expected working, input-required, auth-required, \
+                     completed, failed or rejected)"
+                )),
+            }
+        }
+        "artifact" => {
+            let flag = |obj: &mut Map<String, Value>, k: &str| match obj.remove(k) {
+                None | Some(Value::Null) => Ok(false),
+                Some(Value::Bool(b)) => Ok(b),
+                Some(_) => Err(format!("`{k}` must be true or false")),
+            };
+            let append = flag(&mut obj, "append")?;
+            let last_chunk = flag(&mut obj, "lastChunk")?;
+            let Some(Value::Object(mut a)) = obj.remove("artifact") else {
+                return Err("`artifact` must be an object".into());
+            };
+            let string = |a: &mut Map<String, Value>, k: &str| match a.remove(k) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(s)) => Ok(Some(s)),
+                Some(_) => Err(format!("`artifact.{k}` must be a string")),
+            };
+            Ok(Line::Artifact {
+                artifact_id: string(&mut a, "artifactId")?,
+                name: string(&mut a, "name")?,
+                description: string(&mut a, "description")?,
+                parts: parts(a.remove("parts"), "artifact.parts")?,
+                metadata: metadata(a.remove("metadata"), "artifact.metadata")?,
+                append,
+                last_chunk,
+            })
+        }
+        _ => {
+            let Some(Value::Object(mut m)) = obj.remove("message") else {
+                return Err("`message` must be an object".into());
+            };
+            Ok(Line::Reply(
+                parts(m.remove("parts"), "message.parts")?,
+                metadata(m.remove("metadata"), "message.metadata")?,
+            ))
+        }
+    }
+}
+
+fn parts(v: Option<Value>, field: &str) -> Result<Vec<Part>, String> {
+    let Some(v @ Value::Array(_)) = v else {
+        return Err(format!("`{field}` must be an array of parts"));
+    };
+    let parts: Vec<Part> = serde_json::from_value(v).map_err(|e| format!("`{field}`: {e}"))?;
+    if parts.is_empty() {
+        return Err(format!("`{field}` needs at least one part"));
+    }
+    Ok(parts)
+}
+
+fn metadata(v: Option<Value>, field: &str) -> Result<Option<Map<String, Value>>, String> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(m)) => Ok(Some(m)),
+        Some(_) => Err(format!("`{field}` must be an object")),
+    }
+}
+
+/// The line agentd writes for a message.
+pub fn message_line(message: &Message, task_id: &str, context_id: &str) -> Vec<u8> {
+    let mut line = serde_json::to_vec(&json!({
+        "message": message,
+        "task": {"id": task_id, "contextId": context_id},
+    }))
+    .unwrap_or_default();
+    line.push(b'\n');
+    line
+}
+
+pub struct Turn<'a> {
+    pub task_id: &'a str,
+    pub context_id: &'a str,
+    pub message: &'a Message,
+}
+
+pub fn run(prog: &Program, turn: &Turn<'_>, link: &Arc<Link>, events: &Receiver<Event>) -> Done {
+    let mut running = match program::start(prog) {
+        Ok(r) => r,
+        Err(done) => return done,
+    };
+    let mut stdin = running.stdin.take();
+    write_to(&mut stdin, &message_line(turn.message, turn.task_id, turn.context_id));
+    if let Some(stdout) = running.stdout.take() {
+        let tx = running.tx.clone();
+        let output_max = prog.output_max_bytes;
+        std::thread::spawn(move || read_lines(stdout, output_max, &tx));
+    }
+    let (pid, notes) = (running.pid, running.notes);
+    drop(running.tx);
+
+    let default_artifact = crate::ids::new_id();
+    let mut line_no = 0usize;
+    let mut verdict: Option<Done> = None;
+    let mut stop: Option<Cause> = None;
+    let mut exit: Option<ExitStatus> = None;
+    let mut stdout_done = false;
+    let mut stderr_tail = Vec::new();
+    let mut stderr_done = false;
+    // Once the program has exited, or said its last word, wait only so long.
+    let mut wind_down: Option<Instant> = None;
+    loop {
+        if exit.is_some() && stdout_done && stderr_done {
+            break;
+        }
+        let timeout = wind_down.map_or(Duration::from_secs(3600), |d| {
+            d.saturating_duration_since(Instant::now())
+        });
+        if wind_down.is_some() && timeout.is_zero() {
+            break;
+        }
+        crossbeam_channel::select! {
+            recv(notes) -> note => match note {
+                Ok(Note::Line(bytes)) => {
+                    line_no += 1;
+                    if verdict.is_some() || stop.is_some() {
+                        continue; // the task is over; later lines change nothing
+                    }
+                    match parse_line(&bytes) {
+                        Ok(Line::Reply(parts, metadata)) if line_no == 1 => {
+                            link.send(&FromWorker::Reply {
+                                message: Message {
+                                    message_id: crate::ids::new_id(),
+                                    context_id: Some(turn.context_id.to_string()),
+                                    task_id: None,
+                                    role: Role::Agent,
+                                    parts,
+                                    metadata,
+                                    extensions: Vec::new(),
+                                    reference_task_ids: Vec::new(),
+                                },
+                            });
+                            verdict = Some(Done { outcome: Outcome::Completed, cause: Cause::Completed, text: None });
+                            stdin = None;
+                            wind_down.get_or_insert(Instant::now() + EXIT_GRACE);
+                        }
+                        Ok(Line::Reply(..)) => {
+                            verdict = Some(bad_line(line_no, "a `message` reply must be the program's first and only line"));
+                            let _ = sys::kill_pid(pid, libc::SIGKILL);
+                        }
+                        Ok(Line::Progress(state, text)) => link.send(&FromWorker::Status { state, text }),
+                        Ok(Line::End(outcome, text)) => {
+                            let cause = match outcome {
+                                Outcome::Completed => Cause::Completed,
+                                Outcome::Rejected => Cause::Refused,
+                                _ => Cause::Failed,
+                            };
+                            verdict = Some(Done { outcome, cause, text });
+                            stdin = None; // EOF tells the program it may go
+                            wind_down.get_or_insert(Instant::now() + EXIT_GRACE);
+                        }
+                        Ok(Line::Artifact { artifact_id, name, description, parts, metadata, append, last_chunk }) => {
+                            link.send(&FromWorker::Artifact {
+                                artifact: Artifact {
+                                    artifact_id: artifact_id.unwrap_or_else(|| default_artifact.clone()),
+                                    name,
+                                    description,
+                                    parts,
+                                    metadata,
+                                    extensions: Vec::new(),
+                                },
+                                append,
+                                last_chunk,
+                            });
+                        }
+                        Err(reason) => {
+                            verdict = Some(bad_line(line_no, &reason));
+                            let _ = sys::kill_pid(pid, libc::SIGKILL);
+                        }
+                    }
+                }
+                Ok(Note::LineTooLong) => {
+                    verdict.get_or_insert(bad_line(line_no + 1, &format!("longer than {LINE_MAX_BYTES} bytes")));
+                    let _ = sys::kill_pid(pid, libc::SIGKILL);
+                }
+                Ok(Note::Exhausted) => {
+                    stop.get_or_insert(Cause::Exhausted);
+                    let _ = sys::kill_pid(pid, libc::SIGKILL);
+                }
+                Ok(Note::Exited(s)) => {
+                    exit = Some(s);
+                    wind_down.get_or_insert(Instant::now() + PIPES_DRAIN);
+                }
+                Ok(Note::StdoutEof) => stdout_done = true,
+                Ok(Note::StderrTail(t)) => {
+                    stderr_tail = t;
+                    stderr_done = true;
+                }
+                Err(_) => break,
+            },
+            recv(events) -> ev => match ev {
+                Ok(Event::Cancel) => {
+                    stop.get_or_insert(Cause::Cancelled);
+                    let _ = sys::kill_pid(pid, libc::SIGTERM);
+                }
+                Ok(Event::Input(message)) => {
+                    write_to(&mut stdin, &message_line(&message, turn.task_id, turn.context_id));
+                }
+                Err(_) => {}
+            },
+            default(timeout) => {}
+        }
+    }
+    match (stop, verdict, exit) {
+        (Some(Cause::Cancelled), _, s) => program::canceled(s),
+        (Some(_), _, _) => program::exhausted(),
+        (None, Some(done), _) => done,
+        (None, None, Some(s)) => program::judge_exit(s, &stderr_tail),
+        (None, None, None) => program::failed(Cause::Crashed, "the program's output ended but it did not exit".into()),
+    }
+}
+
+fn bad_line(n: usize, reason: &str) -> Done {
+    program::failed(
+        Cause::Failed,
+        format!("the program's output line {n} is not valid jsonl: {reason}"),
+    )
+}
+
+/// Writes to the program's stdin; a program that closed it simply stops
+/// hearing from us (EPIPE is not an error of the task).
+fn write_to(stdin: &mut Option<ChildStdin>, bytes: &[u8]) {
+    if let Some(s) = stdin.as_mut() {
+        if s.write_all(bytes).and_then(|()| s.flush()).is_err() {
+            *stdin = None;
+        }
+    }
+}
+
+/// Splits stdout into lines (bounded) and counts the output budget.
+fn read_lines(stdout: impl Read, output_max: u64, tx: &Sender<Note>) {
+    let mut reader = BufReader::new(stdout);
+    let mut total: u64 = 0;
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = match (&mut reader)
+            .take(LINE_MAX_BYTES as u64 + 1)
+            .read_until(b'\n', &mut line)
+        {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        total += n as u64;
+        if total > output_max {
+            let _ = tx.send(Note::Exhausted);
+            break;
+        }
+        if line.last() == Some(&b'\n') {
+            line.pop();
+            if line.last() == Some(&b'\r') {
+                line.pop();
+            }
+        } else if n > LINE_MAX_BYTES {
+            let _ = tx.send(Note::LineTooLong);
+            break;
+        }
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue; // blank lines are allowed and ignored
+        }
+        if tx.send(Note::Line(std::mem::take(&mut line))).is_err() {
+            return;
+        }
+    }
+    let _ = tx.send(Note::StdoutEof);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    macro_rules! bad {
+        ($($name:ident: $line:expr => $needle:expr;)*) => {$(
+            #[test]
+            fn $name() {
+                let err = parse_line($line.as_bytes()).unwrap_err();
+                assert!(err.contains($needle), "{err}");
+            }
+        )*};
+    }
+
+    bad! {
+        not_json: "hello" => "not JSON";
+        not_object: "[1]" => "JSON object";
+        no_known_key: r#"{"foo":1}"# => "expected one of";
+        two_keys: r#"{"status":"working","message":{}}"# => "status and message";
+        unknown_status: r#"{"status":"done"}"# => "unknown status `done`";
+        text_not_string: r#"{"status":"working","text":3}"# => "`text` must be a string";
+        artifact_no_parts: r#"{"artifact":{}}"# => "artifact.parts";
+        artifact_empty_parts: r#"{"artifact":{"parts":[]}}"# => "at least one part";
+        bad_part: r#"{"artifact":{"parts":[{"text":"a","url":"b"}]}}"# => "exactly one";
+        append_not_bool: r#"{"artifact":{"parts":[{"text":"a"}]},"append":"yes"}"# => "`append` must be true or false";
+        message_no_parts: r#"{"message":{}}"# => "message.parts";
+    }
+
+    #[test]
+    fn good_lines() {
+        assert_eq!(
+            parse_line(br#"{"status":"input-required","text":"which city?"}"#).unwrap(),
+            Line::Progress(Progress::InputRequired, Some("which city?".into()))
+        );
+        assert_eq!(
+            parse_line(br#"{"status":"rejected"}"#).unwrap(),
+            Line::End(Outcome::Rejected, None)
+        );
+        let Line::Artifact {
+            parts,
+            append,
+            last_chunk,
+            artifact_id,
+            ..
+        } = parse_line(br#"{"artifact":{"parts":[{"data":{"a":1}}]},"append":true,"lastChunk":true}"#).unwrap()
+        else {
+            panic!("not an artifact")
+        };
+        assert!(append && last_chunk && artifact_id.is_none());
+        assert_eq!(parts.len(), 1);
+        assert!(matches!(
+            parse_line(br#"{"message":{"parts":[{"text":"hi"}]}}"#).unwrap(),
+            Line::Reply(..)
+        ));
+    }
+
+    #[test]
+    fn message_lines_name_the_task() {
+        let m = Message {
+            message_id: "m".into(),
+            context_id: Some("c".into()),
+            task_id: Some("t".into()),
+            role: Role::User,
+            parts: vec![Part::text("hi")],
+            metadata: None,
+            extensions: vec![],
+            reference_task_ids: vec![],
+        };
+        let line = message_line(&m, "t", "c");
+        assert_eq!(line.last(), Some(&b'\n'));
+        let v: Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(v["task"], json!({"id": "t", "contextId": "c"}));
+        assert_eq!(v["message"]["parts"][0]["text"], "hi");
+    }
+}
