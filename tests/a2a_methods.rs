@@ -15,10 +15,7 @@ fn assert_error(err: &Value, code: i64, reason: &str) {
     assert_eq!(info["reason"], reason, "{err}");
     assert!(info["domain"].is_string(), "{err}");
     for (_, v) in info["metadata"].as_object().expect("metadata") {
-        assert!(
-            v.is_string(),
-            "ErrorInfo metadata values are strings: {err}"
-        );
+        assert!(v.is_string(), "ErrorInfo metadata values are strings: {err}");
     }
 }
 
@@ -76,10 +73,7 @@ fn card_is_valid_and_cacheable() {
 #[test]
 fn blocking_send_returns_the_completed_task() {
     let d = Daemon::start(&[]);
-    let r = d.ok(
-        "SendMessage",
-        json!({"message": user_message("hello there")}),
-    );
+    let r = d.ok("SendMessage", json!({"message": user_message("hello there")}));
     let task = &r["task"];
     assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED");
     assert_eq!(task["artifacts"][0]["parts"][0]["text"], "hello there");
@@ -89,10 +83,7 @@ fn blocking_send_returns_the_completed_task() {
     assert_eq!(history[0]["taskId"], task["id"]);
     assert_eq!(history[0]["contextId"], task["contextId"]);
     let ts = task["status"]["timestamp"].as_str().unwrap();
-    assert!(
-        ts.ends_with('Z') && ts.len() == 24,
-        "millisecond UTC timestamp: {ts}"
-    );
+    assert!(ts.ends_with('Z') && ts.len() == 24, "millisecond UTC timestamp: {ts}");
 
     // historyLength 0 omits history; snake_case keys are accepted too.
     let r = d.ok(
@@ -155,15 +146,9 @@ fn get_list_and_their_errors() {
         .iter()
         .map(|t| t["status"]["timestamp"].as_str().unwrap())
         .collect();
-    assert!(
-        stamps.windows(2).all(|w| w[0] >= w[1]),
-        "newest first: {stamps:?}"
-    );
+    assert!(stamps.windows(2).all(|w| w[0] >= w[1]), "newest first: {stamps:?}");
 
-    let even = d.ok(
-        "ListTasks",
-        json!({"contextId": "even", "includeArtifacts": true}),
-    );
+    let even = d.ok("ListTasks", json!({"contextId": "even", "includeArtifacts": true}));
     assert_eq!(even["totalSize"], 3);
     assert!(even["tasks"][0]["artifacts"].is_array());
     let done = d.ok("ListTasks", json!({"status": "TASK_STATE_COMPLETED"}));
@@ -171,10 +156,7 @@ fn get_list_and_their_errors() {
     let none = d.ok("ListTasks", json!({"status": "TASK_STATE_WORKING"}));
     assert_eq!(none["totalSize"], 0);
     assert_eq!(none["tasks"], json!([]));
-    let later = d.ok(
-        "ListTasks",
-        json!({"statusTimestampAfter": "2999-01-01T00:00:00Z"}),
-    );
+    let later = d.ok("ListTasks", json!({"statusTimestampAfter": "2999-01-01T00:00:00Z"}));
     assert_eq!(later["totalSize"], 0);
 
     // Paging: 2 + 2 + 1, every task once.
@@ -196,16 +178,8 @@ fn get_list_and_their_errors() {
     ids.sort();
     assert_eq!(seen, ids);
 
-    assert_error(
-        &d.err("ListTasks", json!({"pageSize": 0})),
-        -32602,
-        "INVALID_PARAMS",
-    );
-    assert_error(
-        &d.err("ListTasks", json!({"pageSize": 101})),
-        -32602,
-        "INVALID_PARAMS",
-    );
+    assert_error(&d.err("ListTasks", json!({"pageSize": 0})), -32602, "INVALID_PARAMS");
+    assert_error(&d.err("ListTasks", json!({"pageSize": 101})), -32602, "INVALID_PARAMS");
     assert_error(
         &d.err("ListTasks", json!({"pageToken": "garbage!"})),
         -32602,
@@ -228,16 +202,8 @@ fn finished_tasks_refuse_cancel_and_follow_ups() {
     let d = Daemon::start(&[]);
     let task = d.ok("SendMessage", json!({"message": user_message("done soon")}))["task"].clone();
     let id = task["id"].as_str().unwrap();
-    assert_error(
-        &d.err("CancelTask", json!({"id": id})),
-        -32002,
-        "TASK_NOT_CANCELABLE",
-    );
-    assert_error(
-        &d.err("CancelTask", json!({"id": "nope"})),
-        -32001,
-        "TASK_NOT_FOUND",
-    );
+    assert_error(&d.err("CancelTask", json!({"id": id})), -32002, "TASK_NOT_CANCELABLE");
+    assert_error(&d.err("CancelTask", json!({"id": "nope"})), -32001, "TASK_NOT_FOUND");
     let mut follow = user_message("more");
     follow["taskId"] = json!(id);
     assert_error(
@@ -293,10 +259,7 @@ fn invalid_messages_are_refused_with_field_violations() {
             .iter()
             .find(|e| e["@type"] == "type.googleapis.com/google.rpc.BadRequest")
             .unwrap_or_else(|| panic!("no BadRequest for {params}: {err}"));
-        assert_eq!(
-            violation["fieldViolations"][0]["field"], field,
-            "{params}: {err}"
-        );
+        assert_eq!(violation["fieldViolations"][0]["field"], field, "{params}: {err}");
     }
     // Nothing was created by any of them.
     assert_eq!(d.ok("ListTasks", json!({}))["totalSize"], 0);
@@ -322,7 +285,10 @@ fn unoffered_methods_answer_their_codes() {
         -32004,
         "UNSUPPORTED_OPERATION",
     );
-    let err = d.err("SendMessage", json!({"message": user_message("x"), "configuration": {"taskPushNotificationConfig": {"url": "http://x/"}}}));
+    let err = d.err(
+        "SendMessage",
+        json!({"message": user_message("x"), "configuration": {"taskPushNotificationConfig": {"url": "http://x/"}}}),
+    );
     assert_error(&err, -32003, "PUSH_NOTIFICATION_NOT_SUPPORTED");
     let err = d.err("message/send", json!({}));
     assert_error(&err, -32601, "METHOD_NOT_FOUND");
@@ -335,8 +301,7 @@ fn unoffered_methods_answer_their_codes() {
 #[test]
 fn ids_keep_their_type_and_extensions_are_ignored_not_refused() {
     let d = Daemon::start(&[]);
-    let body =
-        json!({"jsonrpc": "2.0", "id": "req-7", "method": "ListTasks", "params": {}}).to_string();
+    let body = json!({"jsonrpc": "2.0", "id": "req-7", "method": "ListTasks", "params": {}}).to_string();
     let resp = d.post(
         &body,
         &[
@@ -356,8 +321,5 @@ fn ids_keep_their_type_and_extensions_are_ignored_not_refused() {
         "nothing activated, nothing echoed"
     );
     let body = json!({"jsonrpc": "2.0", "id": 12.5, "method": "ListTasks"}).to_string();
-    assert_eq!(
-        d.post(&body, &[("A2A-Version", "1.0.3")]).json()["id"],
-        12.5
-    );
+    assert_eq!(d.post(&body, &[("A2A-Version", "1.0.3")]).json()["id"], 12.5);
 }

@@ -40,11 +40,7 @@ fn exchange(d: &Daemon, bytes: &[u8]) -> std::io::Result<HttpResponse> {
 fn assert_serving(d: &Daemon, after: &str) {
     let r = d.get(CARD);
     assert_eq!(r.status, 200, "card after {after}: {}", r.text());
-    assert!(
-        r.json()["name"].is_string(),
-        "card after {after}: {}",
-        r.text()
-    );
+    assert!(r.json()["name"].is_string(), "card after {after}: {}", r.text());
 }
 
 fn thread_count(pid: i32) -> usize {
@@ -92,10 +88,9 @@ fn post_len(body: &[u8]) -> Vec<u8> {
 
 /// A GetTask call on an unknown id, padded with whitespace to exactly `len` bytes.
 fn get_task_body(len: usize) -> Vec<u8> {
-    let mut body =
-        json!({"jsonrpc": "2.0", "id": 7, "method": "GetTask", "params": {"id": "no-such-task"}})
-            .to_string()
-            .into_bytes();
+    let mut body = json!({"jsonrpc": "2.0", "id": 7, "method": "GetTask", "params": {"id": "no-such-task"}})
+        .to_string()
+        .into_bytes();
     assert!(body.len() <= len);
     body.resize(len, b' ');
     body
@@ -152,25 +147,14 @@ macro_rules! case {
 
 fn run_cases(d: &Daemon, cases: Vec<Case>) {
     for c in cases {
-        let r = exchange(d, &c.bytes)
-            .unwrap_or_else(|e| panic!("{}: no response ({e}); log:\n{}", c.name, d.log_text()));
+        let r =
+            exchange(d, &c.bytes).unwrap_or_else(|e| panic!("{}: no response ({e}); log:\n{}", c.name, d.log_text()));
         assert_eq!(r.status, c.expect.status, "{}: {}", c.name, r.text());
         if let Some(sub) = c.expect.body {
-            assert!(
-                r.text().contains(sub),
-                "{}: body {:?} lacks {sub:?}",
-                c.name,
-                r.text()
-            );
+            assert!(r.text().contains(sub), "{}: body {:?} lacks {sub:?}", c.name, r.text());
         }
         if let Some((k, v)) = c.expect.header {
-            assert_eq!(
-                r.header(k),
-                Some(v),
-                "{}: header {k} in {:?}",
-                c.name,
-                r.headers
-            );
+            assert_eq!(r.header(k), Some(v), "{}: header {k} in {:?}", c.name, r.headers);
         }
         if let Some(id) = &c.expect.rpc_id {
             let v = r.json();
@@ -204,23 +188,51 @@ fn malformed_http_is_rejected_and_the_daemon_keeps_serving() {
     let cases = vec![
         case!("garbage", b"\x00\x01\x02 junk\r\n\r\n", 400, "invalid"),
         case!("no_version", b"GET /\r\n\r\n", 400, "invalid"),
-        case!("http2_version", format!("GET {CARD} HTTP/2.0\r\nHost: a\r\n\r\n").as_bytes(), 505, "version"),
+        case!(
+            "http2_version",
+            format!("GET {CARD} HTTP/2.0\r\nHost: a\r\n\r\n").as_bytes(),
+            505,
+            "version"
+        ),
         case!("head_over_16k", big_head, 431, "too large"),
         case!("65_headers", get_with_headers(65), 431, "too many header fields"),
         case!("64_headers", get_with_headers(64), 200, "\"name\""),
         case!("content_length_over_cap", post_len(&too_big), 413, "too large"),
-        case!("content_length_at_cap", post_len(&get_task_body(BODY_MAX)), 200, None, None, rpc_ok.clone()),
+        case!(
+            "content_length_at_cap",
+            post_len(&get_task_body(BODY_MAX)),
+            200,
+            None,
+            None,
+            rpc_ok.clone()
+        ),
         case!(
             "content_length_and_chunked",
-            post_raw("Content-Length: 5\r\nTransfer-Encoding: chunked\r\n", &chunked(&[b"hello"])),
+            post_raw(
+                "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n",
+                &chunked(&[b"hello"])
+            ),
             400,
             "both Transfer-Encoding and Content-Length"
         ),
-        case!("transfer_encoding_gzip", post_raw("Transfer-Encoding: gzip\r\n", b""), 501, "transfer-coding"),
-        case!("bad_chunk_size_line", post_raw("Transfer-Encoding: chunked\r\n", b"zz\r\nhello\r\n0\r\n\r\n"), 400, "not hex"),
+        case!(
+            "transfer_encoding_gzip",
+            post_raw("Transfer-Encoding: gzip\r\n", b""),
+            501,
+            "transfer-coding"
+        ),
+        case!(
+            "bad_chunk_size_line",
+            post_raw("Transfer-Encoding: chunked\r\n", b"zz\r\nhello\r\n0\r\n\r\n"),
+            400,
+            "not hex"
+        ),
         case!(
             "chunked_over_cap",
-            post_raw("Transfer-Encoding: chunked\r\n", &chunked(&[&[b' '; 1000], &[b' '; 25]])),
+            post_raw(
+                "Transfer-Encoding: chunked\r\n",
+                &chunked(&[&[b' '; 1000], &[b' '; 25]])
+            ),
             413,
             "too large"
         ),
@@ -235,7 +247,12 @@ fn malformed_http_is_rejected_and_the_daemon_keeps_serving() {
             Some(("Content-Type", "application/json")),
             rpc_ok.clone()
         ),
-        case!("content_length_not_a_number", post_raw("Content-Length: abc\r\n", b"abc"), 400, "not a number"),
+        case!(
+            "content_length_not_a_number",
+            post_raw("Content-Length: abc\r\n", b"abc"),
+            400,
+            "not a number"
+        ),
         case!(
             "get_on_rpc_path",
             b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
@@ -252,7 +269,12 @@ fn malformed_http_is_rejected_and_the_daemon_keeps_serving() {
             Some(("Allow", "GET")),
             None
         ),
-        case!("unknown_path", b"GET /nope HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", 404, "not found"),
+        case!(
+            "unknown_path",
+            b"GET /nope HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+            404,
+            "not found"
+        ),
     ];
     run_cases(&d, cases);
     assert_alive_and_settled(&d);
@@ -261,22 +283,13 @@ fn malformed_http_is_rejected_and_the_daemon_keeps_serving() {
 /// The ErrorInfo every A2A/JSON-RPC error carries.
 fn assert_error_info(name: &str, err: &Value) {
     let info = &err["data"][0];
-    assert!(
-        err["data"].is_array(),
-        "{name}: data is not an array: {err}"
-    );
+    assert!(err["data"].is_array(), "{name}: data is not an array: {err}");
     assert_eq!(
         info["@type"], "type.googleapis.com/google.rpc.ErrorInfo",
         "{name}: {err}"
     );
-    assert!(
-        info["reason"].as_str().is_some_and(|s| !s.is_empty()),
-        "{name}: {err}"
-    );
-    assert!(
-        info["domain"].as_str().is_some_and(|s| !s.is_empty()),
-        "{name}: {err}"
-    );
+    assert!(info["reason"].as_str().is_some_and(|s| !s.is_empty()), "{name}: {err}");
+    assert!(info["domain"].as_str().is_some_and(|s| !s.is_empty()), "{name}: {err}");
 }
 
 /// (name, request bytes, error.code, id, substring of error.message)
@@ -286,8 +299,7 @@ type RpcCase = (&'static str, Vec<u8>, i64, Value, Option<&'static str>);
 fn bad_json_rpc_over_good_http_gets_the_right_error() {
     let d = daemon();
     let get_task =
-        json!({"jsonrpc": "2.0", "id": 3, "method": "GetTask", "params": {"id": "no-such-task"}})
-            .to_string();
+        json!({"jsonrpc": "2.0", "id": 3, "method": "GetTask", "params": {"id": "no-such-task"}}).to_string();
     let post = |path: &str, headers: &str, body: &str| -> Vec<u8> {
         format!(
             "POST {path} HTTP/1.1\r\nHost: agentd\r\nContent-Length: {}\r\nConnection: close\r\n{headers}\r\n{body}",
@@ -299,29 +311,13 @@ fn bad_json_rpc_over_good_http_gets_the_right_error() {
     let cases: Vec<RpcCase> = vec![
         (
             "text_plain",
-            post(
-                "/",
-                "Content-Type: text/plain\r\nA2A-Version: 1.0\r\n",
-                &get_task,
-            ),
+            post("/", "Content-Type: text/plain\r\nA2A-Version: 1.0\r\n", &get_task),
             -32005,
             Value::Null,
             None,
         ),
-        (
-            "not_json",
-            post("/", JSON_V1, "{not json"),
-            -32700,
-            Value::Null,
-            None,
-        ),
-        (
-            "empty_batch",
-            post("/", JSON_V1, "[]"),
-            -32600,
-            Value::Null,
-            None,
-        ),
+        ("not_json", post("/", JSON_V1, "{not json"), -32700, Value::Null, None),
+        ("empty_batch", post("/", JSON_V1, "[]"), -32600, Value::Null, None),
         (
             "unknown_method",
             post(
@@ -364,11 +360,7 @@ fn bad_json_rpc_over_good_http_gets_the_right_error() {
         ),
         (
             "a2a_version_query_form",
-            post(
-                "/?A2A-Version=1.0",
-                "Content-Type: application/json\r\n",
-                &get_task,
-            ),
+            post("/?A2A-Version=1.0", "Content-Type: application/json\r\n", &get_task),
             -32001,
             json!(3),
             None,
@@ -392,10 +384,7 @@ fn bad_json_rpc_over_good_http_gets_the_right_error() {
         assert_eq!(err["code"], code, "{name}: {v}");
         assert!(err["message"].is_string(), "{name}: {v}");
         if let Some(sub) = msg {
-            assert!(
-                err["message"].as_str().unwrap().contains(sub),
-                "{name}: {v}"
-            );
+            assert!(err["message"].as_str().unwrap().contains(sub), "{name}: {v}");
         }
         assert_error_info(name, err);
         assert_serving(&d, name);
@@ -479,8 +468,7 @@ fn half_a_head_then_close_leaves_the_daemon_serving() {
     s.write_all(b"POST / HTTP/1.1\r\nContent-Le").unwrap();
     s.shutdown(std::net::Shutdown::Write).unwrap();
     let mut rest = Vec::new();
-    s.read_to_end(&mut rest)
-        .expect("daemon closes a half-closed half head");
+    s.read_to_end(&mut rest).expect("daemon closes a half-closed half head");
     if !rest.is_empty() {
         assert!(
             rest.starts_with(b"HTTP/1.1 400 "),

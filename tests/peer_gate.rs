@@ -34,10 +34,7 @@ fn assert_root() {
     // SAFETY: geteuid(2) cannot fail and touches no memory.
     #[allow(unsafe_code)]
     let euid = unsafe { libc::geteuid() };
-    assert_eq!(
-        euid, 0,
-        "these tests drop to uid {NOBODY} and must run as root"
-    );
+    assert_eq!(euid, 0, "these tests drop to uid {NOBODY} and must run as root");
 }
 
 /// Runs a command to completion, killing it after `timeout`.
@@ -145,27 +142,15 @@ fn socket_is_0600_and_its_directory_is_left_alone() {
     let socket = dir.0.join("a.sock");
     let mut d = Daemon::start_at(dir, socket.clone(), &[]);
     let meta = std::fs::symlink_metadata(&socket).unwrap();
-    assert!(
-        meta.file_type().is_socket(),
-        "{} is not a socket",
-        socket.display()
-    );
+    assert!(meta.file_type().is_socket(), "{} is not a socket", socket.display());
     assert_eq!(mode(&socket), 0o600, "socket mode");
     assert_eq!(meta.uid(), 0, "socket owner");
-    assert_eq!(
-        mode(&d.dir.0),
-        before,
-        "the socket's directory mode changed"
-    );
+    assert_eq!(mode(&d.dir.0), before, "the socket's directory mode changed");
     // Only the socket and our log: no staging directory left behind.
     assert_eq!(names(&d.dir.0), ["a.sock", "agentd.log"]);
     assert_card(&d, "as root");
     assert_eq!(d.stop(), Some(0));
-    assert_eq!(
-        mode(&d.dir.0),
-        before,
-        "the socket's directory mode changed on exit"
-    );
+    assert_eq!(mode(&d.dir.0), before, "the socket's directory mode changed on exit");
 }
 
 #[test]
@@ -199,15 +184,10 @@ fn peercred_gate_closes_another_uid_before_any_http() {
     // lands before the write (send EPIPE, then recv EOF) or after it (send ok,
     // then recv ECONNRESET, since Linux resets a unix peer that closed with
     // unread data). Never a byte of response, never a hang.
-    assert!(
-        out.contains("bytes=0\n"),
-        "a denied peer got a response: {out}"
-    );
-    let closed_first =
-        out.contains(&format!("send=errno:{}\n", libc::EPIPE)) && out.contains("recv=eof\n");
+    assert!(out.contains("bytes=0\n"), "a denied peer got a response: {out}");
+    let closed_first = out.contains(&format!("send=errno:{}\n", libc::EPIPE)) && out.contains("recv=eof\n");
     let closed_after = out.contains("send=ok\n")
-        && (out.contains("recv=eof\n")
-            || out.contains(&format!("recv=errno:{}\n", libc::ECONNRESET)));
+        && (out.contains("recv=eof\n") || out.contains(&format!("recv=errno:{}\n", libc::ECONNRESET)));
     assert!(
         closed_first || closed_after,
         "a denied peer must just see the connection closed: {out}"
@@ -222,11 +202,7 @@ fn peercred_gate_closes_another_uid_before_any_http() {
             .lines()
             .any(|l| l.contains("a2a.unix.denied") && l.contains(&format!("uid={NOBODY}")))
     });
-    assert!(
-        logged,
-        "no a2a.unix.denied uid={NOBODY} in the log:\n{}",
-        d.log_text()
-    );
+    assert!(logged, "no a2a.unix.denied uid={NOBODY} in the log:\n{}", d.log_text());
     let line = d
         .log_text()
         .lines()
@@ -255,10 +231,7 @@ fn second_daemon_on_a_live_socket_exits_1() {
     assert_eq!(out.status.code(), Some(1), "second daemon: {stderr}");
     assert!(stderr.contains("another agentd"), "stderr: {stderr}");
     // The first daemon and its socket are untouched.
-    assert!(std::fs::symlink_metadata(&d.socket)
-        .unwrap()
-        .file_type()
-        .is_socket());
+    assert!(std::fs::symlink_metadata(&d.socket).unwrap().file_type().is_socket());
     assert_card(&d, "after a second daemon was refused");
 }
 
@@ -267,10 +240,7 @@ fn stale_socket_is_replaced_and_served() {
     let dir = TempDir::new("stale");
     let socket = dir.0.join("a.sock");
     drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
-    assert!(std::fs::symlink_metadata(&socket)
-        .unwrap()
-        .file_type()
-        .is_socket());
+    assert!(std::fs::symlink_metadata(&socket).unwrap().file_type().is_socket());
     let mut d = Daemon::start_at(dir, socket.clone(), &[]);
     assert_eq!(mode(&socket), 0o600, "the replacement socket's mode");
     assert_card(&d, "on a replaced stale socket");
@@ -293,17 +263,10 @@ fn regular_file_at_the_path_is_refused_and_untouched() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
     assert!(stderr.contains("not a socket"), "stderr: {stderr}");
-    assert!(std::fs::symlink_metadata(&path)
-        .unwrap()
-        .file_type()
-        .is_file());
+    assert!(std::fs::symlink_metadata(&path).unwrap().file_type().is_file());
     assert_eq!(std::fs::read(&path).unwrap(), b"precious data\n");
     assert_eq!(mode(&path), 0o644);
-    assert_eq!(
-        names(&dir.0),
-        ["a.sock"],
-        "nothing else left in the directory"
-    );
+    assert_eq!(names(&dir.0), ["a.sock"], "nothing else left in the directory");
 }
 
 #[test]

@@ -26,10 +26,7 @@ fn send_async(d: &Daemon, text: &str) -> String {
         json!({"message": user_message(text), "configuration": {"returnImmediately": true}}),
     );
     let state = r["task"]["status"]["state"].as_str().unwrap();
-    assert!(
-        matches!(state, "TASK_STATE_SUBMITTED" | "TASK_STATE_WORKING"),
-        "{r}"
-    );
+    assert!(matches!(state, "TASK_STATE_SUBMITTED" | "TASK_STATE_WORKING"), "{r}");
     r["task"]["id"].as_str().unwrap().to_string()
 }
 
@@ -63,10 +60,7 @@ fn pgid_of(pid: i32) -> i32 {
 #[test]
 fn exec_text_protocol_success_failure_and_missing_program() {
     let d = Daemon::start(&["--exec", "tr a-z A-Z"]);
-    let t = &d.ok(
-        "SendMessage",
-        json!({"message": user_message("shout this")}),
-    )["task"];
+    let t = &d.ok("SendMessage", json!({"message": user_message("shout this")}))["task"];
     assert_eq!(t["status"]["state"], "TASK_STATE_COMPLETED", "{t}");
     assert_eq!(t["artifacts"][0]["parts"][0]["text"], "SHOUT THIS");
     assert_eq!(
@@ -76,11 +70,7 @@ fn exec_text_protocol_success_failure_and_missing_program() {
     );
 
     let tmp = common::TempDir::new("ex");
-    let fail = script(
-        &tmp.0,
-        "fail.sh",
-        "echo partial; echo 'something broke' >&2; exit 3",
-    );
+    let fail = script(&tmp.0, "fail.sh", "echo partial; echo 'something broke' >&2; exit 3");
     let d = Daemon::start(&["--exec", fail.to_str().unwrap()]);
     let t = &d.ok("SendMessage", json!({"message": user_message("x")}))["task"];
     assert_eq!(t["status"]["state"], "TASK_STATE_FAILED", "{t}");
@@ -99,10 +89,7 @@ fn exec_text_protocol_success_failure_and_missing_program() {
     let t = &d.ok("SendMessage", json!({"message": user_message("x")}))["task"];
     assert_eq!(t["status"]["state"], "TASK_STATE_FAILED");
     let text = t["status"]["message"]["parts"][0]["text"].as_str().unwrap();
-    assert!(
-        text.contains("/nonexistent/agent") && text.contains("127"),
-        "{text}"
-    );
+    assert!(text.contains("/nonexistent/agent") && text.contains("127"), "{text}");
 }
 
 #[test]
@@ -238,10 +225,7 @@ fn cancel_kills_a_stubborn_program_and_its_grandchildren() {
     let pids = read_pids(&pids_file);
     let pgid = pgid_of(pids[0]);
     assert!(pids.iter().all(|p| alive(*p)));
-    assert!(
-        group_members(pgid).len() >= 4,
-        "worker, program and two grandchildren"
-    );
+    assert!(group_members(pgid).len() >= 4, "worker, program and two grandchildren");
 
     let started = Instant::now();
     let t = d.ok("CancelTask", json!({"id": id}));
@@ -257,10 +241,7 @@ fn cancel_kills_a_stubborn_program_and_its_grandchildren() {
         assert!(!alive(*p), "pid {p} survived the cancel");
     }
     assert!(started.elapsed() < Duration::from_secs(5));
-    assert!(
-        d.log_text().contains("rung=SIGKILL"),
-        "the ladder reached SIGKILL"
-    );
+    assert!(d.log_text().contains("rung=SIGKILL"), "the ladder reached SIGKILL");
     // Cancelling again is refused: it is finished.
     assert_eq!(d.err("CancelTask", json!({"id": id}))["code"], -32002);
 }
@@ -342,8 +323,7 @@ fn running_cap_queues_and_queue_cap_refuses() {
         "tasks.max_queued=1",
     ]);
     let first = send_async(&d, "a");
-    assert!(wait_for(Duration::from_secs(5), || state_of(&d, &first)
-        == "TASK_STATE_WORKING"));
+    assert!(wait_for(Duration::from_secs(5), || state_of(&d, &first) == "TASK_STATE_WORKING"));
     let second = send_async(&d, "b");
     assert_eq!(state_of(&d, &second), "TASK_STATE_SUBMITTED");
     let err = d.err(
@@ -352,22 +332,16 @@ fn running_cap_queues_and_queue_cap_refuses() {
     );
     assert_eq!(err["code"], -32603, "{err}");
     assert_eq!(err["data"][0]["reason"], "QUEUE_FULL");
-    assert_eq!(
-        d.ok("ListTasks", json!({}))["totalSize"],
-        2,
-        "nothing half-created"
-    );
+    assert_eq!(d.ok("ListTasks", json!({}))["totalSize"], 2, "nothing half-created");
     for id in [&first, &second] {
-        assert!(wait_for(Duration::from_secs(10), || state_of(&d, id)
-            == "TASK_STATE_COMPLETED"));
+        assert!(wait_for(Duration::from_secs(10), || state_of(&d, id) == "TASK_STATE_COMPLETED"));
     }
     // A queued task can be cancelled without ever running.
     let a = send_async(&d, "a");
     let b = send_async(&d, "b");
     let t = d.ok("CancelTask", json!({"id": b}));
     assert_eq!(t["status"]["state"], "TASK_STATE_CANCELED");
-    assert!(wait_for(Duration::from_secs(10), || state_of(&d, &a)
-        == "TASK_STATE_COMPLETED"));
+    assert!(wait_for(Duration::from_secs(10), || state_of(&d, &a) == "TASK_STATE_COMPLETED"));
 }
 
 #[test]
@@ -385,7 +359,9 @@ fn sigterm_drains_running_tasks_and_answers_blocked_clients() {
     ]);
     let socket = d.socket.clone();
     let blocked = {
-        let body = json!({"jsonrpc": "2.0", "id": 9, "method": "SendMessage", "params": {"message": user_message("x")}}).to_string();
+        let body =
+            json!({"jsonrpc": "2.0", "id": 9, "method": "SendMessage", "params": {"message": user_message("x")}})
+                .to_string();
         let mut conn = d.connect();
         std::thread::spawn(move || {
             write!(
@@ -399,10 +375,7 @@ fn sigterm_drains_running_tasks_and_answers_blocked_clients() {
     };
     let pids = read_pids(&pids_file);
     assert_eq!(d.stop(), Some(0), "clean exit");
-    let answer = blocked
-        .join()
-        .unwrap()
-        .expect("the blocked client got an answer");
+    let answer = blocked.join().unwrap().expect("the blocked client got an answer");
     assert_eq!(
         answer["result"]["task"]["status"]["state"], "TASK_STATE_CANCELED",
         "{answer}"

@@ -19,10 +19,7 @@ pub struct TempDir(pub PathBuf);
 impl TempDir {
     pub fn new(tag: &str) -> TempDir {
         let mut r = [0u8; 6];
-        std::fs::File::open("/dev/urandom")
-            .unwrap()
-            .read_exact(&mut r)
-            .unwrap();
+        std::fs::File::open("/dev/urandom").unwrap().read_exact(&mut r).unwrap();
         let hex: String = r.iter().map(|b| format!("{b:02x}")).collect();
         let p = std::env::temp_dir().join(format!("agentd-{tag}-{hex}"));
         std::fs::create_dir_all(&p).unwrap();
@@ -88,10 +85,7 @@ impl Daemon {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        panic!(
-            "agentd did not listen within 10 s; log:\n{}",
-            self.log_text()
-        );
+        panic!("agentd did not listen within 10 s; log:\n{}", self.log_text());
     }
 
     pub fn pid(&self) -> i32 {
@@ -152,9 +146,7 @@ impl Daemon {
     }
 
     pub fn get(&self, path: &str) -> HttpResponse {
-        self.raw(
-            format!("GET {path} HTTP/1.1\r\nHost: agentd\r\nConnection: close\r\n\r\n").as_bytes(),
-        )
+        self.raw(format!("GET {path} HTTP/1.1\r\nHost: agentd\r\nConnection: close\r\n\r\n").as_bytes())
     }
 
     /// SIGTERM and wait for exit (bounded); returns the exit code.
@@ -170,10 +162,7 @@ impl Daemon {
         }
         let _ = child.kill();
         let _ = child.wait();
-        panic!(
-            "agentd did not stop within 20 s of SIGTERM; log:\n{}",
-            self.log_text()
-        );
+        panic!("agentd did not stop within 20 s of SIGTERM; log:\n{}", self.log_text());
     }
 
     /// SIGKILL and reap.
@@ -224,8 +213,7 @@ impl HttpResponse {
     }
 
     pub fn json(&self) -> Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
     }
 }
 
@@ -282,11 +270,7 @@ pub fn read_response(r: &mut impl BufRead) -> std::io::Result<HttpResponse> {
     } else {
         r.read_to_end(&mut body)?;
     }
-    Ok(HttpResponse {
-        status,
-        headers,
-        body,
-    })
+    Ok(HttpResponse { status, headers, body })
 }
 
 /// A user message with one text part.
@@ -296,10 +280,7 @@ pub fn user_message(text: &str) -> Value {
 
 pub fn new_id() -> String {
     let mut r = [0u8; 8];
-    std::fs::File::open("/dev/urandom")
-        .unwrap()
-        .read_exact(&mut r)
-        .unwrap();
+    std::fs::File::open("/dev/urandom").unwrap().read_exact(&mut r).unwrap();
     r.iter().map(|b| format!("{b:02x}")).collect()
 }
 
