@@ -24,7 +24,9 @@ macro_rules! keys {
 }
 
 keys! {
-    "a2a.listen", "ADDRESS", "$XDG_RUNTIME_DIR/agentd/agentd.sock", "Listen on unix:///ABSOLUTE/PATH. Repeatable. The first listener is the card's preferred interface.";
+    "a2a.listen", "ADDRESS", "$XDG_RUNTIME_DIR/agentd/agentd.sock", "Listen on unix:///ABSOLUTE/PATH or vsock://CID:PORT (CID -1 or `any` = every CID). Repeatable. The first listener is the card's preferred interface.";
+    "a2a.vsock_allow_cids", "CID,…", "(any)", "vsock peers allowed to connect; others are closed before any HTTP and logged as a2a.vsock.denied.";
+    "a2a.vsock_operator_cids", "CID,…", "", "vsock peers that see every task (others see only the tasks they created).";
     "a2a.advertise", "BINDING URL", "", "Add an interface to the card after the listeners' own, e.g. `JSONRPC http://127.0.0.1:8080/` for a proxy that fronts the socket. Repeatable.";
     "a2a.tls", "-", "", "Not supported: the kernel authenticates peers on unix sockets. Setting it is an error.";
     "a2a.max_connections", "N", "256", "Concurrent connections; a connection over the cap gets 503 and is closed.";
@@ -122,6 +124,8 @@ pub struct Tasks {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     pub listen: Vec<Address>,
+    pub vsock_allow_cids: Vec<u32>,
+    pub vsock_operator_cids: Vec<u32>,
     pub advertise: Vec<(String, String)>,
     pub max_connections: usize,
     pub version_required: bool,
@@ -142,6 +146,8 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             listen: Vec::new(),
+            vsock_allow_cids: Vec::new(),
+            vsock_operator_cids: Vec::new(),
             advertise: Vec::new(),
             max_connections: limits::MAX_CONNECTIONS,
             version_required: true,
@@ -238,7 +244,17 @@ impl Config {
     /// Sets one key. Repeatable keys append. The error says what was wrong.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
         match key {
-            "a2a.listen" => self.listen.push(Address::parse(value).map_err(|e| e.to_string())?),
+            "a2a.listen" => {
+                let addr = Address::parse(value).map_err(|e| format!("a2a.listen: {e}"))?;
+                if !addr.can_listen() {
+                    return Err(format!(
+                        "a2a.listen: `{value}` can only be dialed; listen on unix:// or vsock://"
+                    ));
+                }
+                self.listen.push(addr);
+            }
+            "a2a.vsock_allow_cids" => self.vsock_allow_cids = cids(key, value)?,
+            "a2a.vsock_operator_cids" => self.vsock_operator_cids = cids(key, value)?,
             "a2a.advertise" => {
                 let (binding, url) = value
                     .split_once(char::is_whitespace)
@@ -405,6 +421,13 @@ fn list(key: &str, value: &str) -> Result<Vec<String>, String> {
     }
 }
 
+fn cids(key: &str, value: &str) -> Result<Vec<u32>, String> {
+    list(key, value)?
+        .iter()
+        .map(|c| c.parse::<u32>().map_err(|_| format!("{key}: `{c}` is not a vsock CID")))
+        .collect()
+}
+
 fn number(key: &str, value: &str) -> Result<u64, String> {
     value
         .replace('_', "")
@@ -556,6 +579,7 @@ mod tests {
                 "N" | "MS" | "BYTES" | "SECS" => "5",
                 "BOOL" => "true",
                 "ADDRESS" => "unix:///tmp/agentd-key-test.sock",
+                "CID,…" => "2,3",
                 "BINDING URL" => "JSONRPC http://127.0.0.1:1/",
                 "echo|exec" => "echo",
                 "text|jsonl" => "jsonl",

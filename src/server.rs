@@ -9,7 +9,6 @@
 //! ```
 
 use std::fmt;
-use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,11 +18,11 @@ use serde_json::Value;
 use crate::a2a::card::{Card, PROTOCOL_VERSION};
 use crate::a2a::{stream, Agent, Answer};
 use crate::config::Config;
-use crate::http::{self, sse, ReadError, Request, Response};
+use crate::http::{self, sse, Conn, ReadError, Request, Response};
 use crate::limits;
 use crate::rpc::{self, RpcError};
 use crate::tasks::{TableLimits, TaskTable};
-use crate::transport::{self, Principal};
+use crate::transport::{self, AcceptHandle, Gate, Listener, Principal, Stream};
 
 const CARD_PATH: &str = "/.well-known/agent-card.json";
 
@@ -31,6 +30,7 @@ const CARD_PATH: &str = "/.well-known/agent-card.json";
 struct Shared {
     agent: Agent,
     card: Card,
+    gate: Gate,
     http_limits: http::Limits,
     conns: AtomicUsize,
     busy: AtomicUsize,
@@ -66,10 +66,9 @@ pub fn serve(cfg: Config) -> Result<(), ServeError> {
     let addresses = cfg.listeners();
     let mut listeners = Vec::new();
     for addr in &addresses {
-        match addr {
-            transport::Address::Unix(path) => listeners.push(transport::bind_unix(path).map_err(ServeError::Bind)?),
-        }
+        listeners.push(Listener::bind(addr).map_err(ServeError::Bind)?);
     }
+    let card_addresses: Vec<transport::Address> = listeners.iter().map(Listener::card_address).collect();
     let tasks = Arc::new(TaskTable::new(TableLimits {
         max_running: cfg.tasks.max_running,
         max_queued: cfg.tasks.max_queued,
@@ -79,7 +78,7 @@ pub fn serve(cfg: Config) -> Result<(), ServeError> {
     let (procman, procman_thread) =
         crate::procman::spawn(cfg.clone(), tasks.clone()).map_err(|e| ServeError::Setup("starting procman", e))?;
     let shared = Arc::new(Shared {
-        card: Card::build(&cfg, &addresses, true),
+        card: Card::build(&cfg, &card_addresses, true),
         http_limits: http::Limits {
             body_max_bytes: cfg.body_max_bytes,
             head_timeout: Duration::from_millis(cfg.head_timeout_ms),
@@ -92,6 +91,10 @@ pub fn serve(cfg: Config) -> Result<(), ServeError> {
             tasks,
             procman: procman.clone(),
         },
+        gate: Gate {
+            vsock_allow: cfg.vsock_allow_cids.clone(),
+            vsock_operators: cfg.vsock_operator_cids.clone(),
+        },
         conns: AtomicUsize::new(0),
         busy: AtomicUsize::new(0),
         stopping: AtomicBool::new(false),
@@ -100,23 +103,16 @@ pub fn serve(cfg: Config) -> Result<(), ServeError> {
 
     let mut accept_threads = Vec::new();
     for l in &listeners {
-        let listener = l
-            .listener
-            .try_clone()
-            .map_err(|e| ServeError::Setup("cloning a listener", e))?;
+        let listener = l.try_clone().map_err(|e| ServeError::Setup("cloning a listener", e))?;
         let shared = shared.clone();
-        let name = format!("unix://{}", l.path.display());
+        let name = l.name();
         accept_threads.push(
             std::thread::Builder::new()
                 .name("accept".into())
                 .spawn(move || accept_loop(&listener, &shared, &name))
                 .map_err(|e| ServeError::Setup("starting an accept thread", e))?,
         );
-        log::info!(
-            "a2a.listen address=unix://{} runner={}",
-            l.path.display(),
-            cfg.runner.name()
-        );
+        log::info!("a2a.listen address={} runner={}", l.name(), cfg.runner.name());
     }
     log::info!(
         "agentd.ready pid={} max_running={} isolation=process-group",
@@ -159,9 +155,7 @@ pub fn serve(cfg: Config) -> Result<(), ServeError> {
     log::info!("agentd.stopping signal={}", crate::sys::signal_name(sig));
     shared.stopping.store(true, Ordering::SeqCst);
     for l in &listeners {
-        let _ = crate::sys::shutdown_read(&l.listener);
-        // Belt and braces: wake accept() in case shutdown(2) did not.
-        let _ = UnixStream::connect(&l.path);
+        l.wake();
     }
     for t in accept_threads {
         let _ = t.join();
@@ -188,10 +182,10 @@ pub fn serve(cfg: Config) -> Result<(), ServeError> {
     Ok(())
 }
 
-fn accept_loop(listener: &std::os::unix::net::UnixListener, shared: &Arc<Shared>, name: &str) {
+fn accept_loop(listener: &AcceptHandle, shared: &Arc<Shared>, name: &str) {
     loop {
-        let stream = match listener.accept() {
-            Ok((s, _)) => s,
+        let peer = match listener.accept() {
+            Ok(p) => p,
             Err(e) => {
                 if shared.stopping.load(Ordering::SeqCst) {
                     return;
@@ -206,10 +200,10 @@ fn accept_loop(listener: &std::os::unix::net::UnixListener, shared: &Arc<Shared>
         if shared.stopping.load(Ordering::SeqCst) {
             return;
         }
-        let principal = match transport::gate_unix(&stream) {
-            Ok(p) => p,
+        let (stream, principal) = match shared.gate.admit(peer) {
+            Ok(admitted) => admitted,
             Err(denied) => {
-                log::warn!("a2a.unix.denied {denied} listener={name}");
+                log::warn!("{} {denied} listener={name}", denied.event());
                 continue; // dropped: closed before a byte is read
             }
         };
@@ -235,7 +229,7 @@ fn accept_loop(listener: &std::os::unix::net::UnixListener, shared: &Arc<Shared>
 }
 
 /// Over the connection cap: a short 503, then close.
-fn refuse_busy(mut stream: UnixStream, conn_id: usize) {
+fn refuse_busy(mut stream: Stream, conn_id: usize) {
     log::warn!("a2a.conn.refused conn={conn_id} reason=connection cap reached");
     let _ = stream.set_write_timeout(Some(Duration::from_millis(500)));
     let resp =
@@ -266,7 +260,7 @@ impl fmt::Display for CloseReason {
     }
 }
 
-fn serve_connection(mut stream: UnixStream, principal: &Principal, shared: &Shared) -> CloseReason {
+fn serve_connection(mut stream: Stream, principal: &Principal, shared: &Shared) -> CloseReason {
     let _ = stream.set_write_timeout(Some(Duration::from_millis(limits::HTTP_WRITE_TIMEOUT_MS)));
     let mut reader = http::Reader::new(shared.http_limits.clone());
     loop {
@@ -342,7 +336,7 @@ fn route(req: &Request, principal: &Principal, shared: &Shared) -> Reply {
 /// Writes an SSE stream: headers, one chunk per event (flushed at once),
 /// keep-alive comments while idle, the zero chunk at the end.
 fn write_stream(
-    stream: &mut UnixStream,
+    stream: &mut Stream,
     principal: &Principal,
     shared: &Shared,
     id: &Value,

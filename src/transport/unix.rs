@@ -1,78 +1,19 @@
-//! Addresses, binding, dialing, and who the peer is.
-//!
-//! A unix listener is created the way the binding text demands: the socket
+//! Unix listeners. A unix listener is created the way the binding text demands: the socket
 //! is bound inside a fresh 0700 staging directory beside the target, made
 //! 0600, then `rename(2)`d into place, so no other user can connect even for
 //! an instant. A live socket already at the path means another daemon; a
 //! stale one is replaced; anything that is not a socket is never touched.
-//! Every accepted connection is gated on SO_PEERCRED before a byte is read.
+//! Every accepted connection is gated on SO_PEERCRED before a byte is read
+//! (see [`super::Gate`]).
 
 use std::fmt;
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
+
 use std::path::{Path, PathBuf};
 
 use crate::sys;
-
-/// The most bytes a unix socket path may have (sun_path minus the NUL).
-const SUN_PATH_MAX: usize = 107;
-
-/// Where to listen or dial.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Address {
-    /// `unix:///absolute/path`
-    Unix(PathBuf),
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AddressError(String);
-
-impl fmt::Display for AddressError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl Address {
-    pub fn parse(s: &str) -> Result<Address, AddressError> {
-        if let Some(path) = s.strip_prefix("unix://") {
-            if !path.starts_with('/') {
-                return Err(AddressError(format!(
-                    "`{s}`: a unix address needs an absolute path, as in unix:///run/agentd/agentd.sock"
-                )));
-            }
-            if path.len() > SUN_PATH_MAX {
-                return Err(AddressError(format!(
-                    "`{s}`: the path is {} bytes; unix sockets allow at most {SUN_PATH_MAX}",
-                    path.len()
-                )));
-            }
-            return Ok(Address::Unix(PathBuf::from(path)));
-        }
-        if s.starts_with('/') {
-            return Err(AddressError(format!("`{s}`: write it as unix://{s}")));
-        }
-        Err(AddressError(format!(
-            "`{s}`: expected unix:///ABSOLUTE/PATH (TCP is not served: put a proxy in front of the socket)"
-        )))
-    }
-
-    /// The `protocolBinding` URI of an interface on this address.
-    pub fn binding_uri(&self) -> &'static str {
-        match self {
-            Address::Unix(_) => "https://agentd.dev/a2a/binding/jsonrpc-unix",
-        }
-    }
-}
-
-impl fmt::Display for Address {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Address::Unix(p) => write!(f, "unix://{}", p.display()),
-        }
-    }
-}
 
 /// Why a listener could not be set up. Each says what to do about it.
 #[derive(Debug)]
@@ -200,80 +141,9 @@ fn make_staging_dir(parent: &Path) -> io::Result<PathBuf> {
     Err(io::Error::new(io::ErrorKind::AlreadyExists, "no free staging name"))
 }
 
-/// Who the peer of an accepted connection is, once it passed the gate.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Principal {
-    Unix { uid: u32, pid: i32 },
-}
-
-impl Principal {
-    /// The text recorded on tasks the peer creates: `unix:uid=1000`.
-    pub fn name(&self) -> String {
-        match self {
-            Principal::Unix { uid, .. } => format!("unix:uid={uid}"),
-        }
-    }
-
-    /// Operators see every task. Every peer that passes the unix gate is one.
-    pub fn is_operator(&self) -> bool {
-        match self {
-            Principal::Unix { .. } => true,
-        }
-    }
-}
-
-/// The SO_PEERCRED gate: our own euid or root is served, anyone else is
-/// refused. `Err` carries the credentials for the `a2a.unix.denied` log.
-pub fn gate_unix(stream: &UnixStream) -> Result<Principal, Denied> {
-    let cred = sys::peer_cred(stream).map_err(|e| Denied::Unknown(e.to_string()))?;
-    let euid = sys::geteuid();
-    if cred.uid == euid || cred.uid == 0 {
-        Ok(Principal::Unix {
-            uid: cred.uid,
-            pid: cred.pid,
-        })
-    } else {
-        Err(Denied::Unix(cred))
-    }
-}
-
-#[derive(Debug)]
-pub enum Denied {
-    Unix(sys::PeerCred),
-    Unknown(String),
-}
-
-impl fmt::Display for Denied {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Denied::Unix(c) => write!(f, "pid={} uid={} gid={}", c.pid, c.uid, c.gid),
-            Denied::Unknown(e) => write!(f, "peer credentials unreadable: {e}"),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_addresses_with_helpful_errors() {
-        assert_eq!(
-            Address::parse("unix:///run/a.sock").unwrap(),
-            Address::Unix("/run/a.sock".into())
-        );
-        assert!(Address::parse("unix://rel.sock")
-            .unwrap_err()
-            .0
-            .contains("absolute path"));
-        assert!(Address::parse("/run/a.sock")
-            .unwrap_err()
-            .0
-            .contains("unix:///run/a.sock"));
-        assert!(Address::parse("tcp://1.2.3.4:5").unwrap_err().0.contains("proxy"));
-        let long = format!("unix:///{}", "a".repeat(120));
-        assert!(Address::parse(&long).unwrap_err().0.contains("at most 107"));
-    }
 
     #[test]
     fn binds_0600_refuses_live_replaces_stale_never_touches_files() {
