@@ -7,6 +7,7 @@
 
 pub mod a2a;
 pub mod cli;
+pub mod client;
 pub mod clock;
 pub mod config;
 pub mod control;

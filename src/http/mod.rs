@@ -43,6 +43,7 @@
 //! ```
 
 pub mod chunked;
+pub mod client;
 pub mod sse;
 
 use std::fmt;

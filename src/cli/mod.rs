@@ -4,6 +4,8 @@
 use std::io::Write;
 use std::path::PathBuf;
 
+mod client;
+
 use crate::config::{self, Config};
 
 pub const EXIT_OK: i32 = 0;
@@ -14,9 +16,12 @@ const USAGE: &str = "\
 agentd — an A2A 1.0 agent on a unix socket; every task a supervised process
 
 Usage:
-  agentd serve [OPTIONS]      run the daemon (the built-in echo agent by default)
-  agentd help [serve|config]  this text, the serve options, or every config key
-  agentd version              print the version
+  agentd serve [OPTIONS]                 run the daemon (the built-in echo agent by default)
+  agentd card|send|get|list|cancel|subscribe ENDPOINT …
+                                         talk to an agent (see `agentd help client`)
+  agentd help [serve|client|config]      this text, the daemon's options, the client's,
+                                         or every config key
+  agentd version                         print the version
 
 Run `agentd help serve` for the daemon's options and `man agentd` for the manual.
 ";
@@ -58,6 +63,7 @@ pub fn main() -> i32 {
     let rest = &args[1..];
     match cmd.as_str() {
         "serve" => serve(rest),
+        "card" | "send" | "get" | "list" | "cancel" | "subscribe" => client::run(cmd, rest),
         "__worker" => crate::worker::main_with_logging(),
         "help" | "-h" | "--help" => help(rest.first().map(String::as_str)),
         "version" | "-V" | "--version" => {
@@ -76,9 +82,10 @@ fn help(topic: Option<&str>) -> i32 {
     let _ = match topic {
         None => write!(out, "{USAGE}"),
         Some("serve") => write!(out, "{SERVE_HELP}"),
+        Some("client") => write!(out, "{}", client::HELP),
         Some("config") => write!(out, "{}", config_help()),
         Some(other) => {
-            eprintln!("agentd: no help on `{other}`; try `agentd help serve` or `agentd help config`");
+            eprintln!("agentd: no help on `{other}`; try `agentd help serve`, `help client` or `help config`");
             return EXIT_USAGE;
         }
     };

@@ -1,0 +1,468 @@
+//! The client subcommands: `agentd card|send|get|list|cancel|subscribe
+//! ENDPOINT …`. Human output by default, the raw JSON with `--json`.
+//!
+//! Exit codes: 0 success; 1 the agent answered with a JSON-RPC error
+//! (printed); 2 usage; 3 the endpoint could not be reached or did not speak
+//! A2A over our binding; 4 `send`/`subscribe` saw the task end FAILED,
+//! REJECTED or CANCELED.
+
+use std::io::{Read, Write};
+
+use serde_json::{json, Value};
+
+use super::{EXIT_FAILURE, EXIT_OK, EXIT_USAGE};
+use crate::client::{Client, ClientError, StreamEvent};
+use crate::transport::Address;
+
+pub const EXIT_UNREACHABLE: i32 = 3;
+pub const EXIT_TASK_FAILED: i32 = 4;
+
+pub const HELP: &str = "\
+Usage: agentd COMMAND ENDPOINT [ARGS] [OPTIONS]
+
+Talk to an A2A agent on a unix socket or vsock. ENDPOINT is
+unix:///PATH, vsock://CID:PORT, or vsock+uds:///PATH:PORT (a guest's port
+through a hybrid-vsock socket, as Firecracker and vhost-device-vsock offer).
+The client reads the agent's card, checks it offers agentd's binding for
+that transport, and always sends to ENDPOINT itself.
+
+Commands:
+  card ENDPOINT                  show the agent card
+  send ENDPOINT [TEXT]           send a message (TEXT, or stdin when absent or -)
+      --stream                   show progress live (SendStreamingMessage)
+      --task ID                  continue a task waiting for input
+      --context ID               send within a conversation (contextId)
+      --no-wait                  return at once (returnImmediately)
+  get ENDPOINT TASK_ID           show a task  [--history N]
+  list ENDPOINT                  list tasks   [--context ID] [--state STATE]
+                                              [--page-size N] [--page-token T] [--artifacts]
+  cancel ENDPOINT TASK_ID        cancel a task (returns once it is CANCELED)
+  subscribe ENDPOINT TASK_ID     follow a task's events until it ends  [--last-event-id N]
+
+Options for every command:
+      --json                     print the raw JSON results (one per line when streaming)
+      --timeout SECS             give up waiting for a non-streaming answer
+
+Exit status: 0 success; 1 the agent answered with an error; 2 usage;
+3 the endpoint could not be reached or speaks no binding we know;
+4 the task ended FAILED, REJECTED or CANCELED.
+";
+
+/// Parsed flags shared by every client command.
+struct Opts {
+    json: bool,
+    positional: Vec<String>,
+    flags: Vec<(String, Option<String>)>,
+}
+
+/// Flags that take a value.
+const VALUED: &[&str] = &[
+    "--task",
+    "--context",
+    "--history",
+    "--state",
+    "--page-size",
+    "--page-token",
+    "--last-event-id",
+    "--timeout",
+];
+const BOOLEAN: &[&str] = &["--json", "--stream", "--no-wait", "--artifacts"];
+
+fn parse(args: &[String]) -> Result<Opts, String> {
+    let mut o = Opts {
+        json: false,
+        positional: Vec::new(),
+        flags: Vec::new(),
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let (name, inline) = match a.split_once('=') {
+            Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
+            _ => (a.clone(), None),
+        };
+        if VALUED.contains(&name.as_str()) {
+            let v = inline
+                .or_else(|| it.next().cloned())
+                .ok_or_else(|| format!("{name} needs a value"))?;
+            o.flags.push((name, Some(v)));
+        } else if BOOLEAN.contains(&name.as_str()) {
+            if name == "--json" {
+                o.json = true;
+            }
+            o.flags.push((name, None));
+        } else if name.starts_with("--") {
+            return Err(format!("unknown option `{name}`"));
+        } else {
+            o.positional.push(a.clone());
+        }
+    }
+    Ok(o)
+}
+
+impl Opts {
+    fn has(&self, name: &str) -> bool {
+        self.flags.iter().any(|(n, _)| n == name)
+    }
+
+    fn value(&self, name: &str) -> Option<&str> {
+        self.flags
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .and_then(|(_, v)| v.as_deref())
+    }
+
+    fn number(&self, name: &str) -> Result<Option<i64>, String> {
+        self.value(name)
+            .map(|v| v.parse::<i64>().map_err(|_| format!("{name}: `{v}` is not a number")))
+            .transpose()
+    }
+}
+
+/// Runs one client command; returns the exit code.
+pub fn run(command: &str, args: &[String]) -> i32 {
+    let opts = match parse(args) {
+        Ok(o) => o,
+        Err(e) => return usage(&e),
+    };
+    let Some(endpoint) = opts.positional.first() else {
+        return usage(&format!("`{command}` needs an ENDPOINT"));
+    };
+    let addr = match Address::parse(endpoint) {
+        Ok(a) => a,
+        Err(e) => return usage(&e.to_string()),
+    };
+    let mut client = Client::new(addr);
+    match opts.number("--timeout") {
+        Ok(t) => client.timeout = t.filter(|t| *t > 0).map(|t| std::time::Duration::from_secs(t as u64)),
+        Err(e) => return usage(&e),
+    }
+    let rest = &opts.positional[1..];
+    let result = match command {
+        "card" => card(&client, &opts),
+        "send" => send(&client, &opts, rest),
+        "get" => one_id(rest, "get").and_then(|id| get(&client, &opts, id)),
+        "list" => list(&client, &opts),
+        "cancel" => one_id(rest, "cancel").and_then(|id| cancel(&client, &opts, id)),
+        "subscribe" => one_id(rest, "subscribe").and_then(|id| subscribe(&client, &opts, id)),
+        _ => return usage(&format!("unknown command `{command}`")),
+    };
+    match result {
+        Ok(code) => code,
+        Err(Failure::Usage(m)) => usage(&m),
+        Err(Failure::Client(e)) => {
+            if opts.json {
+                if let ClientError::Rpc(err) = &e {
+                    println!("{}", json!({ "error": err }));
+                }
+            }
+            eprintln!("agentd: {e}");
+            match e {
+                ClientError::Rpc(_) => EXIT_FAILURE,
+                _ => EXIT_UNREACHABLE,
+            }
+        }
+    }
+}
+
+enum Failure {
+    Usage(String),
+    Client(ClientError),
+}
+
+impl From<ClientError> for Failure {
+    fn from(e: ClientError) -> Failure {
+        Failure::Client(e)
+    }
+}
+
+fn usage(msg: &str) -> i32 {
+    eprintln!("agentd: {msg} (see `agentd help client`)");
+    EXIT_USAGE
+}
+
+fn one_id<'a>(rest: &'a [String], cmd: &str) -> Result<&'a str, Failure> {
+    match rest {
+        [id] => Ok(id),
+        [] => Err(Failure::Usage(format!("`{cmd}` needs a TASK_ID"))),
+        _ => Err(Failure::Usage(format!("`{cmd}` takes one TASK_ID"))),
+    }
+}
+
+fn print_json(v: &Value) {
+    println!("{v}");
+}
+
+fn card(client: &Client, opts: &Opts) -> Result<i32, Failure> {
+    let card = client.card()?;
+    if opts.json {
+        print_json(&card);
+        client.check_interface(&card)?;
+        return Ok(EXIT_OK);
+    }
+    println!("{} {}", text(&card["name"]), text(&card["version"]));
+    println!("  {}", text(&card["description"]));
+    println!("interfaces:");
+    for i in card["supportedInterfaces"].as_array().into_iter().flatten() {
+        println!(
+            "  {}  {}  (A2A {})",
+            text(&i["url"]),
+            text(&i["protocolBinding"]),
+            text(&i["protocolVersion"])
+        );
+    }
+    let caps = &card["capabilities"];
+    println!(
+        "capabilities: streaming={} pushNotifications={} extendedAgentCard={}",
+        caps["streaming"].as_bool().unwrap_or(false),
+        caps["pushNotifications"].as_bool().unwrap_or(false),
+        caps["extendedAgentCard"].as_bool().unwrap_or(false)
+    );
+    for e in caps["extensions"].as_array().into_iter().flatten() {
+        println!(
+            "  extension {}{}",
+            text(&e["uri"]),
+            if e["required"] == true { " (required)" } else { "" }
+        );
+    }
+    for s in card["skills"].as_array().into_iter().flatten() {
+        println!("skill {}: {}", text(&s["id"]), text(&s["description"]));
+    }
+    client.check_interface(&card)?;
+    Ok(EXIT_OK)
+}
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    }
+}
+
+fn read_message_text(rest: &[String]) -> Result<String, Failure> {
+    match rest {
+        [] => read_stdin(),
+        [t] if t == "-" => read_stdin(),
+        words => Ok(words.join(" ")),
+    }
+}
+
+fn read_stdin() -> Result<String, Failure> {
+    let mut s = String::new();
+    std::io::stdin()
+        .read_to_string(&mut s)
+        .map_err(|e| Failure::Usage(format!("cannot read the message from stdin: {e}")))?;
+    Ok(s)
+}
+
+fn send(client: &Client, opts: &Opts, rest: &[String]) -> Result<i32, Failure> {
+    client.discover()?;
+    let text = read_message_text(rest)?;
+    let mut message = json!({
+        "messageId": crate::ids::new_id(),
+        "role": "ROLE_USER",
+        "parts": [{"text": text}],
+    });
+    if let Some(t) = opts.value("--task") {
+        message["taskId"] = json!(t);
+    }
+    if let Some(c) = opts.value("--context") {
+        message["contextId"] = json!(c);
+    }
+    let mut params = json!({ "message": message });
+    if opts.has("--no-wait") {
+        params["configuration"] = json!({"returnImmediately": true});
+    }
+    if opts.has("--stream") {
+        let mut printer = Printer::new(opts.json);
+        client.stream("SendStreamingMessage", params, None, &mut |ev| printer.event(ev))?;
+        return Ok(printer.exit_code());
+    }
+    let result = client.call("SendMessage", params)?;
+    if opts.json {
+        print_json(&result);
+    } else if let Some(m) = result.get("message") {
+        println!("{}", message_text(m));
+    } else {
+        print_task(&result["task"], true);
+    }
+    Ok(task_exit(result.get("task").map(|t| &t["status"]["state"])))
+}
+
+fn get(client: &Client, opts: &Opts, id: &str) -> Result<i32, Failure> {
+    client.discover()?;
+    let mut params = json!({ "id": id });
+    if let Some(n) = opts.number("--history").map_err(Failure::Usage)? {
+        params["historyLength"] = json!(n);
+    }
+    let task = client.call("GetTask", params)?;
+    if opts.json {
+        print_json(&task);
+    } else {
+        print_task(&task, true);
+    }
+    Ok(EXIT_OK)
+}
+
+fn list(client: &Client, opts: &Opts) -> Result<i32, Failure> {
+    client.discover()?;
+    let mut params = json!({});
+    if let Some(c) = opts.value("--context") {
+        params["contextId"] = json!(c);
+    }
+    if let Some(s) = opts.value("--state") {
+        let upper = s.to_ascii_uppercase().replace('-', "_");
+        let state = if upper.starts_with("TASK_STATE_") {
+            upper
+        } else {
+            format!("TASK_STATE_{upper}")
+        };
+        params["status"] = json!(state);
+    }
+    if let Some(n) = opts.number("--page-size").map_err(Failure::Usage)? {
+        params["pageSize"] = json!(n);
+    }
+    if let Some(t) = opts.value("--page-token") {
+        params["pageToken"] = json!(t);
+    }
+    if opts.has("--artifacts") {
+        params["includeArtifacts"] = json!(true);
+    }
+    let page = client.call("ListTasks", params)?;
+    if opts.json {
+        print_json(&page);
+        return Ok(EXIT_OK);
+    }
+    let tasks = page["tasks"].as_array().cloned().unwrap_or_default();
+    println!("{:<36}  {:<15}  {:<24}  CONTEXT", "TASK", "STATE", "UPDATED");
+    for t in &tasks {
+        println!(
+            "{:<36}  {:<15}  {:<24}  {}",
+            text(&t["id"]),
+            short_state(&t["status"]["state"]),
+            text(&t["status"]["timestamp"]),
+            text(&t["contextId"])
+        );
+    }
+    println!("{} of {} task(s)", tasks.len(), page["totalSize"]);
+    if let Some(next) = page["nextPageToken"].as_str().filter(|t| !t.is_empty()) {
+        println!("more: --page-token {next}");
+    }
+    Ok(EXIT_OK)
+}
+
+fn cancel(client: &Client, opts: &Opts, id: &str) -> Result<i32, Failure> {
+    client.discover()?;
+    let task = client.call("CancelTask", json!({ "id": id }))?;
+    if opts.json {
+        print_json(&task);
+    } else {
+        println!("task {} {}", text(&task["id"]), short_state(&task["status"]["state"]));
+    }
+    Ok(EXIT_OK)
+}
+
+fn subscribe(client: &Client, opts: &Opts, id: &str) -> Result<i32, Failure> {
+    client.discover()?;
+    let mut printer = Printer::new(opts.json);
+    client.stream(
+        "SubscribeToTask",
+        json!({ "id": id }),
+        opts.value("--last-event-id"),
+        &mut |ev| printer.event(ev),
+    )?;
+    Ok(printer.exit_code())
+}
+
+/// `TASK_STATE_INPUT_REQUIRED` → `input-required`.
+fn short_state(v: &Value) -> String {
+    let s = v.as_str().unwrap_or("?");
+    s.strip_prefix("TASK_STATE_")
+        .unwrap_or(s)
+        .to_ascii_lowercase()
+        .replace('_', "-")
+}
+
+fn task_exit(state: Option<&Value>) -> i32 {
+    match state.and_then(Value::as_str) {
+        Some("TASK_STATE_FAILED" | "TASK_STATE_REJECTED" | "TASK_STATE_CANCELED") => EXIT_TASK_FAILED,
+        _ => EXIT_OK,
+    }
+}
+
+fn message_text(m: &Value) -> String {
+    m["parts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| match (&p["text"], &p["data"], &p["url"]) {
+            (Value::String(t), _, _) => t.clone(),
+            (_, d, _) if !d.is_null() => d.to_string(),
+            (_, _, Value::String(u)) => u.clone(),
+            _ => format!("[{} bytes]", p["raw"].as_str().map_or(0, |r| r.len() * 3 / 4)),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn print_task(task: &Value, with_artifacts: bool) {
+    println!("task {} {}", text(&task["id"]), short_state(&task["status"]["state"]));
+    println!("  context {}", text(&task["contextId"]));
+    if let Some(m) = task["status"].get("message") {
+        println!("  status: {}", message_text(m));
+    }
+    if with_artifacts {
+        for a in task["artifacts"].as_array().into_iter().flatten() {
+            println!(
+                "artifact {}:",
+                a["name"].as_str().unwrap_or(a["artifactId"].as_str().unwrap_or("?"))
+            );
+            let body = message_text(a);
+            print!("{body}");
+            if !body.ends_with('\n') {
+                println!();
+            }
+        }
+    }
+}
+
+/// Prints stream events as they come and remembers the last state.
+struct Printer {
+    json: bool,
+    last_state: Option<String>,
+}
+
+impl Printer {
+    fn new(json: bool) -> Printer {
+        Printer { json, last_state: None }
+    }
+
+    fn event(&mut self, ev: StreamEvent) -> bool {
+        let r = &ev.result;
+        if let Some(t) = r.get("task") {
+            self.last_state = t["status"]["state"].as_str().map(String::from);
+        }
+        if let Some(s) = r.get("statusUpdate") {
+            self.last_state = s["status"]["state"].as_str().map(String::from);
+        }
+        if self.json {
+            print_json(r);
+        } else if let Some(t) = r.get("task") {
+            println!("task {} {}", text(&t["id"]), short_state(&t["status"]["state"]));
+        } else if let Some(m) = r.get("message") {
+            println!("{}", message_text(m));
+        } else if let Some(s) = r.get("statusUpdate") {
+            let note = s["status"].get("message").map(message_text).unwrap_or_default();
+            println!("[{}] {note}", short_state(&s["status"]["state"]));
+        } else if let Some(a) = r.get("artifactUpdate") {
+            print!("{}", message_text(&a["artifact"]));
+        }
+        let _ = std::io::stdout().flush();
+        true
+    }
+
+    fn exit_code(&self) -> i32 {
+        task_exit(self.last_state.as_ref().map(|s| Value::String(s.clone())).as_ref())
+    }
+}

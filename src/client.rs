@@ -1,0 +1,253 @@
+//! The outbound A2A client over unix sockets and vsock.
+//!
+//! It reads the peer's card, checks that the peer offers an interface whose
+//! binding this client implements for the address it was given (the unix or
+//! vsock binding URI, never `JSONRPC`), and then sends every call to the
+//! **configured** endpoint — never to a URL the card names. Every request
+//! carries `A2A-Version: 1.0`. Streams are read as SSE (CR, LF and CRLF line
+//! ends); an error before the stream starts arrives as plain JSON.
+
+use std::fmt;
+use std::io;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::http::client::{write_request, ResponseReader};
+use crate::http::sse;
+use crate::http::Conn;
+use crate::transport::{self, Address, Stream};
+
+/// Largest non-streaming response body the client accepts.
+const RESPONSE_MAX_BYTES: usize = 64 * 1024 * 1024;
+
+#[derive(Debug)]
+pub enum ClientError {
+    /// The endpoint could not be reached.
+    Connect { addr: String, source: io::Error },
+    /// It answered, but not with HTTP/JSON-RPC we understand.
+    Protocol(String),
+    /// The card lists no interface this client can use at this address.
+    NoInterface {
+        addr: String,
+        wanted: &'static str,
+        offered: Vec<String>,
+    },
+    /// The agent answered with a JSON-RPC error object.
+    Rpc(Value),
+}
+
+impl fmt::Display for ClientError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClientError::Connect { addr, source } => write!(f, "cannot reach {addr}: {source}"),
+            ClientError::Protocol(m) => write!(f, "{m}"),
+            ClientError::NoInterface { addr, wanted, offered } => write!(
+                f,
+                "the agent at {addr} offers no interface with binding {wanted} (it offers: {})",
+                if offered.is_empty() {
+                    "none".to_string()
+                } else {
+                    offered.join(", ")
+                }
+            ),
+            ClientError::Rpc(e) => write!(
+                f,
+                "error {}: {}",
+                e["code"],
+                e["message"].as_str().unwrap_or("(no message)")
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ClientError {}
+
+/// One event of a stream: its SSE id and the JSON-RPC `result`.
+pub struct StreamEvent {
+    pub id: Option<String>,
+    pub result: Value,
+}
+
+pub struct Client {
+    pub addr: Address,
+    /// Read timeout for non-streaming calls (streams wait as long as needed).
+    pub timeout: Option<Duration>,
+    /// `A2A-Extensions` to request.
+    pub extensions: Vec<String>,
+}
+
+impl Client {
+    pub fn new(addr: Address) -> Client {
+        Client {
+            addr,
+            timeout: None,
+            extensions: Vec::new(),
+        }
+    }
+
+    fn connect(&self) -> Result<Stream, ClientError> {
+        transport::dial(&self.addr).map_err(|source| ClientError::Connect {
+            addr: self.addr.to_string(),
+            source,
+        })
+    }
+
+    fn protocol(&self, what: &str, e: impl fmt::Display) -> ClientError {
+        ClientError::Protocol(format!("{} {what}: {e}", self.addr))
+    }
+
+    /// GETs the agent card.
+    pub fn card(&self) -> Result<Value, ClientError> {
+        let mut s = self.connect()?;
+        let _ = s.set_read_timeout(self.timeout);
+        write_request(
+            &mut s,
+            "GET",
+            "/.well-known/agent-card.json",
+            &[("Connection", "close")],
+            b"",
+        )
+        .map_err(|e| self.protocol("did not take the request", e))?;
+        let (head, mut body) = ResponseReader::new(s).map_err(|e| self.protocol("sent no card", e))?;
+        let bytes = body
+            .body(RESPONSE_MAX_BYTES)
+            .map_err(|e| self.protocol("sent a broken card", e))?;
+        if head.status != 200 {
+            return Err(ClientError::Protocol(format!(
+                "{} answered the card request with HTTP {}: {}",
+                self.addr,
+                head.status,
+                String::from_utf8_lossy(&bytes).trim()
+            )));
+        }
+        serde_json::from_slice(&bytes).map_err(|e| self.protocol("sent a card that is not JSON", e))
+    }
+
+    /// Checks the card offers our binding for this address (and A2A 1.x).
+    pub fn check_interface(&self, card: &Value) -> Result<(), ClientError> {
+        let wanted = self.addr.binding_uri();
+        let interfaces = card["supportedInterfaces"].as_array().cloned().unwrap_or_default();
+        let usable = interfaces.iter().any(|i| {
+            i["protocolBinding"] == wanted && i["protocolVersion"].as_str().is_some_and(|v| v.starts_with("1."))
+        });
+        if usable {
+            return Ok(());
+        }
+        Err(ClientError::NoInterface {
+            addr: self.addr.to_string(),
+            wanted,
+            offered: interfaces
+                .iter()
+                .map(|i| format!("{} {}", i["protocolBinding"], i["url"]).replace('"', ""))
+                .collect(),
+        })
+    }
+
+    /// Fetches the card and checks it, as every command does first.
+    pub fn discover(&self) -> Result<Value, ClientError> {
+        let card = self.card()?;
+        self.check_interface(&card)?;
+        Ok(card)
+    }
+
+    fn post(
+        &self,
+        method: &str,
+        params: Value,
+        extra: &[(&str, &str)],
+    ) -> Result<(crate::http::client::Head, ResponseReader<Stream>), ClientError> {
+        let mut s = self.connect()?;
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string();
+        let ext = self.extensions.join(", ");
+        let mut headers = vec![
+            ("Content-Type", "application/json"),
+            ("A2A-Version", "1.0"),
+            ("Connection", "close"),
+        ];
+        if !ext.is_empty() {
+            headers.push(("A2A-Extensions", ext.as_str()));
+        }
+        headers.extend_from_slice(extra);
+        write_request(&mut s, "POST", "/", &headers, body.as_bytes())
+            .map_err(|e| self.protocol("did not take the request", e))?;
+        ResponseReader::new(s).map_err(|e| self.protocol("sent no answer", e))
+    }
+
+    /// One JSON-RPC call: the `result`, or the `error` as `ClientError::Rpc`.
+    pub fn call(&self, method: &str, params: Value) -> Result<Value, ClientError> {
+        let (head, mut body) = self.post(method, params, &[])?;
+        let bytes = body
+            .body(RESPONSE_MAX_BYTES)
+            .map_err(|e| self.protocol("sent a broken answer", e))?;
+        self.rpc_result(head.status, &bytes)
+    }
+
+    fn rpc_result(&self, status: u16, bytes: &[u8]) -> Result<Value, ClientError> {
+        let v: Value = serde_json::from_slice(bytes).map_err(|_| {
+            ClientError::Protocol(format!(
+                "{} answered HTTP {status} with a body that is not JSON-RPC: {}",
+                self.addr,
+                String::from_utf8_lossy(bytes).trim()
+            ))
+        })?;
+        if let Some(e) = v.get("error") {
+            return Err(ClientError::Rpc(e.clone()));
+        }
+        v.get("result")
+            .cloned()
+            .ok_or_else(|| ClientError::Protocol(format!("{} answered without `result` or `error`", self.addr)))
+    }
+
+    /// A streaming call. `on_event` gets each event's result as it arrives
+    /// and returns false to stop early. An `error` event ends the stream
+    /// with `ClientError::Rpc`.
+    pub fn stream(
+        &self,
+        method: &str,
+        params: Value,
+        last_event_id: Option<&str>,
+        on_event: &mut dyn FnMut(StreamEvent) -> bool,
+    ) -> Result<(), ClientError> {
+        let mut extra = vec![("Accept", "text/event-stream")];
+        if let Some(id) = last_event_id {
+            extra.push(("Last-Event-ID", id));
+        }
+        let (head, mut body) = self.post(method, params, &extra)?;
+        let is_sse = head
+            .header("Content-Type")
+            .is_some_and(|t| t.to_ascii_lowercase().starts_with("text/event-stream"));
+        if !is_sse {
+            // An error before the stream started: plain JSON-RPC.
+            let bytes = body
+                .body(RESPONSE_MAX_BYTES)
+                .map_err(|e| self.protocol("sent a broken answer", e))?;
+            let result = self.rpc_result(head.status, &bytes)?;
+            on_event(StreamEvent { id: None, result });
+            return Ok(());
+        }
+        let mut parser = sse::Parser::new();
+        let mut events = Vec::new();
+        loop {
+            let piece = match body.next_piece() {
+                Ok(Some(p)) => p,
+                Ok(None) => return Ok(()),
+                Err(e) => return Err(self.protocol("broke off the stream", e)),
+            };
+            parser
+                .feed(&piece, &mut events)
+                .map_err(|e| self.protocol("sent a bad event stream", e))?;
+            for ev in events.drain(..) {
+                let v: Value =
+                    serde_json::from_str(&ev.data).map_err(|e| self.protocol("sent an event that is not JSON", e))?;
+                if let Some(err) = v.get("error") {
+                    return Err(ClientError::Rpc(err.clone()));
+                }
+                let result = v.get("result").cloned().unwrap_or(Value::Null);
+                if !on_event(StreamEvent { id: ev.id, result }) {
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
