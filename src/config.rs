@@ -44,9 +44,10 @@ keys! {
     "card.skill_description", "TEXT", "(depends on the runner)", "The skill's description.";
     "card.skill_tags", "TAG,…", "(runner name)", "The skill's tags, comma-separated (at least one).";
     "card.skill_example", "TEXT", "", "An example prompt for the skill. Repeatable.";
-    "agent.runner", "echo|exec", "echo", "What a task runs: the built-in echo agent, or the program of agent.exec.";
+    "agent.runner", "echo|exec|peer", "echo", "What a task runs: the built-in echo agent, the program of agent.exec, or the A2A agent at agent.peer. Without this key, setting agent.exec or agent.peer picks that runner.";
     "agent.exec", "PROGRAM ARGS…", "", "The program each task runs (sets agent.runner to exec). Split on spaces; single and double quotes and backslash work as in sh. No shell is involved.";
     "agent.exec_protocol", "text|jsonl", "text", "How agentd talks to the program. `text`: the message's text on stdin, stdout streamed back as the artifact, exit status decides COMPLETED or FAILED. `jsonl`: one JSON object per line each way, driving the whole task model (see the manual).";
+    "agent.peer", "ENDPOINT", "", "Delegate every task to the A2A agent at unix:///PATH, vsock://CID:PORT or vsock+uds:///PATH:PORT (sets agent.runner to peer). The worker is that agent's client: it relays status, artifacts, input-required turns and cancellation.";
     "agent.workdir", "PATH", "(agentd's working directory)", "The program's working directory.";
     "agent.env", "NAME=VALUE", "", "An environment variable for the program. Repeatable. The program otherwise sees only PATH, HOME, USER, LOGNAME, LANG, LC_ALL, TZ and TMPDIR from agentd's environment.";
     "tasks.max_running", "N", "32", "Tasks whose process runs at once; more wait in TASK_STATE_SUBMITTED.";
@@ -75,6 +76,7 @@ keys! {
 pub enum Runner {
     Echo,
     Exec { argv: Vec<String> },
+    Peer { address: Address },
 }
 
 impl Runner {
@@ -82,6 +84,7 @@ impl Runner {
         match self {
             Runner::Echo => "echo",
             Runner::Exec { .. } => "exec",
+            Runner::Peer { .. } => "peer",
         }
     }
 }
@@ -130,7 +133,11 @@ pub struct Config {
     pub max_connections: usize,
     pub version_required: bool,
     pub card: Card,
+    /// The runner in force (resolved from the agent.* keys by `validate`).
     pub runner: Runner,
+    runner_choice: Option<String>,
+    exec_argv: Option<Vec<String>>,
+    peer: Option<Address>,
     pub exec_protocol: String,
     pub workdir: Option<PathBuf>,
     pub env: Vec<(String, String)>,
@@ -167,6 +174,9 @@ impl Default for Config {
                 skill_examples: Vec::new(),
             },
             runner: Runner::Echo,
+            runner_choice: None,
+            exec_argv: None,
+            peer: None,
             exec_protocol: "text".into(),
             workdir: None,
             env: Vec::new(),
@@ -287,20 +297,25 @@ impl Config {
             "card.skill_tags" => self.card.skill_tags = list(key, value)?,
             "card.skill_example" => self.card.skill_examples.push(text(key, value)?),
             "agent.runner" => match value {
-                "echo" => self.runner = Runner::Echo,
-                "exec" => {
-                    if !matches!(self.runner, Runner::Exec { .. }) {
-                        self.runner = Runner::Exec { argv: Vec::new() }
-                    }
+                "echo" | "exec" | "peer" => self.runner_choice = Some(value.to_string()),
+                _ => {
+                    return Err(format!(
+                        "agent.runner: expected `echo`, `exec` or `peer`, found `{value}`"
+                    ))
                 }
-                _ => return Err(format!("agent.runner: expected `echo` or `exec`, found `{value}`")),
             },
             "agent.exec" => {
                 let argv = split_command(value).map_err(|e| format!("agent.exec: {e}"))?;
                 if argv.is_empty() {
                     return Err("agent.exec: expected a program, found nothing".into());
                 }
-                self.runner = Runner::Exec { argv };
+                self.exec_argv = Some(argv);
+                self.runner = self.resolve_runner().unwrap_or(Runner::Echo);
+            }
+            "agent.peer" => {
+                let addr = Address::parse(value).map_err(|e| format!("agent.peer: {e}"))?;
+                self.peer = Some(addr);
+                self.runner = self.resolve_runner().unwrap_or(Runner::Echo);
             }
             "agent.exec_protocol" => match value {
                 "text" | "jsonl" => self.exec_protocol = value.to_string(),
@@ -360,16 +375,12 @@ impl Config {
     }
 
     /// Checks that hold across keys, after everything is read.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub fn validate(&mut self) -> Result<(), ConfigError> {
         let err = |message: String| ConfigError {
             place: "config".into(),
             message,
         };
-        if let Runner::Exec { argv } = &self.runner {
-            if argv.is_empty() {
-                return Err(err("agent.runner is `exec` but agent.exec names no program".into()));
-            }
-        }
+        self.runner = self.resolve_runner().map_err(err)?;
         let mut seen = std::collections::HashSet::new();
         for a in &self.listen {
             if !seen.insert(a.to_string()) {
@@ -377,6 +388,26 @@ impl Config {
             }
         }
         Ok(())
+    }
+
+    /// Which runner the keys ask for: agent.runner when given, else the
+    /// last of agent.exec / agent.peer, else echo.
+    pub fn resolve_runner(&self) -> Result<Runner, String> {
+        let exec = self.exec_argv.clone().map(|argv| Runner::Exec { argv });
+        let peer = self.peer.clone().map(|address| Runner::Peer { address });
+        match self.runner_choice.as_deref() {
+            Some("echo") => Ok(Runner::Echo),
+            Some("exec") => exec.ok_or_else(|| "agent.runner is `exec` but agent.exec names no program".to_string()),
+            Some("peer") => peer.ok_or_else(|| "agent.runner is `peer` but agent.peer names no endpoint".to_string()),
+            _ => Ok(match (&self.runner, exec, peer) {
+                (Runner::Peer { .. }, _, Some(p)) => p,
+                (_, Some(e), None) => e,
+                (_, None, Some(p)) => p,
+                (Runner::Exec { .. }, Some(e), Some(_)) => e,
+                (_, Some(_), Some(p)) => p,
+                (_, None, None) => Runner::Echo,
+            }),
+        }
     }
 
     /// The listeners to use: the configured ones, else the default path.
@@ -581,7 +612,8 @@ mod tests {
                 "ADDRESS" => "unix:///tmp/agentd-key-test.sock",
                 "CID,…" => "2,3",
                 "BINDING URL" => "JSONRPC http://127.0.0.1:1/",
-                "echo|exec" => "echo",
+                "echo|exec|peer" => "echo",
+                "ENDPOINT" => "unix:///tmp/peer.sock",
                 "text|jsonl" => "jsonl",
                 "PATH" => "/tmp",
                 "NAME=VALUE" => "A=b",

@@ -27,6 +27,9 @@ use crate::limits::CONTROL_FRAME_MAX_BYTES;
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum RunnerSpec {
     Echo,
+    Peer {
+        address: String,
+    },
     Exec {
         argv: Vec<String>,
         protocol: String,

@@ -365,6 +365,9 @@ impl State {
     fn runner_spec(&self) -> RunnerSpec {
         match &self.cfg.runner {
             Runner::Echo => RunnerSpec::Echo,
+            Runner::Peer { address } => RunnerSpec::Peer {
+                address: address.to_string(),
+            },
             Runner::Exec { argv } => RunnerSpec::Exec {
                 argv: argv.clone(),
                 protocol: self.cfg.exec_protocol.clone(),

@@ -294,6 +294,9 @@ impl TaskTable {
             log::debug!("tasks ignoring {state:?} for finished task={id}");
             return;
         }
+        if entry.task.status.state == state && text.is_none() {
+            return; // nothing new to tell anyone
+        }
         let was_submitted = entry.task.status.state == TaskState::Submitted;
         let message = text.map(|t| {
             let m = Message::agent_text(t, id, &entry.task.context_id);

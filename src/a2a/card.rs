@@ -42,7 +42,11 @@ fn card_value(cfg: &Config, listeners: &[Address], streaming: bool) -> Value {
         ),
         Runner::Exec { argv } => (
             format!("Runs `{}` for every task, supervised by agentd.", argv.join(" ")),
-            format!("Sends the message to `{}` and returns what it prints.", argv[0]),
+            format!("Sends the message to `{}` and returns what it prints.", argv.join(" ")),
+        ),
+        Runner::Peer { address } => (
+            format!("Delegates every task to the A2A agent at {address}."),
+            format!("Whatever the agent at {address} does."),
         ),
     };
     let runner = cfg.runner.name();

@@ -29,17 +29,20 @@ Run `agentd help serve` for the daemon's options and `man agentd` for the manual
 const SERVE_HELP: &str = "\
 Usage: agentd serve [OPTIONS]
 
-Serves the A2A 1.0 JSON-RPC binding as HTTP/1.1 on unix sockets. Each task
+Serves the A2A 1.0 JSON-RPC binding as HTTP/1.1 on unix sockets and vsock. Each task
 runs in its own supervised child process. Stops on SIGTERM or SIGINT: running
 tasks are cancelled through the kill ladder, the socket is removed, exit 0.
 A second SIGTERM kills every task at once.
 
 Options:
-  -l, --listen ADDRESS     listen on unix:///ABSOLUTE/PATH (repeatable; = a2a.listen)
+  -l, --listen ADDRESS     listen on unix:///ABSOLUTE/PATH or vsock://CID:PORT
+                           (CID -1 = any; repeatable; = a2a.listen)
   -c, --config FILE        read `key: value` lines from FILE (see `agentd help config`)
   -e, --exec 'PROGRAM ARGS'
                            run PROGRAM for each task (= agent.exec; no shell involved)
-      --exec-protocol P    how to talk to PROGRAM: text (= agent.exec_protocol)
+      --exec-protocol P    how to talk to PROGRAM: text or jsonl (= agent.exec_protocol)
+  -p, --peer ENDPOINT      delegate every task to the A2A agent at ENDPOINT
+                           (unix://, vsock:// or vsock+uds://; = agent.peer)
   -s, --set KEY=VALUE      set any config key (repeatable; after --config)
       --log-level LEVEL    error, warn, info, debug, trace (= log.level; RUST_LOG wins)
   -h, --help               this text
@@ -131,6 +134,7 @@ pub fn parse_serve(args: &[String]) -> Result<Option<Config>, String> {
             "-c" | "--config" => config_file = Some(PathBuf::from(value(flag)?)),
             "-e" | "--exec" => sets.push((flag.into(), "agent.exec".into(), value(flag)?)),
             "--exec-protocol" => sets.push((flag.into(), "agent.exec_protocol".into(), value(flag)?)),
+            "-p" | "--peer" => sets.push((flag.into(), "agent.peer".into(), value(flag)?)),
             "--log-level" => sets.push((flag.into(), "log.level".into(), value(flag)?)),
             "-s" | "--set" => {
                 let kv = value(flag)?;

@@ -16,6 +16,7 @@
 
 mod echo;
 pub mod jsonl;
+mod peer;
 mod program;
 mod text;
 
@@ -141,6 +142,10 @@ fn run(ctrl: UnixStream) -> io::Result<()> {
     log::debug!("worker.spawn task={task_id} pid={} runner={runner:?}", sys::getpid());
     let done = match runner {
         RunnerSpec::Echo => echo::run(&task_id, &context_id, &message, &link, &rx),
+        RunnerSpec::Peer { address } => match crate::transport::Address::parse(&address) {
+            Ok(addr) => peer::run(&addr, &message, &link, &rx),
+            Err(e) => program::failed(Cause::Failed, format!("bad peer address: {e}")),
+        },
         RunnerSpec::Exec {
             argv,
             protocol,
