@@ -232,7 +232,12 @@ impl State {
     fn on_frame(&mut self, pid: i32, frame: FromWorker) {
         let Some(w) = self.workers.get_mut(&pid) else { return };
         let id = w.task_id.clone();
-        if !matches!(frame, FromWorker::Ready { .. } | FromWorker::Pong) {
+        // A reply marks the task as spoken itself, atomically with the
+        // message: a stream waking in between would open as a task.
+        if !matches!(
+            frame,
+            FromWorker::Ready { .. } | FromWorker::Pong | FromWorker::Reply { .. }
+        ) {
             self.tasks.mark_spoke(&id);
         }
         match frame {

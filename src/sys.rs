@@ -507,8 +507,8 @@ fn set_timeout(fd: RawFd, which: libc::c_int, t: Option<std::time::Duration>) ->
     let tv = match t {
         Some(d) if d.is_zero() => return Err(io::Error::from(io::ErrorKind::InvalidInput)),
         Some(d) => libc::timeval {
-            tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
-            tv_usec: d.subsec_micros() as libc::suseconds_t,
+            tv_sec: d.as_secs().min(i32::MAX as u64) as _,
+            tv_usec: d.subsec_micros() as _,
         },
         None => libc::timeval { tv_sec: 0, tv_usec: 0 },
     };
@@ -521,10 +521,17 @@ fn set_timeout(fd: RawFd, which: libc::c_int, t: Option<std::time::Duration>) ->
 /// /dev/vsock's IOCTL_VM_SOCKETS_GET_LOCAL_CID.
 pub fn vsock_local_cid() -> io::Result<u32> {
     use std::os::fd::AsRawFd as _;
-    const IOCTL_VM_SOCKETS_GET_LOCAL_CID: libc::c_ulong = 0x7b9;
+    // The request's C type differs between glibc (c_ulong) and musl (c_int).
+    const IOCTL_VM_SOCKETS_GET_LOCAL_CID: u32 = 0x7b9;
     let dev = std::fs::File::open("/dev/vsock")?;
     let mut cid: u32 = 0;
     // SAFETY: the ioctl writes one u32 into `cid`, which is valid for writes.
-    cvt(unsafe { libc::ioctl(dev.as_raw_fd(), IOCTL_VM_SOCKETS_GET_LOCAL_CID, &mut cid as *mut u32) })?;
+    cvt(unsafe {
+        libc::ioctl(
+            dev.as_raw_fd(),
+            IOCTL_VM_SOCKETS_GET_LOCAL_CID as _,
+            &mut cid as *mut u32,
+        )
+    })?;
     Ok(cid)
 }

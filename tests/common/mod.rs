@@ -369,3 +369,358 @@ pub fn read_when_ready(path: &Path, timeout: Duration) -> String {
     );
     text
 }
+
+// ---------------------------------------------------------------------------
+// SSE client: strict chunk framing, read incrementally. Written from the
+// RFCs (9112 §7.1 chunked coding, WHATWG SSE), not from agentd's parser.
+// ---------------------------------------------------------------------------
+
+/// One SSE event as read off the wire: its `id:` (agentd's per-task
+/// sequence), its one `data:` line parsed as JSON, and the chunk's text.
+#[derive(Debug, Clone)]
+pub struct SseEvent {
+    pub id: Option<u64>,
+    pub data: Value,
+    pub raw: String,
+}
+
+impl SseEvent {
+    /// The JSON-RPC `result` (a StreamResponse).
+    pub fn result(&self) -> &Value {
+        &self.data["result"]
+    }
+
+    /// Which StreamResponse member the result holds: `task`, `message`,
+    /// `statusUpdate` or `artifactUpdate` (`error` for an error response).
+    pub fn kind(&self) -> &str {
+        if self.data.get("error").is_some() {
+            return "error";
+        }
+        let keys: Vec<&str> = self
+            .result()
+            .as_object()
+            .map(|o| o.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        assert_eq!(keys.len(), 1, "a StreamResponse has exactly one member: {}", self.raw);
+        keys[0]
+    }
+
+    /// The result's one member (the task, the update, the message).
+    pub fn body(&self) -> &Value {
+        &self.result()[self.kind()]
+    }
+
+    /// The task state a `task` or `statusUpdate` event carries.
+    pub fn state(&self) -> Option<&str> {
+        match self.kind() {
+            "task" | "statusUpdate" => self.body()["status"]["state"].as_str(),
+            _ => None,
+        }
+    }
+
+    pub fn is_terminal_status(&self) -> bool {
+        self.kind() == "statusUpdate"
+            && matches!(
+                self.state(),
+                Some("TASK_STATE_COMPLETED" | "TASK_STATE_FAILED" | "TASK_STATE_CANCELED" | "TASK_STATE_REJECTED")
+            )
+    }
+}
+
+/// An open `text/event-stream` response.
+pub struct SseStream {
+    reader: BufReader<UnixStream>,
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    keepalives: usize,
+    ended: bool,
+}
+
+/// What a streaming call answered with: a stream, or (for errors found
+/// before the stream starts) a plain JSON-RPC body.
+pub enum StreamStart {
+    Sse(SseStream),
+    Json(Value),
+}
+
+impl StreamStart {
+    pub fn sse(self) -> SseStream {
+        match self {
+            StreamStart::Sse(s) => s,
+            StreamStart::Json(v) => panic!("expected an event stream, got plain JSON: {v}"),
+        }
+    }
+
+    pub fn json(self) -> Value {
+        match self {
+            StreamStart::Json(v) => v,
+            StreamStart::Sse(s) => panic!("expected plain JSON, got an event stream ({:?})", s.headers),
+        }
+    }
+}
+
+impl Daemon {
+    /// Opens a streaming call (JSON-RPC id 1) and checks it is an SSE
+    /// stream: 200, `text/event-stream`, chunked.
+    pub fn stream(&self, method: &str, params: Value, extra_headers: &[(&str, &str)]) -> SseStream {
+        self.stream_with_id(json!(1), method, params, extra_headers)
+    }
+
+    /// `stream` with a chosen JSON-RPC id.
+    pub fn stream_with_id(&self, id: Value, method: &str, params: Value, extra_headers: &[(&str, &str)]) -> SseStream {
+        match self.stream_or_json_with_id(id, method, params, extra_headers) {
+            StreamStart::Sse(s) => s,
+            StreamStart::Json(v) => panic!("{method}: expected an event stream, got plain JSON: {v}"),
+        }
+    }
+
+    /// A streaming call that may be answered with plain JSON (errors
+    /// before the stream starts).
+    pub fn stream_or_json(&self, method: &str, params: Value, extra_headers: &[(&str, &str)]) -> StreamStart {
+        self.stream_or_json_with_id(json!(1), method, params, extra_headers)
+    }
+
+    pub fn stream_or_json_with_id(
+        &self,
+        id: Value,
+        method: &str,
+        params: Value,
+        extra_headers: &[(&str, &str)],
+    ) -> StreamStart {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
+        let mut req = format!(
+            "POST / HTTP/1.1\r\nHost: agentd\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+             Connection: close\r\nA2A-Version: 1.0\r\nAccept: text/event-stream\r\n",
+            body.len()
+        );
+        for (k, v) in extra_headers {
+            req.push_str(&format!("{k}: {v}\r\n"));
+        }
+        req.push_str("\r\n");
+        req.push_str(&body);
+        let mut s = self.connect();
+        s.write_all(req.as_bytes()).unwrap();
+        let mut reader = BufReader::new(s);
+        let (status, headers) = read_head(&mut reader).unwrap_or_else(|e| panic!("{method}: no response head: {e}"));
+        let find = |n: &str| {
+            headers
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(n))
+                .map(|(_, v)| v.clone())
+        };
+        let ct = find("Content-Type").unwrap_or_default();
+        if !ct.to_ascii_lowercase().starts_with("text/event-stream") {
+            let len: usize = find("Content-Length")
+                .unwrap_or_else(|| panic!("{method}: a plain JSON answer without Content-Length: {headers:?}"))
+                .parse()
+                .unwrap();
+            let mut body = vec![0; len];
+            reader.read_exact(&mut body).unwrap();
+            assert_eq!(status, 200, "{method}: {}", String::from_utf8_lossy(&body));
+            let v: Value = serde_json::from_slice(&body)
+                .unwrap_or_else(|e| panic!("{method}: body is not JSON ({e}): {}", String::from_utf8_lossy(&body)));
+            return StreamStart::Json(v);
+        }
+        assert_eq!(status, 200, "{method}: an event stream with status {status}");
+        assert!(
+            find("Transfer-Encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")),
+            "{method}: an event stream must be chunked: {headers:?}"
+        );
+        assert!(
+            find("Content-Length").is_none(),
+            "{method}: chunked and Content-Length: {headers:?}"
+        );
+        StreamStart::Sse(SseStream {
+            reader,
+            status,
+            headers,
+            keepalives: 0,
+            ended: false,
+        })
+    }
+}
+
+/// Reads a status line and headers (up to the blank line), strictly CRLF.
+pub fn read_head(r: &mut impl BufRead) -> std::io::Result<(u16, Vec<(String, String)>)> {
+    let mut line = String::new();
+    if r.read_line(&mut line)? == 0 {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    assert!(line.ends_with("\r\n"), "status line not CRLF-terminated: {line:?}");
+    let status: u16 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("bad status line {line:?}"));
+    let mut headers = Vec::new();
+    loop {
+        line.clear();
+        if r.read_line(&mut line)? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        assert!(line.ends_with("\r\n"), "header line not CRLF-terminated: {line:?}");
+        let l = &line[..line.len() - 2];
+        if l.is_empty() {
+            return Ok((status, headers));
+        }
+        let (k, v) = l.split_once(':').unwrap_or_else(|| panic!("bad header line {l:?}"));
+        headers.push((k.trim().to_string(), v.trim().to_string()));
+    }
+}
+
+impl SseStream {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// `: keep-alive` comments seen so far.
+    pub fn keepalives(&self) -> usize {
+        self.keepalives
+    }
+
+    /// Whether the zero chunk has been read.
+    pub fn ended(&self) -> bool {
+        self.ended
+    }
+
+    /// How long a read may block before the test fails.
+    pub fn set_timeout(&mut self, t: Duration) {
+        self.reader.get_ref().set_read_timeout(Some(t)).unwrap();
+    }
+
+    /// The next event; `None` once the zero chunk (and the empty trailer)
+    /// has been read. Keep-alive comment chunks are counted and skipped.
+    /// Panics on any framing error.
+    pub fn next_event(&mut self) -> Option<SseEvent> {
+        loop {
+            if self.ended {
+                return None;
+            }
+            let chunk = self.next_chunk()?;
+            let text = String::from_utf8(chunk).unwrap_or_else(|e| panic!("SSE chunk is not UTF-8: {e}"));
+            if let Some(ev) = self.parse_chunk(&text) {
+                return Some(ev);
+            }
+        }
+    }
+
+    /// Every remaining event up to the zero chunk.
+    pub fn collect(&mut self) -> Vec<SseEvent> {
+        let mut out = Vec::new();
+        while let Some(e) = self.next_event() {
+            out.push(e);
+        }
+        out
+    }
+
+    /// One chunk's data, or `None` after the zero chunk.
+    fn next_chunk(&mut self) -> Option<Vec<u8>> {
+        let mut size_line = Vec::new();
+        match self.reader.read_until(b'\n', &mut size_line) {
+            Ok(0) => panic!("connection closed before the zero chunk"),
+            Ok(_) => {}
+            Err(e) => panic!("reading a chunk size line: {e} (no event within the read timeout?)"),
+        }
+        assert!(
+            size_line.ends_with(b"\r\n"),
+            "chunk size line does not end in CRLF: {:?}",
+            String::from_utf8_lossy(&size_line)
+        );
+        let digits = &size_line[..size_line.len() - 2];
+        assert!(
+            !digits.is_empty() && digits.len() <= 16 && digits.iter().all(u8::is_ascii_hexdigit),
+            "chunk size line is not hex: {:?}",
+            String::from_utf8_lossy(&size_line)
+        );
+        let size = usize::from_str_radix(std::str::from_utf8(digits).unwrap(), 16).unwrap();
+        if size == 0 {
+            // No trailers from agentd: the last-chunk is followed by CRLF.
+            let mut end = [0u8; 2];
+            self.reader
+                .read_exact(&mut end)
+                .unwrap_or_else(|e| panic!("reading the CRLF after the zero chunk: {e}"));
+            assert_eq!(&end, b"\r\n", "zero chunk not followed by CRLF");
+            self.ended = true;
+            return None;
+        }
+        let mut data = vec![0u8; size + 2];
+        self.reader
+            .read_exact(&mut data)
+            .unwrap_or_else(|e| panic!("reading a {size}-byte chunk: {e}"));
+        assert_eq!(
+            &data[size..],
+            b"\r\n",
+            "chunk data ({size} bytes) is not followed by CRLF: {:?}",
+            String::from_utf8_lossy(&data)
+        );
+        data.truncate(size);
+        Some(data)
+    }
+
+    /// One chunk holds exactly one event or comment block, ending in a
+    /// blank line. Returns the event, or `None` for a comment-only chunk.
+    fn parse_chunk(&mut self, text: &str) -> Option<SseEvent> {
+        assert!(
+            text.ends_with("\n\n"),
+            "chunk does not end an event (an event split across chunks?): {text:?}"
+        );
+        let body = &text[..text.len() - 2];
+        assert!(
+            !body.contains("\n\n") && !body.contains('\r'),
+            "one chunk must hold exactly one event, LF-delimited: {text:?}"
+        );
+        let mut id = None;
+        let mut data: Option<&str> = None;
+        let mut comments = 0;
+        for line in body.split('\n') {
+            if let Some(c) = line.strip_prefix(':') {
+                if c.trim() == "keep-alive" {
+                    comments += 1;
+                }
+                continue;
+            }
+            let (field, value) = match line.split_once(':') {
+                Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
+                None => (line, ""),
+            };
+            match field {
+                "id" => {
+                    assert!(id.is_none(), "two id fields in one event: {text:?}");
+                    id = Some(
+                        value
+                            .parse::<u64>()
+                            .unwrap_or_else(|_| panic!("SSE id is not a sequence number: {text:?}")),
+                    );
+                }
+                "data" => {
+                    assert!(data.is_none(), "JSON split over several data lines: {text:?}");
+                    data = Some(value);
+                }
+                "event" | "retry" => {}
+                other => panic!("unknown SSE field `{other}`: {text:?}"),
+            }
+        }
+        self.keepalives += comments;
+        let Some(data) = data else {
+            assert!(id.is_none(), "an id without data: {text:?}");
+            assert!(comments > 0, "an empty chunk block: {text:?}");
+            return None;
+        };
+        let data: Value = serde_json::from_str(data).unwrap_or_else(|e| panic!("SSE data is not JSON ({e}): {text:?}"));
+        assert_eq!(data["jsonrpc"], "2.0", "not a JSON-RPC response: {text:?}");
+        Some(SseEvent {
+            id,
+            data,
+            raw: text.to_string(),
+        })
+    }
+}
+
+/// Threads and open fds of a process (from /proc).
+pub fn thread_and_fd_counts(pid: i32) -> (usize, usize) {
+    let count = |dir: String| std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0);
+    (count(format!("/proc/{pid}/task")), count(format!("/proc/{pid}/fd")))
+}
