@@ -68,6 +68,7 @@ keys! {
     "http.head_timeout_ms", "MS", "10000", "Time a client has to send a request head (and, separately, its body); over it → 408.";
     "http.idle_timeout_ms", "MS", "60000", "Idle keep-alive time before the connection is closed.";
     "http.sse_keepalive_ms", "MS", "15000", "An SSE stream with nothing to say sends a `: keep-alive` comment this often.";
+    "init.modules", "PATH", "", "When agentd runs as PID 1 (a VM guest's /init): a kernel module to load before listening, e.g. the virtio and vsock modules. Repeatable, loaded in order. As PID 1 agentd also mounts /proc, /sys, /dev, /tmp and /run, and powers the machine off when it stops.";
     "log.level", "LEVEL", "info", "error, warn, info, debug or trace. The RUST_LOG environment variable overrides it.";
 }
 
@@ -146,6 +147,7 @@ pub struct Config {
     pub head_timeout_ms: u64,
     pub idle_timeout_ms: u64,
     pub sse_keepalive_ms: u64,
+    pub init_modules: Vec<PathBuf>,
     pub log_level: String,
 }
 
@@ -200,6 +202,7 @@ impl Default for Config {
             head_timeout_ms: limits::HTTP_HEAD_TIMEOUT_MS,
             idle_timeout_ms: limits::HTTP_IDLE_TIMEOUT_MS,
             sse_keepalive_ms: limits::SSE_KEEPALIVE_MS,
+            init_modules: Vec::new(),
             log_level: "info".into(),
         }
     }
@@ -356,6 +359,12 @@ impl Config {
             "http.head_timeout_ms" => self.head_timeout_ms = positive(key, value)? as u64,
             "http.idle_timeout_ms" => self.idle_timeout_ms = positive(key, value)? as u64,
             "http.sse_keepalive_ms" => self.sse_keepalive_ms = positive(key, value)? as u64,
+            "init.modules" => {
+                if !value.starts_with('/') {
+                    return Err(format!("init.modules: expected an absolute path, found `{value}`"));
+                }
+                self.init_modules.push(PathBuf::from(value));
+            }
             "log.level" => match value {
                 "error" | "warn" | "info" | "debug" | "trace" | "off" => self.log_level = value.into(),
                 _ => {

@@ -13,6 +13,7 @@ pub mod config;
 pub mod control;
 pub mod http;
 pub mod ids;
+pub mod init;
 pub mod limits;
 pub mod procman;
 pub mod rpc;

@@ -535,3 +535,54 @@ pub fn vsock_local_cid() -> io::Result<u32> {
     })?;
     Ok(cid)
 }
+
+/// mount(2) with no data. EBUSY (already mounted) is success.
+pub fn mount(source: &str, target: &str, fstype: &str, flags: libc::c_ulong) -> io::Result<()> {
+    use std::ffi::CString;
+    let c = |s: &str| CString::new(s).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput));
+    let (source, target, fstype) = (c(source)?, c(target)?, c(fstype)?);
+    // SAFETY: three valid NUL-terminated strings and a null data pointer.
+    match cvt(unsafe {
+        libc::mount(
+            source.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            flags,
+            std::ptr::null(),
+        )
+    }) {
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => Ok(()),
+        other => other.map(drop),
+    }
+}
+
+/// finit_module(2): loads a kernel module from an open file. `compressed`
+/// asks the kernel to decompress it (MODULE_INIT_COMPRESSED_FILE, 5.17+).
+/// EEXIST (already loaded) is success.
+pub fn load_module(file: &std::fs::File, compressed: bool) -> io::Result<()> {
+    const MODULE_INIT_COMPRESSED_FILE: libc::c_long = 4;
+    let flags = if compressed { MODULE_INIT_COMPRESSED_FILE } else { 0 };
+    let params = c"";
+    // SAFETY: a valid open fd, a NUL-terminated empty parameter string,
+    // and integer flags.
+    let ret = unsafe { libc::syscall(libc::SYS_finit_module, file.as_raw_fd(), params.as_ptr(), flags) };
+    if ret == 0 {
+        return Ok(());
+    }
+    let err = io::Error::last_os_error();
+    if err.raw_os_error() == Some(libc::EEXIST) {
+        Ok(())
+    } else {
+        Err(err)
+    }
+}
+
+/// Flushes filesystems and powers the machine off (PID 1 must never exit:
+/// the kernel would panic).
+pub fn power_off() -> ! {
+    // SAFETY: sync takes no arguments.
+    unsafe { libc::sync() };
+    // SAFETY: reboot(2) with a constant command; it does not return on success.
+    unsafe { libc::reboot(libc::RB_POWER_OFF) };
+    std::process::exit(0)
+}

@@ -172,13 +172,25 @@ fn serve(args: &[String]) -> i32 {
         }
     };
     init_logging(&cfg.log_level, "agentd");
-    match crate::server::serve(cfg) {
+    let pid1 = crate::init::is_pid1();
+    if pid1 {
+        if let Err(e) = crate::init::prepare(&cfg.init_modules) {
+            log::error!("agentd.init {e}");
+            crate::sys::power_off();
+        }
+    }
+    let code = match crate::server::serve(cfg) {
         Ok(()) => EXIT_OK,
         Err(e) => {
             log::error!("{e}");
             EXIT_FAILURE
         }
+    };
+    if pid1 {
+        log::info!("agentd.poweroff exit_code={code}");
+        crate::sys::power_off();
     }
+    code
 }
 
 /// stderr logging: `TIMESTAMP LEVEL [who] event key=value…`. RUST_LOG, when

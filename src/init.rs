@@ -1,0 +1,55 @@
+//! agentd as PID 1 of a minimal VM guest (its `/init`): before serving,
+//! mount what a process needs (`/proc` above all: workers are re-executed
+//! from `/proc/self/exe`) and load the kernel modules vsock needs
+//! (`init.modules`, in order). When the daemon stops, power the machine
+//! off, because PID 1 returning would panic the kernel.
+//!
+//! As PID 1, agentd also reaps every orphan in the guest: procman's
+//! `waitpid(-1)` already handles pids it does not know.
+
+use std::path::Path;
+
+use crate::sys;
+
+/// What to mount, if it is not mounted yet: (source, target, fstype).
+const MOUNTS: &[(&str, &str, &str)] = &[
+    ("proc", "/proc", "proc"),
+    ("sysfs", "/sys", "sysfs"),
+    ("devtmpfs", "/dev", "devtmpfs"),
+    ("tmpfs", "/tmp", "tmpfs"),
+    ("tmpfs", "/run", "tmpfs"),
+];
+
+pub fn is_pid1() -> bool {
+    sys::getpid() == 1
+}
+
+/// Prepares the machine when agentd is its init. Errors name what failed.
+pub fn prepare(modules: &[std::path::PathBuf]) -> Result<(), String> {
+    for (source, target, fstype) in MOUNTS {
+        let _ = std::fs::create_dir_all(target);
+        let flags = libc::MS_NOSUID | if *fstype == "devtmpfs" { 0 } else { libc::MS_NODEV };
+        sys::mount(source, target, fstype, flags).map_err(|e| format!("cannot mount {fstype} on {target}: {e}"))?;
+    }
+    for m in modules {
+        load(m)?;
+    }
+    log::info!("agentd.init mounted={} modules={}", MOUNTS.len(), modules.len());
+    Ok(())
+}
+
+fn load(path: &Path) -> Result<(), String> {
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot open module {}: {e}", path.display()))?;
+    let name = path.to_string_lossy();
+    let compressed = [".xz", ".zst", ".gz"].iter().any(|ext| name.ends_with(ext));
+    sys::load_module(&file, compressed).map_err(|e| {
+        let hint = if compressed {
+            " (this kernel may not decompress modules itself: ship them uncompressed)"
+        } else {
+            ""
+        };
+        format!("cannot load module {}: {e}{hint}", path.display())
+    })?;
+    log::debug!("agentd.init module={}", path.display());
+    Ok(())
+}
