@@ -68,6 +68,8 @@ keys! {
     "http.head_timeout_ms", "MS", "10000", "Time a client has to send a request head (and, separately, its body); over it → 408.";
     "http.idle_timeout_ms", "MS", "60000", "Idle keep-alive time before the connection is closed.";
     "http.sse_keepalive_ms", "MS", "15000", "An SSE stream with nothing to say sends a `: keep-alive` comment this often.";
+    "ext.required", "URI,…", "", "Extensions a client must activate (A2A-Extensions) to be served; the card marks them required and a request without them gets -32008. Only agentd's own extensions can be required.";
+    "ext.events_ring", "N", "4096", "Records the events extension keeps for clients resuming from a sequence number.";
     "init.modules", "PATH", "", "When agentd runs as PID 1 (a VM guest's /init): a kernel module to load before listening, e.g. the virtio and vsock modules. Repeatable, loaded in order. As PID 1 agentd also mounts /proc, /sys, /dev, /tmp and /run, and powers the machine off when it stops.";
     "log.level", "LEVEL", "info", "error, warn, info, debug or trace. The RUST_LOG environment variable overrides it.";
 }
@@ -148,6 +150,8 @@ pub struct Config {
     pub idle_timeout_ms: u64,
     pub sse_keepalive_ms: u64,
     pub init_modules: Vec<PathBuf>,
+    pub ext_required: Vec<String>,
+    pub events_ring: usize,
     pub log_level: String,
 }
 
@@ -203,6 +207,8 @@ impl Default for Config {
             idle_timeout_ms: limits::HTTP_IDLE_TIMEOUT_MS,
             sse_keepalive_ms: limits::SSE_KEEPALIVE_MS,
             init_modules: Vec::new(),
+            ext_required: Vec::new(),
+            events_ring: crate::ext::events::RING_DEFAULT,
             log_level: "info".into(),
         }
     }
@@ -359,6 +365,17 @@ impl Config {
             "http.head_timeout_ms" => self.head_timeout_ms = positive(key, value)? as u64,
             "http.idle_timeout_ms" => self.idle_timeout_ms = positive(key, value)? as u64,
             "http.sse_keepalive_ms" => self.sse_keepalive_ms = positive(key, value)? as u64,
+            "ext.required" => {
+                let uris = list(key, value)?;
+                if let Some(bad) = uris.iter().find(|u| !crate::ext::DECLARED.contains(&u.as_str())) {
+                    return Err(format!(
+                        "ext.required: `{bad}` is not an extension agentd declares ({})",
+                        crate::ext::DECLARED.join(", ")
+                    ));
+                }
+                self.ext_required = uris;
+            }
+            "ext.events_ring" => self.events_ring = positive(key, value)?,
             "init.modules" => {
                 if !value.starts_with('/') {
                     return Err(format!("init.modules: expected an absolute path, found `{value}`"));
@@ -620,6 +637,7 @@ mod tests {
                 "BOOL" => "true",
                 "ADDRESS" => "unix:///tmp/agentd-key-test.sock",
                 "CID,…" => "2,3",
+                "URI,…" => crate::ext::COMMAND,
                 "BINDING URL" => "JSONRPC http://127.0.0.1:1/",
                 "echo|exec|peer" => "echo",
                 "ENDPOINT" => "unix:///tmp/peer.sock",

@@ -11,6 +11,7 @@ pub mod client;
 pub mod clock;
 pub mod config;
 pub mod control;
+pub mod ext;
 pub mod http;
 pub mod ids;
 pub mod init;

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use serde_json::json;
 
 use crate::a2a::types::{Message, TaskState};
 use crate::config::{Config, Runner};
@@ -48,6 +49,8 @@ enum Msg {
     /// The control channel ended; `true` if it broke (bad frame, I/O error).
     ChannelClosed(i32, bool),
     ChildExited,
+    /// Something changed (the running cap): look at the queue again.
+    Wake,
 }
 
 /// The handle the rest of agentd holds. Cheap to clone.
@@ -80,6 +83,11 @@ impl Procman {
     /// The second SIGTERM: SIGKILL every task group now.
     pub fn kill_all(&self) {
         let _ = self.tx.send(Msg::KillAll);
+    }
+
+    /// The running cap changed: start what now fits.
+    pub fn wake(&self) {
+        let _ = self.tx.send(Msg::Wake);
     }
 
     /// SIGCHLD arrived (called from the signal thread).
@@ -226,6 +234,7 @@ impl State {
                 }
             }
             Msg::ChildExited => self.reap(),
+            Msg::Wake => {}
         }
     }
 
@@ -267,9 +276,17 @@ impl State {
         }
     }
 
+    /// A worker record in the daemon-wide events feed.
+    fn publish(&self, task_id: &str, kind: &str, extra: &[(&str, serde_json::Value)]) {
+        let principal = self.tasks.principal_of(task_id).unwrap_or_default();
+        let mut fields = crate::tasks::fields(&[("taskId", json!(task_id))]);
+        fields.extend(extra.iter().map(|(k, v)| (k.to_string(), v.clone())));
+        self.tasks.feed().publish(&principal, kind, fields);
+    }
+
     /// Starts queued tasks while there is room under tasks.max_running.
     fn start_queued(&mut self) {
-        while self.workers.len() < self.cfg.tasks.max_running && self.shutdown.is_none() {
+        while self.workers.len() < self.tasks.max_running() && self.shutdown.is_none() {
             let Some(id) = self.queue.pop_front() else {
                 return;
             };
@@ -281,6 +298,7 @@ impl State {
             };
             match self.fork_worker(&id, context_id, message) {
                 Ok(pid) => {
+                    self.publish(&id, "worker.spawn", &[("pid", json!(pid))]);
                     self.tasks.set_progress(&id, TaskState::Working, None);
                     log::info!("task.start task={id} pid={pid}");
                 }
@@ -554,6 +572,17 @@ impl State {
             };
             self.by_task.remove(&w.task_id);
             let (state, cause, text) = verdict(&w);
+            let exit = w.exit.map(|(s, _)| s).unwrap_or(ExitStatus::Code(1));
+            self.publish(
+                &w.task_id,
+                "worker.exit",
+                &[
+                    ("pid", json!(pid)),
+                    ("exitCode", json!(exit.shell_code())),
+                    ("exit", json!(exit.to_string())),
+                    ("cause", json!(cause.as_str())),
+                ],
+            );
             log::info!(
                 "task.end task={} pid={pid} state={} cause={} ms={}",
                 w.task_id,

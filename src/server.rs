@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::a2a::card::{Card, PROTOCOL_VERSION};
-use crate::a2a::{stream, Agent, Answer};
+use crate::a2a::{stream, Agent, Answer, Call, Daemon};
 use crate::config::Config;
+use crate::ext::{self, events::Feed};
 use crate::http::{self, sse, Conn, ReadError, Request, Response};
 use crate::limits;
 use crate::rpc::{self, RpcError};
@@ -69,12 +70,16 @@ pub fn serve(cfg: Config) -> Result<(), ServeError> {
         listeners.push(Listener::bind(addr).map_err(ServeError::Bind)?);
     }
     let card_addresses: Vec<transport::Address> = listeners.iter().map(Listener::card_address).collect();
-    let tasks = Arc::new(TaskTable::new(TableLimits {
-        max_running: cfg.tasks.max_running,
-        max_queued: cfg.tasks.max_queued,
-        retain_max: cfg.tasks.retain_max,
-        retain_ms: cfg.tasks.retain_ms,
-    }));
+    let feed = Arc::new(Feed::new(cfg.events_ring));
+    let tasks = Arc::new(TaskTable::new(
+        TableLimits {
+            max_running: cfg.tasks.max_running,
+            max_queued: cfg.tasks.max_queued,
+            retain_max: cfg.tasks.retain_max,
+            retain_ms: cfg.tasks.retain_ms,
+        },
+        feed.clone(),
+    ));
     let (procman, procman_thread) =
         crate::procman::spawn(cfg.clone(), tasks.clone()).map_err(|e| ServeError::Setup("starting procman", e))?;
     let shared = Arc::new(Shared {
@@ -90,6 +95,11 @@ pub fn serve(cfg: Config) -> Result<(), ServeError> {
             cfg: cfg.clone(),
             tasks,
             procman: procman.clone(),
+            daemon: Daemon {
+                started: Instant::now(),
+                listeners: listeners.iter().map(Listener::name).collect(),
+                draining: AtomicBool::new(false),
+            },
         },
         gate: Gate {
             vsock_allow: cfg.vsock_allow_cids.clone(),
@@ -169,6 +179,8 @@ pub fn serve(cfg: Config) -> Result<(), ServeError> {
         procman.kill_all();
         let _ = done_rx.recv_timeout(Duration::from_secs(2));
     }
+    // Every task is final now: tell event subscribers goodbye.
+    feed.close();
     // Let answers to blocked requests (now CANCELED) reach their clients.
     let flush_by = Instant::now() + Duration::from_secs(2);
     while shared.busy.load(Ordering::SeqCst) > 0 && Instant::now() < flush_by {
@@ -286,9 +298,7 @@ fn serve_connection(mut stream: Stream, principal: &Principal, shared: &Shared) 
                 let keep_alive = req.keep_alive && !shared.stopping.load(Ordering::SeqCst);
                 http::write_response(&mut stream, &resp, keep_alive)
             }
-            Reply::Stream { id, plan, extensions } => {
-                write_stream(&mut stream, principal, shared, &id, plan, &extensions)
-            }
+            Reply::Stream { id, source, active } => write_stream(&mut stream, principal, shared, &id, source, &active),
         };
         shared.busy.fetch_sub(1, Ordering::SeqCst);
         if let Err(e) = written {
@@ -308,9 +318,16 @@ enum Reply {
     Full(Response),
     Stream {
         id: Value,
-        plan: stream::Plan,
-        extensions: Vec<String>,
+        source: Source,
+        active: ext::Active,
     },
+}
+
+/// What a stream carries.
+enum Source {
+    Task(stream::Plan),
+    /// The events extension's feed, resuming after this sequence.
+    Events(Option<u64>),
 }
 
 fn route(req: &Request, principal: &Principal, shared: &Shared) -> Reply {
@@ -340,43 +357,49 @@ fn write_stream(
     principal: &Principal,
     shared: &Shared,
     id: &Value,
-    plan: stream::Plan,
-    extensions: &[String],
+    source: Source,
+    active: &ext::Active,
 ) -> std::io::Result<()> {
     let mut headers = vec![
         ("Content-Type".to_string(), "text/event-stream".to_string()),
         ("Cache-Control".to_string(), "no-cache".to_string()),
         ("X-Accel-Buffering".to_string(), "no".to_string()),
     ];
-    if !extensions.is_empty() {
-        headers.push(("A2A-Extensions".to_string(), extensions.join(", ")));
+    let echo = active.echo();
+    if !echo.is_empty() {
+        headers.push(("A2A-Extensions".to_string(), echo.join(", ")));
     }
-    let task_id = plan.task_id.clone();
+    let subject = match &source {
+        Source::Task(plan) => format!("task={}", plan.task_id),
+        Source::Events(_) => "events".to_string(),
+    };
+    let strip_labels = !active.has(ext::ANNOTATIONS);
     let mut out = http::ChunkedWriter::start(stream, 200, &headers)?;
     let keepalive = Duration::from_millis(shared.agent.cfg.sse_keepalive_ms);
     let mut events = 0u64;
-    let pumped = stream::pump(
-        &shared.agent.tasks,
-        principal,
-        plan,
-        keepalive,
-        &mut |emit| match emit {
-            stream::Emit::Event(seq, result) => {
-                events += 1;
-                let data = String::from_utf8_lossy(&rpc::success(id, result)).into_owned();
-                out.chunk(&sse::encode_event(seq, &data))
+    let mut sink = |emit: stream::Emit| match emit {
+        stream::Emit::Event(seq, mut result) => {
+            events += 1;
+            if strip_labels {
+                ext::annotations::strip(&mut result);
             }
-            stream::Emit::KeepAlive => out.chunk(&sse::encode_comment("keep-alive")),
-        },
-    );
+            let data = String::from_utf8_lossy(&rpc::success(id, result)).into_owned();
+            out.chunk(&sse::encode_event(seq, &data))
+        }
+        stream::Emit::KeepAlive => out.chunk(&sse::encode_comment("keep-alive")),
+    };
+    let pumped = match source {
+        Source::Task(plan) => stream::pump(&shared.agent.tasks, principal, plan, keepalive, &mut sink),
+        Source::Events(from) => ext::events::pump(shared.agent.tasks.feed(), principal, from, keepalive, &mut sink),
+    };
     match pumped {
         Ok(()) => {
-            log::debug!("a2a.stream.end task={task_id} events={events}");
+            log::debug!("a2a.stream.end {subject} events={events}");
             out.finish().map(drop)
         }
         Err(e) => {
             // The client went away: only this stream ends.
-            log::debug!("a2a.stream.gone task={task_id} events={events} error={e}");
+            log::debug!("a2a.stream.gone {subject} events={events} error={e}");
             Err(e)
         }
     }
@@ -407,10 +430,11 @@ fn json_response(status: u16, body: Vec<u8>, extensions: &[String]) -> Response 
 }
 
 fn rpc_response(req: &Request, principal: &Principal, shared: &Shared) -> Reply {
-    // Extensions: activated = requested ∩ declared. None are declared yet,
-    // so every requested URI is ignored (never an error).
-    let activated: Vec<String> = Vec::new();
-    let full = |status: u16, body: Vec<u8>| Reply::Full(json_response(status, body, &activated));
+    // Extensions: activated = requested ∩ declared; unknown ones are
+    // ignored, never an error. The activated ones are echoed.
+    let active = ext::Active::from_header(req.header("A2A-Extensions"));
+    let echo = active.echo();
+    let full = |status: u16, body: Vec<u8>| Reply::Full(json_response(status, body, &echo));
     if let Some(ct) = req.header("Content-Type") {
         if !is_json_media_type(ct) {
             let err = RpcError::new(
@@ -424,15 +448,29 @@ fn rpc_response(req: &Request, principal: &Principal, shared: &Shared) -> Reply 
         Ok(c) => c,
         Err((id, err)) => return full(err.http_status(), rpc::failure(&id, &err)),
     };
-    let last_event_id = req.header("Last-Event-ID").and_then(|v| v.trim().parse().ok());
+    let ctx = Call {
+        principal,
+        active: &active,
+        last_event_id: req.header("Last-Event-ID").and_then(|v| v.trim().parse().ok()),
+    };
     let result = check_version(req, shared.agent.cfg.version_required)
-        .and_then(|()| shared.agent.call(principal, &call.method, call.params, last_event_id));
+        .and_then(|()| shared.agent.call(&ctx, &call.method, call.params));
     match result {
-        Ok(Answer::Value(v)) => full(200, rpc::success(&call.id, v)),
+        Ok(Answer::Value(mut v)) => {
+            if !active.has(ext::ANNOTATIONS) {
+                ext::annotations::strip(&mut v);
+            }
+            full(200, rpc::success(&call.id, v))
+        }
         Ok(Answer::Stream(plan)) => Reply::Stream {
             id: call.id,
-            plan,
-            extensions: activated.clone(),
+            source: Source::Task(plan),
+            active,
+        },
+        Ok(Answer::Events(from)) => Reply::Stream {
+            id: call.id,
+            source: Source::Events(from),
+            active,
         },
         Err(err) => {
             log::debug!(

@@ -13,10 +13,11 @@
 //! Terminal tasks are immutable and kept for a bounded time and count.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
 use crate::a2a::types::{
     Artifact, ListTasksResponse, Message, StreamResponse, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus,
@@ -24,6 +25,7 @@ use crate::a2a::types::{
 };
 use crate::clock;
 use crate::control::Cause;
+use crate::ext::events::Feed;
 use crate::limits;
 use crate::transport::Principal;
 
@@ -95,6 +97,10 @@ pub struct TaskTable {
     inner: Mutex<Inner>,
     changed: Condvar,
     limits: TableLimits,
+    /// The running cap in force (the command extension changes it).
+    max_running: AtomicUsize,
+    /// The daemon-wide lifecycle feed (the events extension).
+    feed: Arc<Feed>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,13 +126,17 @@ pub struct ListQuery {
     pub cursor: Option<(u64, String)>,
     pub history_length: Option<usize>,
     pub include_artifacts: bool,
+    /// Task-annotation labels every listed task must carry.
+    pub labels: Option<crate::ext::annotations::Labels>,
 }
 
 impl TaskTable {
-    pub fn new(limits: TableLimits) -> TaskTable {
+    pub fn new(limits: TableLimits, feed: Arc<Feed>) -> TaskTable {
         TaskTable {
             inner: Mutex::new(Inner::default()),
             changed: Condvar::new(),
+            max_running: AtomicUsize::new(limits.max_running),
+            feed,
             limits,
         }
     }
@@ -152,7 +162,7 @@ impl TaskTable {
             .values()
             .filter(|e| !e.task.status.state.is_terminal() && e.task.status.state != TaskState::Submitted)
             .count();
-        let free_slots = self.limits.max_running.saturating_sub(active);
+        let free_slots = self.max_running().saturating_sub(active);
         if inner.submitted >= self.limits.max_queued + free_slots {
             return Err(CreateError::QueueFull {
                 max: self.limits.max_queued,
@@ -187,6 +197,11 @@ impl TaskTable {
             direct_reply: None,
         };
         let snapshot = render(&entry, None, true);
+        self.feed.publish(
+            &entry.principal,
+            "task.created",
+            fields(&[("taskId", json!(id)), ("contextId", json!(snapshot.context_id))]),
+        );
         inner.tasks.insert(id, entry);
         inner.submitted += 1;
         prune(&mut inner, &self.limits, now);
@@ -223,7 +238,7 @@ impl TaskTable {
         }
         message.task_id = Some(id.to_string());
         push_history(entry, message.clone());
-        set_status(entry, TaskState::Working, None);
+        set_status(&self.feed, entry, TaskState::Working, None);
         let snapshot = (render(entry, None, true), entry.last_seq);
         drop(inner);
         self.changed.notify_all();
@@ -303,7 +318,7 @@ impl TaskTable {
             push_history(entry, m.clone());
             m
         });
-        set_status(entry, state, message);
+        set_status(&self.feed, entry, state, message);
         if was_submitted && state != TaskState::Submitted {
             inner.submitted = inner.submitted.saturating_sub(1);
         }
@@ -329,7 +344,7 @@ impl TaskTable {
         md.insert(TERMINAL_KEY.into(), Value::String(cause.as_str().into()));
         message.metadata = Some(md);
         push_history(entry, message.clone());
-        set_status(entry, state, Some(message));
+        set_status(&self.feed, entry, state, Some(message));
         if was_submitted {
             inner.submitted = inner.submitted.saturating_sub(1);
         }
@@ -366,7 +381,7 @@ impl TaskTable {
             last_chunk,
             metadata: None,
         });
-        log_event(entry, event);
+        log_event(&self.feed, entry, event);
         drop(inner);
         self.changed.notify_all();
     }
@@ -381,6 +396,11 @@ impl TaskTable {
             .filter(|e| q.context_id.as_ref().is_none_or(|c| *c == e.task.context_id))
             .filter(|e| q.status.is_none_or(|s| s == e.task.status.state))
             .filter(|e| q.after_ms.is_none_or(|t| e.status_ms >= t))
+            .filter(|e| {
+                q.labels
+                    .as_ref()
+                    .is_none_or(|l| crate::ext::annotations::matches(e.task.metadata.as_ref(), l))
+            })
             .collect();
         rows.sort_by(|a, b| b.status_ms.cmp(&a.status_ms).then_with(|| a.task.id.cmp(&b.task.id)));
         let total = rows.len();
@@ -529,6 +549,33 @@ impl TaskTable {
         seq <= entry.last_seq && oldest <= seq + 1
     }
 
+    pub fn max_running(&self) -> usize {
+        self.max_running.load(Ordering::SeqCst)
+    }
+
+    pub fn set_max_running(&self, n: usize) {
+        self.max_running.store(n.max(1), Ordering::SeqCst);
+        self.changed.notify_all();
+    }
+
+    pub fn feed(&self) -> &Feed {
+        &self.feed
+    }
+
+    /// Who created task `id` (for records about it), if it exists.
+    pub fn principal_of(&self, id: &str) -> Option<String> {
+        self.lock().tasks.get(id).map(|e| e.principal.clone())
+    }
+
+    /// Merges task-annotation labels into a task (follow-up messages).
+    pub fn add_labels(&self, id: &str, labels: &crate::ext::annotations::Labels) -> Result<(), crate::rpc::RpcError> {
+        let mut inner = self.lock();
+        match inner.tasks.get_mut(id) {
+            Some(e) => crate::ext::annotations::merge_into(&mut e.task.metadata, labels),
+            None => Ok(()),
+        }
+    }
+
     /// Counts of (submitted, active, finished) tasks.
     pub fn counts(&self) -> (usize, usize, usize) {
         let inner = self.lock();
@@ -550,6 +597,11 @@ impl TaskTable {
             .map(|e| e.task.id.clone())
             .collect()
     }
+}
+
+/// A JSON object from a few fields.
+pub fn fields(pairs: &[(&str, Value)]) -> Map<String, Value> {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()
 }
 
 /// Parses a ListTasks `pageToken` (hex of `MS:ID`).
@@ -582,7 +634,7 @@ fn visible_mut<'a>(inner: &'a mut Inner, principal: &Principal, id: &str) -> Opt
     inner.tasks.get_mut(id).filter(|e| may_see(principal, e))
 }
 
-fn set_status(entry: &mut Entry, state: TaskState, message: Option<Message>) {
+fn set_status(feed: &Feed, entry: &mut Entry, state: TaskState, message: Option<Message>) {
     let now = clock::now_ms();
     entry.status_ms = now;
     entry.task.status = TaskStatus {
@@ -596,10 +648,42 @@ fn set_status(entry: &mut Entry, state: TaskState, message: Option<Message>) {
         status: entry.task.status.clone(),
         metadata: None,
     });
-    log_event(entry, event);
+    log_event(feed, entry, event);
 }
 
-fn log_event(entry: &mut Entry, event: StreamResponse) {
+/// Appends to the task's own log and mirrors it into the daemon-wide feed.
+fn log_event(feed: &Feed, entry: &mut Entry, event: StreamResponse) {
+    let ids = [
+        ("taskId", json!(entry.task.id)),
+        ("contextId", json!(entry.task.context_id)),
+    ];
+    match &event {
+        StreamResponse::StatusUpdate(u) => {
+            let state = u.status.state;
+            let mut f = fields(&ids);
+            f.insert("state".into(), json!(state));
+            let kind = if state.is_terminal() {
+                let cause = u
+                    .status
+                    .message
+                    .as_ref()
+                    .and_then(|m| m.metadata.as_ref()?.get(TERMINAL_KEY).cloned());
+                f.insert("cause".into(), cause.unwrap_or(Value::Null));
+                "task.terminal"
+            } else {
+                "task.state"
+            };
+            feed.publish(&entry.principal, kind, f);
+        }
+        StreamResponse::ArtifactUpdate(a) => {
+            let mut f = fields(&ids);
+            f.insert("artifactId".into(), json!(a.artifact.artifact_id));
+            f.insert("append".into(), json!(a.append));
+            f.insert("lastChunk".into(), json!(a.last_chunk));
+            feed.publish(&entry.principal, "task.artifact", f);
+        }
+        _ => {}
+    }
     entry.last_seq += 1;
     entry.events.push_back(LoggedEvent {
         seq: entry.last_seq,
@@ -680,12 +764,15 @@ mod tests {
     use crate::a2a::types::{Part, Role};
 
     fn table(retain_max: usize) -> TaskTable {
-        TaskTable::new(TableLimits {
-            max_running: 0,
-            max_queued: 3,
-            retain_max,
-            retain_ms: 60_000,
-        })
+        TaskTable::new(
+            TableLimits {
+                max_running: 0,
+                max_queued: 3,
+                retain_max,
+                retain_ms: 60_000,
+            },
+            Arc::new(Feed::new(16)),
+        )
     }
 
     fn op() -> Principal {
@@ -759,12 +846,15 @@ mod tests {
 
     #[test]
     fn pages_cover_everything_once() {
-        let t = TaskTable::new(TableLimits {
-            max_running: 0,
-            max_queued: 100,
-            retain_max: 100,
-            retain_ms: 60_000,
-        });
+        let t = TaskTable::new(
+            TableLimits {
+                max_running: 0,
+                max_queued: 100,
+                retain_max: 100,
+                retain_ms: 60_000,
+            },
+            Arc::new(Feed::new(16)),
+        );
         let mut ids: Vec<String> = (0..7).map(|_| t.create(&op(), msg("x"), None).unwrap().id).collect();
         let mut seen = Vec::new();
         let mut cursor = None;
@@ -779,6 +869,7 @@ mod tests {
                     cursor: cursor.clone(),
                     history_length: None,
                     include_artifacts: false,
+                    labels: None,
                 },
             );
             assert_eq!(page.total_size, 7);

@@ -82,7 +82,12 @@ fn card_value(cfg: &Config, listeners: &[Address], streaming: bool) -> Value {
     }
     card.insert(
         "capabilities".into(),
-        json!({"streaming": streaming, "pushNotifications": false, "extendedAgentCard": false}),
+        json!({
+            "streaming": streaming,
+            "pushNotifications": false,
+            "extendedAgentCard": false,
+            "extensions": crate::ext::card_entries(&cfg.ext_required),
+        }),
     );
     card.insert("defaultInputModes".into(), json!(c.input_modes));
     card.insert("defaultOutputModes".into(), json!(c.output_modes));

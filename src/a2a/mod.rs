@@ -6,6 +6,7 @@ pub mod card;
 pub mod stream;
 pub mod types;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,6 +14,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::config::Config;
+use crate::ext;
 use crate::procman::Procman;
 use crate::rpc::{self, RpcError};
 use crate::tasks::{ContinueError, CreateError, ListQuery, TaskTable};
@@ -41,6 +43,24 @@ pub const METHODS: [&str; 11] = [
 pub enum Answer {
     Value(Value),
     Stream(stream::Plan),
+    /// The events extension's feed, resuming after this sequence.
+    Events(Option<u64>),
+}
+
+/// Who is calling, and what the request activated.
+pub struct Call<'a> {
+    pub principal: &'a Principal,
+    pub active: &'a ext::Active,
+    /// The SSE `Last-Event-ID` header.
+    pub last_event_id: Option<u64>,
+}
+
+/// Daemon-wide facts and switches the command extension reads and sets.
+pub struct Daemon {
+    pub started: std::time::Instant,
+    pub listeners: Vec<String>,
+    /// `drain`: no new tasks; follow-ups to existing ones still go through.
+    pub draining: AtomicBool,
 }
 
 /// The agent behind every listener.
@@ -48,26 +68,50 @@ pub struct Agent {
     pub cfg: Arc<Config>,
     pub tasks: Arc<TaskTable>,
     pub procman: Procman,
+    pub daemon: Daemon,
 }
 
 impl Agent {
-    /// Runs one method. `last_event_id` is the SSE `Last-Event-ID` header.
-    pub fn call(
-        &self,
-        principal: &Principal,
-        method: &str,
-        params: Value,
-        last_event_id: Option<u64>,
-    ) -> Result<Answer, RpcError> {
+    /// Runs one method.
+    pub fn call(&self, call: &Call<'_>, method: &str, params: Value) -> Result<Answer, RpcError> {
+        if let Some(uri) = call.active.missing(&self.cfg.ext_required) {
+            return Err(RpcError::with_reason(
+                rpc::EXTENSION_SUPPORT_REQUIRED,
+                "EXTENSION_SUPPORT_REQUIRED",
+                rpc::A2A_DOMAIN,
+                format!("This agent requires the extension {uri}: name it in the A2A-Extensions header"),
+                &[("extension", uri)],
+            ));
+        }
+        let principal = call.principal;
         match method {
-            "SendMessage" => self.send_message(principal, parse(params)?).map(Answer::Value),
-            "SendStreamingMessage" => self.send_streaming(principal, parse(params)?).map(Answer::Stream),
+            "SendMessage" => self.send_message(call, parse(params)?).map(Answer::Value),
+            "SendStreamingMessage" => self.send_streaming(call, parse(params)?).map(Answer::Stream),
             "SubscribeToTask" => self
-                .subscribe(principal, parse(params)?, last_event_id)
+                .subscribe(principal, parse(params)?, call.last_event_id)
                 .map(Answer::Stream),
             "GetTask" => self.get_task(principal, parse(params)?).map(Answer::Value),
-            "ListTasks" => self.list_tasks(principal, parse(params)?).map(Answer::Value),
+            "ListTasks" => self.list_tasks(call, params).map(Answer::Value),
             "CancelTask" => self.cancel_task(principal, parse(params)?).map(Answer::Value),
+            ext::EVENTS_METHOD if call.active.has(ext::EVENTS) => {
+                let from = match params.get("fromSeq") {
+                    None | Some(Value::Null) => call.last_event_id,
+                    Some(v) => Some(v.as_u64().ok_or_else(|| {
+                        RpcError::invalid_params("fromSeq", "a sequence number (a whole number, 0 or more)")
+                    })?),
+                };
+                Ok(Answer::Events(from))
+            }
+            ext::EVENTS_METHOD => Err(RpcError::with_reason(
+                rpc::METHOD_NOT_FOUND,
+                "METHOD_NOT_FOUND",
+                rpc::A2A_DOMAIN,
+                format!(
+                    "{method} belongs to the extension {}: activate it with the A2A-Extensions header",
+                    ext::EVENTS
+                ),
+                &[("method", method), ("extension", ext::EVENTS)],
+            )),
             "CreateTaskPushNotificationConfig"
             | "GetTaskPushNotificationConfig"
             | "ListTaskPushNotificationConfigs"
@@ -95,9 +139,10 @@ impl Agent {
     /// whether it is new.
     fn begin_send(
         &self,
-        principal: &Principal,
+        call: &Call<'_>,
         req: SendMessageRequest,
     ) -> Result<(Task, u64, bool, types::SendMessageConfiguration), RpcError> {
+        let principal = call.principal;
         let config = req.configuration.unwrap_or_default();
         history_length(config.history_length, "configuration.historyLength")?;
         if config.task_push_notification_config.is_some() {
@@ -111,38 +156,59 @@ impl Agent {
         message.task_id = message.task_id.filter(|t| !t.is_empty());
         message.context_id = message.context_id.filter(|c| !c.is_empty());
         validate_user_message(&message)?;
+        let labels = if call.active.has(ext::ANNOTATIONS) {
+            ext::annotations::parse(message.metadata.as_ref(), "message.metadata")?
+        } else {
+            None
+        };
         match message.task_id.clone() {
             Some(task_id) => {
                 let (task, seq) = self
                     .tasks
                     .continue_with(principal, &task_id, &mut message)
                     .map_err(|e| continue_error(&task_id, e))?;
+                if let Some(l) = &labels {
+                    self.tasks.add_labels(&task_id, l)?;
+                }
                 self.procman.input(&task_id, message);
                 Ok((task, seq, false, config))
             }
             None => {
-                let task = self
-                    .tasks
-                    .create(principal, message, req.metadata)
-                    .map_err(|e| match e {
-                        CreateError::QueueFull { max } => RpcError::with_reason(
-                            rpc::INTERNAL_ERROR,
-                            "QUEUE_FULL",
-                            rpc::AGENTD_DOMAIN,
-                            format!(
-                                "Too many tasks waiting ({max}, tasks.max_queued); nothing was created — retry later"
-                            ),
-                            &[("maxQueued", &max.to_string())],
-                        ),
-                    })?;
+                if self.daemon.draining.load(Ordering::SeqCst) {
+                    return Err(RpcError::with_reason(
+                        rpc::INTERNAL_ERROR,
+                        "DRAINING",
+                        rpc::AGENTD_DOMAIN,
+                        "agentd is draining: it takes no new tasks while running ones finish (an operator sent \
+                         `drain`; `resume` undoes it). Follow-ups to tasks waiting for input still work.",
+                        &[],
+                    ));
+                }
+                let mut metadata = req.metadata;
+                if let Some(l) = &labels {
+                    ext::annotations::merge_into(&mut metadata, l)?;
+                }
+                let task = self.tasks.create(principal, message, metadata).map_err(|e| match e {
+                    CreateError::QueueFull { max } => RpcError::with_reason(
+                        rpc::INTERNAL_ERROR,
+                        "QUEUE_FULL",
+                        rpc::AGENTD_DOMAIN,
+                        format!("Too many tasks waiting ({max}, tasks.max_queued); nothing was created — retry later"),
+                        &[("maxQueued", &max.to_string())],
+                    ),
+                })?;
                 self.procman.start(&task.id);
                 Ok((task, 0, true, config))
             }
         }
     }
 
-    fn send_message(&self, principal: &Principal, req: SendMessageRequest) -> Result<Value, RpcError> {
-        let (task, _, _, config) = self.begin_send(principal, req)?;
+    fn send_message(&self, call: &Call<'_>, req: SendMessageRequest) -> Result<Value, RpcError> {
+        if let Some(reply) = self.command(call, &req)? {
+            return to_value(&StreamResponse::Message(reply));
+        }
+        let principal = call.principal;
+        let (task, _, _, config) = self.begin_send(call, req)?;
         let history_length = history_length(config.history_length, "configuration.historyLength")?;
         if config.return_immediately {
             let task = self.tasks.get(principal, &task.id, history_length).unwrap_or(task);
@@ -160,8 +226,15 @@ impl Agent {
         }
     }
 
-    fn send_streaming(&self, principal: &Principal, req: SendMessageRequest) -> Result<stream::Plan, RpcError> {
-        let (mut task, seq, is_new, config) = self.begin_send(principal, req)?;
+    fn send_streaming(&self, call: &Call<'_>, req: SendMessageRequest) -> Result<stream::Plan, RpcError> {
+        if let Some(reply) = self.command(call, &req)? {
+            return Ok(stream::Plan {
+                task_id: String::new(),
+                start: stream::Start::Reply(reply),
+                until: stream::Until::TurnEnd,
+            });
+        }
+        let (mut task, seq, is_new, config) = self.begin_send(call, req)?;
         if let Some(n) = history_length(config.history_length, "configuration.historyLength")? {
             let history = task.history.take().unwrap_or_default();
             let keep = history.len().min(n);
@@ -214,6 +287,21 @@ impl Agent {
         })
     }
 
+    /// A command-extension message, when the extension is active: run it
+    /// and return the reply. `None` = an ordinary message.
+    fn command(&self, call: &Call<'_>, req: &SendMessageRequest) -> Result<Option<types::Message>, RpcError> {
+        if !call.active.has(ext::COMMAND) || !ext::command::is_command(&req.message) {
+            return Ok(None);
+        }
+        if !call.principal.is_operator() {
+            return Err(ext::command::forbidden(&call.principal.name()));
+        }
+        let op = ext::command::parse(&req.message)?;
+        let body = ext::command::run(self, &op);
+        log::info!("ext.command op={op:?} principal={}", call.principal.name());
+        Ok(Some(ext::command::reply(body, req.message.context_id.clone())))
+    }
+
     /// Only a jsonl program can answer with a direct Message.
     fn runner_may_reply(&self) -> bool {
         matches!(self.cfg.runner, crate::config::Runner::Exec { .. }) && self.cfg.exec_protocol == "jsonl"
@@ -229,7 +317,14 @@ impl Agent {
         to_value(&task)
     }
 
-    fn list_tasks(&self, principal: &Principal, req: ListTasksRequest) -> Result<Value, RpcError> {
+    fn list_tasks(&self, call: &Call<'_>, params: Value) -> Result<Value, RpcError> {
+        let labels = if call.active.has(ext::ANNOTATIONS) {
+            ext::annotations::parse(params.get("metadata").and_then(Value::as_object), "metadata")?
+        } else {
+            None
+        };
+        let principal = call.principal;
+        let req: ListTasksRequest = parse(params)?;
         let page_size = match req.page_size {
             None => crate::limits::LIST_PAGE_DEFAULT,
             Some(n) if (1..=crate::limits::LIST_PAGE_MAX as i32).contains(&n) => n as usize,
@@ -264,6 +359,7 @@ impl Agent {
             cursor,
             history_length: history_length(req.history_length, "historyLength")?,
             include_artifacts: req.include_artifacts.unwrap_or(false),
+            labels,
         };
         to_value(&self.tasks.list(principal, &query))
     }

@@ -46,6 +46,8 @@ pub enum Start {
     Snapshot { task: Task, seq: u64, may_reply: bool },
     /// Replaying the retained events after `seq` (Last-Event-ID).
     Replay { seq: u64 },
+    /// No task: the whole stream is this one message (a command's reply).
+    Reply(Message),
 }
 
 /// A stream the server should open.
@@ -96,6 +98,7 @@ pub fn pump(
             seq
         }
         Start::Replay { seq } => seq,
+        Start::Reply(m) => return sink(Emit::Event(None, message_event(m))),
     };
     loop {
         match tasks.next_events(principal, id, seq, keepalive) {

@@ -1,0 +1,171 @@
+//! The task-annotations extension: labels a client attaches to a task at
+//! send time, in the message's metadata under the extension URI:
+//!
+//! ```json
+//! {"message": {…, "metadata": {"https://agentd.dev/a2a/ext/task-annotations":
+//!                               {"team": "search", "run": "42"}}}}
+//! ```
+//! They are kept on the task (in its metadata under the same URI), merged
+//! by follow-up messages, returned only to clients that activated the
+//! extension, and usable as a ListTasks filter by equality:
+//! `params.metadata["https://agentd.dev/a2a/ext/task-annotations"] = {"team": "search"}`.
+
+use serde_json::{Map, Value};
+
+use super::ANNOTATIONS;
+use crate::rpc::RpcError;
+
+pub const MAX_LABELS: usize = 16;
+pub const MAX_KEY_BYTES: usize = 64;
+pub const MAX_VALUE_BYTES: usize = 256;
+
+pub type Labels = Map<String, Value>;
+
+/// The labels in a metadata map, validated; `None` when there are none.
+pub fn parse(metadata: Option<&Map<String, Value>>, field: &str) -> Result<Option<Labels>, RpcError> {
+    let Some(v) = metadata.and_then(|m| m.get(ANNOTATIONS)) else {
+        return Ok(None);
+    };
+    let field = format!("{field}[\"{ANNOTATIONS}\"]");
+    let Value::Object(labels) = v else {
+        return Err(RpcError::invalid_params(
+            &field,
+            "labels must be an object of string values",
+        ));
+    };
+    if labels.len() > MAX_LABELS {
+        return Err(RpcError::invalid_params(&field, format!("at most {MAX_LABELS} labels")));
+    }
+    for (k, v) in labels {
+        let key_ok = !k.is_empty()
+            && k.len() <= MAX_KEY_BYTES
+            && k.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-/".contains(&b));
+        if !key_ok {
+            return Err(RpcError::invalid_params(
+                &field,
+                format!("label key `{k}`: 1–{MAX_KEY_BYTES} bytes of a-z, A-Z, 0-9, `.`, `_`, `-`, `/`"),
+            ));
+        }
+        match v {
+            Value::String(s) if s.len() <= MAX_VALUE_BYTES => {}
+            Value::String(_) => {
+                return Err(RpcError::invalid_params(
+                    &field,
+                    format!("label `{k}`: values are at most {MAX_VALUE_BYTES} bytes"),
+                ))
+            }
+            _ => {
+                return Err(RpcError::invalid_params(
+                    &field,
+                    format!("label `{k}`: values are strings"),
+                ))
+            }
+        }
+    }
+    Ok(Some(labels.clone()).filter(|l| !l.is_empty()))
+}
+
+/// Merges `more` into the labels kept in a task's metadata (bounded).
+pub fn merge_into(task_metadata: &mut Option<Map<String, Value>>, more: &Labels) -> Result<(), RpcError> {
+    let md = task_metadata.get_or_insert_with(Map::new);
+    let entry = md
+        .entry(ANNOTATIONS.to_string())
+        .or_insert_with(|| Value::Object(Map::new()));
+    if let Value::Object(labels) = entry {
+        for (k, v) in more {
+            labels.insert(k.clone(), v.clone());
+        }
+        if labels.len() > MAX_LABELS {
+            return Err(RpcError::invalid_params(
+                "message.metadata",
+                format!("a task carries at most {MAX_LABELS} labels"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether a task's metadata carries every label of `filter`.
+pub fn matches(task_metadata: Option<&Map<String, Value>>, filter: &Labels) -> bool {
+    let labels = task_metadata
+        .and_then(|m| m.get(ANNOTATIONS))
+        .and_then(Value::as_object);
+    filter.iter().all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
+}
+
+/// Removes the labels from every Task object in a result (for clients that
+/// did not activate the extension: to them it does not exist).
+pub fn strip(v: &mut Value) {
+    match v {
+        Value::Object(obj) => {
+            if obj.contains_key("status") && obj.contains_key("id") {
+                if let Some(Value::Object(md)) = obj.get_mut("metadata") {
+                    md.remove(ANNOTATIONS);
+                    if md.is_empty() {
+                        obj.remove("metadata");
+                    }
+                }
+            }
+            for (_, child) in obj.iter_mut() {
+                if child.is_object() || child.is_array() {
+                    strip(child);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn md(labels: Value) -> Map<String, Value> {
+        Map::from_iter([(ANNOTATIONS.to_string(), labels)])
+    }
+
+    #[test]
+    fn validates_bounds() {
+        assert_eq!(parse(None, "m").unwrap(), None);
+        let ok = parse(Some(&md(json!({"team": "a", "run": "1"}))), "m")
+            .unwrap()
+            .unwrap();
+        assert_eq!(ok.len(), 2);
+        for bad in [
+            json!("x"),
+            json!({"team": 1}),
+            json!({"": "x"}),
+            json!({"sp ace": "x"}),
+            json!({"k": "v".repeat(MAX_VALUE_BYTES + 1)}),
+            Value::Object((0..=MAX_LABELS).map(|i| (format!("k{i}"), json!("v"))).collect()),
+        ] {
+            let e = parse(Some(&md(bad.clone())), "m").unwrap_err();
+            assert_eq!(e.code, crate::rpc::INVALID_PARAMS, "{bad}");
+        }
+        let at_limit = Value::Object((0..MAX_LABELS).map(|i| (format!("k{i}"), json!("v"))).collect());
+        assert!(parse(Some(&md(at_limit)), "m").is_ok());
+    }
+
+    #[test]
+    fn merges_matches_and_strips() {
+        let mut task_md = None;
+        merge_into(
+            &mut task_md,
+            &parse(Some(&md(json!({"team": "a"}))), "m").unwrap().unwrap(),
+        )
+        .unwrap();
+        merge_into(
+            &mut task_md,
+            &parse(Some(&md(json!({"run": "2"}))), "m").unwrap().unwrap(),
+        )
+        .unwrap();
+        let filter = |v: Value| v.as_object().unwrap().clone();
+        assert!(matches(task_md.as_ref(), &filter(json!({"team": "a", "run": "2"}))));
+        assert!(!matches(task_md.as_ref(), &filter(json!({"team": "b"}))));
+        let mut result = json!({"tasks": [{"id": "t", "status": {}, "metadata": task_md}]});
+        strip(&mut result);
+        assert_eq!(result, json!({"tasks": [{"id": "t", "status": {}}]}));
+    }
+}

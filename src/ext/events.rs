@@ -1,0 +1,248 @@
+//! The events extension: one feed of every task's lifecycle across the
+//! daemon. Each record has a daemon-wide sequence number; the last
+//! `ext.events_ring` records are kept so a client can resume from a
+//! sequence without gaps or duplicates.
+//!
+//! ```text
+//!  hello  {"hello":  {"seq": N, "ringStart": M, "pid": …, "version": …}}
+//!  event  {"event":  {"seq", "time", "kind", "taskId", "contextId", …}}   (SSE id = seq)
+//!         kind: task.created | task.state | task.artifact | task.terminal
+//!               | worker.spawn | worker.exit
+//!  resync {"resync": {"from": F, "ringStart": M}}    F fell off the ring
+//!  bye    {"goodbye": {"seq": N, "reason": "shutdown"}}   then the stream ends
+//! ```
+
+use std::collections::VecDeque;
+use std::sync::{Condvar, Mutex};
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+
+use crate::a2a::stream::Emit;
+use crate::transport::Principal;
+
+/// Default number of records kept for resuming.
+pub const RING_DEFAULT: usize = 4096;
+
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub seq: u64,
+    /// Who owns the task (for visibility), empty for daemon-wide records.
+    pub principal: String,
+    pub body: Value,
+}
+
+struct Inner {
+    seq: u64,
+    ring: VecDeque<Record>,
+    closed: bool,
+}
+
+pub struct Feed {
+    inner: Mutex<Inner>,
+    changed: Condvar,
+    ring_max: usize,
+}
+
+/// What a subscriber gets when it asks for records after a sequence.
+pub enum Next {
+    Records(Vec<Record>),
+    /// The records after the requested sequence are gone; the ring now
+    /// starts at this sequence.
+    FellBehind(u64),
+    Timeout,
+    Closed,
+}
+
+impl Feed {
+    pub fn new(ring_max: usize) -> Feed {
+        Feed {
+            inner: Mutex::new(Inner {
+                seq: 0,
+                ring: VecDeque::new(),
+                closed: false,
+            }),
+            changed: Condvar::new(),
+            ring_max: ring_max.max(1),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Appends one record: `kind` plus `fields`, stamped with seq and time.
+    pub fn publish(&self, principal: &str, kind: &str, fields: Map<String, Value>) {
+        let mut inner = self.lock();
+        inner.seq += 1;
+        let seq = inner.seq;
+        let mut body = Map::new();
+        body.insert("seq".into(), json!(seq));
+        body.insert("time".into(), json!(crate::clock::format_ms(crate::clock::now_ms())));
+        body.insert("kind".into(), json!(kind));
+        body.extend(fields);
+        inner.ring.push_back(Record {
+            seq,
+            principal: principal.to_string(),
+            body: Value::Object(body),
+        });
+        while inner.ring.len() > self.ring_max {
+            inner.ring.pop_front();
+        }
+        drop(inner);
+        self.changed.notify_all();
+    }
+
+    /// (last sequence, first sequence still in the ring).
+    pub fn position(&self) -> (u64, u64) {
+        let inner = self.lock();
+        (inner.seq, inner.ring.front().map_or(inner.seq + 1, |r| r.seq))
+    }
+
+    /// Records after `after`, waiting up to `timeout` for the first.
+    pub fn next(&self, after: u64, timeout: Duration) -> Next {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut inner = self.lock();
+        loop {
+            if inner.seq > after {
+                let start = inner.ring.front().map_or(inner.seq + 1, |r| r.seq);
+                if start > after + 1 {
+                    return Next::FellBehind(start);
+                }
+                return Next::Records(inner.ring.iter().filter(|r| r.seq > after).cloned().collect());
+            }
+            if inner.closed {
+                return Next::Closed;
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Next::Timeout;
+            }
+            inner = self
+                .changed
+                .wait_timeout(inner, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    /// The daemon is stopping: every subscriber says goodbye.
+    pub fn close(&self) {
+        self.lock().closed = true;
+        self.changed.notify_all();
+    }
+}
+
+/// Runs one `SubscribeToEvents` stream. `from`: resume after this sequence
+/// (the `fromSeq` param or `Last-Event-ID`); `None` = only new records.
+pub fn pump(
+    feed: &Feed,
+    principal: &Principal,
+    from: Option<u64>,
+    keepalive: Duration,
+    sink: &mut dyn FnMut(Emit) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let (seq, ring_start) = feed.position();
+    sink(Emit::Event(
+        None,
+        json!({"hello": {"seq": seq, "ringStart": ring_start, "pid": std::process::id(), "version": env!("CARGO_PKG_VERSION")}}),
+    ))?;
+    let mut after = from.unwrap_or(seq).min(seq);
+    let own = principal.name();
+    loop {
+        match feed.next(after, keepalive) {
+            Next::Records(records) => {
+                for r in records {
+                    after = r.seq;
+                    if principal.is_operator() || r.principal == own {
+                        sink(Emit::Event(Some(r.seq), json!({ "event": r.body })))?;
+                    }
+                }
+            }
+            Next::FellBehind(start) => {
+                sink(Emit::Event(
+                    None,
+                    json!({"resync": {"from": after, "ringStart": start}}),
+                ))?;
+                after = start - 1;
+            }
+            Next::Timeout => sink(Emit::KeepAlive)?,
+            Next::Closed => {
+                let (seq, _) = feed.position();
+                return sink(Emit::Event(
+                    None,
+                    json!({"goodbye": {"seq": seq, "reason": "shutdown"}}),
+                ));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op() -> Principal {
+        Principal::Unix { uid: 0, pid: 1 }
+    }
+
+    #[test]
+    fn resumes_without_gaps_and_resyncs_when_behind() {
+        let feed = Feed::new(3);
+        for i in 0..5 {
+            feed.publish("p", "task.created", Map::from_iter([("n".to_string(), json!(i))]));
+        }
+        assert_eq!(feed.position(), (5, 3));
+        match feed.next(3, Duration::ZERO) {
+            Next::Records(r) => assert_eq!(r.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![4, 5]),
+            _ => panic!("expected records"),
+        }
+        assert!(matches!(feed.next(1, Duration::ZERO), Next::FellBehind(3)));
+        assert!(matches!(feed.next(5, Duration::ZERO), Next::Timeout));
+        feed.close();
+        assert!(matches!(feed.next(5, Duration::ZERO), Next::Closed));
+    }
+
+    #[test]
+    fn pump_says_hello_resyncs_and_goodbye() {
+        let feed = Feed::new(2);
+        for _ in 0..4 {
+            feed.publish("unix:uid=0", "task.created", Map::new());
+        }
+        feed.close();
+        let mut seen = Vec::new();
+        pump(&feed, &op(), Some(0), Duration::from_millis(10), &mut |e| {
+            if let Emit::Event(id, v) = e {
+                seen.push((id, v));
+            }
+            Ok(())
+        })
+        .unwrap();
+        assert!(seen[0].1.get("hello").is_some());
+        assert_eq!(seen[1].1["resync"]["from"], 0);
+        assert_eq!(seen[2].0, Some(3));
+        assert_eq!(seen[3].0, Some(4));
+        assert!(seen[4].1.get("goodbye").is_some());
+    }
+
+    #[test]
+    fn non_operators_see_only_their_own_records() {
+        let feed = Feed::new(10);
+        feed.publish("vsock:cid=3", "task.created", Map::new());
+        feed.publish("vsock:cid=4", "task.created", Map::new());
+        feed.close();
+        let mut ids = Vec::new();
+        let me = Principal::Vsock {
+            cid: 4,
+            operator: false,
+        };
+        pump(&feed, &me, Some(0), Duration::from_millis(10), &mut |e| {
+            if let Emit::Event(Some(id), _) = e {
+                ids.push(id);
+            }
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(ids, vec![2]);
+    }
+}
