@@ -345,3 +345,45 @@ fn annotations_filter_list_survive_multi_turn_and_are_invisible_otherwise() {
     );
     assert_eq!(bad["error"]["code"], -32602, "{bad}");
 }
+
+#[test]
+fn client_events_and_command_subcommands() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let d = Daemon::start(&[]);
+    let ep = format!("unix://{}", d.socket.display());
+    let out = Command::new(common::BIN)
+        .args(["command", &ep, "status", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(status["op"], "status");
+    assert_eq!(status["listeners"][0], ep);
+    let out = Command::new(common::BIN)
+        .args(["command", &ep, "limits", "maxRunning=nope"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "a bad op is the agent's -32602");
+
+    let mut events = Command::new(common::BIN)
+        .args(["events", &ep, "--json"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(events.stdout.take().unwrap()).lines();
+    let hello: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert!(hello.get("hello").is_some());
+    d.ok("SendMessage", json!({"message": user_message("x")}));
+    let mut kinds = Vec::new();
+    for line in lines.by_ref() {
+        let v: Value = serde_json::from_str(&line.unwrap()).unwrap();
+        kinds.push(v["event"]["kind"].as_str().unwrap_or("").to_string());
+        if kinds.last().map(String::as_str) == Some("task.terminal") {
+            break;
+        }
+    }
+    let _ = events.kill();
+    let _ = events.wait();
+    assert_eq!(kinds.first().map(String::as_str), Some("task.created"), "{kinds:?}");
+}

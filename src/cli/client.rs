@@ -38,6 +38,10 @@ Commands:
                                               [--page-size N] [--page-token T] [--artifacts]
   cancel ENDPOINT TASK_ID        cancel a task (returns once it is CANCELED)
   subscribe ENDPOINT TASK_ID     follow a task's events until it ends  [--last-event-id N]
+  events ENDPOINT                follow every task's lifecycle (events extension)  [--from SEQ]
+  command ENDPOINT OP [KEY=VALUE…]
+                                 an operator command (command extension): status, drain,
+                                 resume, limits [maxRunning=N]
 
 Options for every command:
       --json                     print the raw JSON results (one per line when streaming)
@@ -65,6 +69,7 @@ const VALUED: &[&str] = &[
     "--page-token",
     "--last-event-id",
     "--timeout",
+    "--from",
 ];
 const BOOLEAN: &[&str] = &["--json", "--stream", "--no-wait", "--artifacts"];
 
@@ -145,6 +150,8 @@ pub fn run(command: &str, args: &[String]) -> i32 {
         "list" => list(&client, &opts),
         "cancel" => one_id(rest, "cancel").and_then(|id| cancel(&client, &opts, id)),
         "subscribe" => one_id(rest, "subscribe").and_then(|id| subscribe(&client, &opts, id)),
+        "events" => events(&mut client, &opts),
+        "command" => operator_command(&mut client, &opts, rest),
         _ => return usage(&format!("unknown command `{command}`")),
     };
     match result {
@@ -373,6 +380,79 @@ fn subscribe(client: &Client, opts: &Opts, id: &str) -> Result<i32, Failure> {
         &mut |ev| printer.event(ev),
     )?;
     Ok(printer.exit_code())
+}
+
+fn events(client: &mut Client, opts: &Opts) -> Result<i32, Failure> {
+    client.discover()?;
+    client.extensions = vec![crate::ext::EVENTS.to_string()];
+    let mut params = json!({});
+    if let Some(n) = opts.number("--from").map_err(Failure::Usage)? {
+        params["fromSeq"] = json!(n);
+    }
+    let json_out = opts.json;
+    client.stream(crate::ext::EVENTS_METHOD, params, None, &mut |ev| {
+        let r = &ev.result;
+        if json_out {
+            print_json(r);
+        } else if let Some(e) = r.get("event") {
+            let mut line = format!("{:>6} {} {:<14}", text(&e["seq"]), text(&e["time"]), text(&e["kind"]));
+            for key in ["taskId", "state", "pid", "cause", "exit", "artifactId"] {
+                if let Some(v) = e.get(key).filter(|v| !v.is_null()) {
+                    let v = if key == "state" { short_state(v) } else { text(v) };
+                    line.push_str(&format!(" {key}={v}"));
+                }
+            }
+            println!("{line}");
+        } else if let Some(h) = r.get("hello") {
+            println!(
+                "# following events from seq {} (ring starts at {})",
+                text(&h["seq"]),
+                text(&h["ringStart"])
+            );
+        } else if let Some(rs) = r.get("resync") {
+            println!(
+                "# resync: records after {} are gone; the ring starts at {}",
+                text(&rs["from"]),
+                text(&rs["ringStart"])
+            );
+        } else if r.get("goodbye").is_some() {
+            println!("# goodbye: the daemon is stopping");
+        }
+        let _ = std::io::stdout().flush();
+        true
+    })?;
+    Ok(EXIT_OK)
+}
+
+fn operator_command(client: &mut Client, opts: &Opts, rest: &[String]) -> Result<i32, Failure> {
+    let Some((op, args)) = rest.split_first() else {
+        return Err(Failure::Usage(
+            "`command` needs an OP: status, drain, resume or limits".into(),
+        ));
+    };
+    let mut data = json!({ "op": op });
+    for a in args {
+        let (k, v) = a
+            .split_once('=')
+            .ok_or_else(|| Failure::Usage(format!("command arguments are KEY=VALUE, found `{a}`")))?;
+        data[k] = v.parse::<i64>().map(Value::from).unwrap_or_else(|_| json!(v));
+    }
+    client.discover()?;
+    client.extensions = vec![crate::ext::COMMAND.to_string()];
+    let message = json!({
+        "messageId": crate::ids::new_id(),
+        "role": "ROLE_USER",
+        "extensions": [crate::ext::COMMAND],
+        "parts": [{"data": data}],
+    });
+    let result = client.call("SendMessage", json!({ "message": message }))?;
+    let reply = &result["message"]["parts"][0]["data"];
+    if opts.json {
+        print_json(reply);
+    } else {
+        println!("{}", serde_json::to_string_pretty(reply).unwrap_or_default());
+    }
+    Ok(EXIT_OK)
 }
 
 /// `TASK_STATE_INPUT_REQUIRED` → `input-required`.

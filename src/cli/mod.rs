@@ -17,7 +17,7 @@ agentd — an A2A 1.0 agent on a unix socket; every task a supervised process
 
 Usage:
   agentd serve [OPTIONS]                 run the daemon (the built-in echo agent by default)
-  agentd card|send|get|list|cancel|subscribe ENDPOINT …
+  agentd card|send|get|list|cancel|subscribe|events|command ENDPOINT …
                                          talk to an agent (see `agentd help client`)
   agentd help [serve|client|config]      this text, the daemon's options, the client's,
                                          or every config key
@@ -66,7 +66,7 @@ pub fn main() -> i32 {
     let rest = &args[1..];
     match cmd.as_str() {
         "serve" => serve(rest),
-        "card" | "send" | "get" | "list" | "cancel" | "subscribe" => client::run(cmd, rest),
+        "card" | "send" | "get" | "list" | "cancel" | "subscribe" | "events" | "command" => client::run(cmd, rest),
         "__worker" => crate::worker::main_with_logging(),
         "help" | "-h" | "--help" => help(rest.first().map(String::as_str)),
         "version" | "-V" | "--version" => {
