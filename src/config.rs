@@ -28,7 +28,7 @@ keys! {
     "a2a.vsock_allow_cids", "CID,…", "(any)", "vsock peers allowed to connect; others are closed before any HTTP and logged as a2a.vsock.denied.";
     "a2a.vsock_operator_cids", "CID,…", "", "vsock peers that see every task (others see only the tasks they created).";
     "a2a.advertise", "BINDING URL", "", "Add an interface to the card after the listeners' own, e.g. `JSONRPC http://127.0.0.1:8080/` for a proxy that fronts the socket. Repeatable.";
-    "a2a.tls", "-", "", "Not supported: the kernel authenticates peers on unix sockets. Setting it is an error.";
+    "a2a.tls", "-", "", "Not supported: the kernel authenticates peers (SO_PEERCRED on unix sockets, the CID on vsock). Setting it is an error; put TLS in a proxy that fronts the socket.";
     "a2a.max_connections", "N", "256", "Concurrent connections; a connection over the cap gets 503 and is closed.";
     "a2a.version_required", "BOOL", "true", "Refuse requests without an A2A-Version header (which means 0.3) with -32009. `false` treats a missing header as 1.0.";
     "card.name", "TEXT", "agentd", "The card's name.";
@@ -65,13 +65,13 @@ keys! {
     "tasks.rlimit_cpu_secs", "SECS", "0", "RLIMIT_CPU of the task's program. 0 = inherit.";
     "tasks.rlimit_nofile", "N", "0", "RLIMIT_NOFILE of the task's program. 0 = inherit.";
     "http.body_max_bytes", "BYTES", "4194304", "Largest request body; over it → 413.";
-    "http.head_timeout_ms", "MS", "10000", "Time a client has to send a request head (and, separately, its body); over it → 408.";
+    "http.head_timeout_ms", "MS", "10000", "Time a client has to send a request head once it started; over it → 408. The body then gets this long or 30 s, whichever is more.";
     "http.idle_timeout_ms", "MS", "60000", "Idle keep-alive time before the connection is closed.";
     "http.sse_keepalive_ms", "MS", "15000", "An SSE stream with nothing to say sends a `: keep-alive` comment this often.";
     "ext.required", "URI,…", "", "Extensions a client must activate (A2A-Extensions) to be served; the card marks them required and a request without them gets -32008. Only agentd's own extensions can be required.";
     "ext.events_ring", "N", "4096", "Records the events extension keeps for clients resuming from a sequence number.";
     "init.modules", "PATH", "", "When agentd runs as PID 1 (a VM guest's /init): a kernel module to load before listening, e.g. the virtio and vsock modules. Repeatable, loaded in order. As PID 1 agentd also mounts /proc, /sys, /dev, /tmp and /run, and powers the machine off when it stops.";
-    "log.level", "LEVEL", "info", "error, warn, info, debug or trace. The RUST_LOG environment variable overrides it.";
+    "log.level", "LEVEL", "info", "error, warn, info, debug, trace or off. The RUST_LOG environment variable overrides it.";
 }
 
 /// What a task runs.
@@ -285,9 +285,9 @@ impl Config {
                 self.advertise.push((binding.to_string(), url.to_string()));
             }
             "a2a.tls" => {
-                return Err("a2a.tls: TLS is not supported on a unix listener: the kernel \
-                            authenticates the peer (SO_PEERCRED). Remove this key; put TLS in \
-                            the proxy that fronts the socket."
+                return Err("a2a.tls: TLS is not supported on unix or vsock listeners: the kernel \
+                            authenticates the peer (SO_PEERCRED, the vsock CID). Remove this key; \
+                            put TLS in the proxy that fronts the socket."
                     .into())
             }
             "a2a.max_connections" => self.max_connections = positive(key, value)?,

@@ -188,7 +188,7 @@ impl std::fmt::Display for ExitStatus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ExitStatus::Code(c) => write!(f, "exit status {c}"),
-            ExitStatus::Signal(s) => write!(f, "killed by signal {s} ({})", signal_name(*s)),
+            ExitStatus::Signal(s) => write!(f, "killed by signal {s} ({}, exit status {})", signal_name(*s), 128 + s),
         }
     }
 }

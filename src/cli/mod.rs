@@ -13,7 +13,7 @@ pub const EXIT_FAILURE: i32 = 1;
 pub const EXIT_USAGE: i32 = 2;
 
 const USAGE: &str = "\
-agentd — an A2A 1.0 agent on a unix socket; every task a supervised process
+agentd — an A2A 1.0 agent on a unix socket or vsock; every task a supervised process
 
 Usage:
   agentd serve [OPTIONS]                 run the daemon (the built-in echo agent by default)
@@ -44,7 +44,7 @@ Options:
   -p, --peer ENDPOINT      delegate every task to the A2A agent at ENDPOINT
                            (unix://, vsock:// or vsock+uds://; = agent.peer)
   -s, --set KEY=VALUE      set any config key (repeatable; after --config)
-      --log-level LEVEL    error, warn, info, debug, trace (= log.level; RUST_LOG wins)
+      --log-level LEVEL    error, warn, info, debug, trace, off (= log.level; RUST_LOG wins)
   -h, --help               this text
 
 With no --listen the socket is $XDG_RUNTIME_DIR/agentd/agentd.sock, or

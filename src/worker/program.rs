@@ -96,7 +96,7 @@ pub fn start(prog: &Program) -> Result<Running, Done> {
             _ => 126,
         };
         failed(
-            Cause::Crashed,
+            Cause::Failed,
             format!("cannot start `{}`: {e} (exit status {code})", prog.argv[0]),
         )
     })?;
