@@ -16,8 +16,8 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io::Read;
-use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -318,30 +318,26 @@ impl State {
     fn fork_worker(&mut self, task_id: &str, context_id: String, message: Message) -> std::io::Result<i32> {
         let (ours, theirs) = UnixStream::pair()?;
         let mut cmd = Command::new("/proc/self/exe");
+        // No pre_exec hook: without one, std spawns with posix_spawn
+        // (vfork-like), whose cost does not grow with agentd's memory the
+        // way fork(2)'s does. The worker arms PDEATHSIG itself and then
+        // checks getppid(), which closes the window (see worker::main).
+        // The control socket rides in as the worker's stdin.
         cmd.arg("__worker")
             .arg(task_id)
             .env_clear()
             .env(worker::SUPERVISOR_PID_ENV, sys::getpid().to_string())
             .env(worker::LOG_LEVEL_ENV, &self.cfg.log_level)
-            .stdin(Stdio::null())
+            .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
+            .stderr(Stdio::inherit())
+            .process_group(0);
         for name in worker::INHERITED_ENV {
             if let Some(v) = std::env::var_os(name) {
                 cmd.env(name, v);
             }
         }
-        sys::prepare_child(
-            &mut cmd,
-            sys::ChildSetup {
-                new_group: true,
-                parent_death: Some(libc::SIGKILL),
-                control_fd: Some((theirs.as_raw_fd(), worker::CONTROL_FD)),
-                rlimits: Vec::new(),
-            },
-        );
         let child = cmd.spawn()?;
-        drop(theirs);
         let pid = child.id() as i32;
         // The child is reaped by reap() via waitpid(-1), never by Child::wait.
         drop(child);

@@ -325,7 +325,7 @@ enum Reply {
 
 /// What a stream carries.
 enum Source {
-    Task(stream::Plan),
+    Task(Box<stream::Plan>),
     /// The events extension's feed, resuming after this sequence.
     Events(Option<u64>),
 }
@@ -389,7 +389,7 @@ fn write_stream(
         stream::Emit::KeepAlive => out.chunk(&sse::encode_comment("keep-alive")),
     };
     let pumped = match source {
-        Source::Task(plan) => stream::pump(&shared.agent.tasks, principal, plan, keepalive, &mut sink),
+        Source::Task(plan) => stream::pump(&shared.agent.tasks, principal, *plan, keepalive, &mut sink),
         Source::Events(from) => ext::events::pump(shared.agent.tasks.feed(), principal, from, keepalive, &mut sink),
     };
     match pumped {

@@ -78,17 +78,6 @@ pub fn become_group_leader() -> io::Result<()> {
     cvt(unsafe { libc::setpgid(0, 0) }).map(drop)
 }
 
-/// dup2(from, to): `to` becomes a copy of `from` without FD_CLOEXEC.
-/// When `from == to` dup2 is a no-op, so the flag is cleared by hand.
-/// Async-signal-safe.
-pub fn dup_to(from: RawFd, to: RawFd) -> io::Result<()> {
-    if from == to {
-        return set_cloexec(to, false);
-    }
-    // SAFETY: dup2 takes two integers; an invalid fd is reported as EBADF.
-    cvt(unsafe { libc::dup2(from, to) }).map(drop)
-}
-
 /// Sets or clears FD_CLOEXEC on `fd`. Async-signal-safe.
 pub fn set_cloexec(fd: RawFd, on: bool) -> io::Result<()> {
     let flag = if on { libc::FD_CLOEXEC } else { 0 };
@@ -302,28 +291,33 @@ pub fn getpid() -> i32 {
     std::process::id() as i32
 }
 
-/// Adopts the inherited control descriptor (procman dup2'd it to `fd`
-/// before exec) and marks it close-on-exec so a task's program never sees it.
+/// Adopts the inherited control descriptor `fd` (the worker's stdin): moves
+/// it to a new close-on-exec fd so a task's program never sees it, and
+/// puts /dev/null where it was.
 pub fn take_control_fd(fd: RawFd) -> io::Result<std::os::unix::net::UnixStream> {
-    use std::os::fd::FromRawFd;
-    set_cloexec(fd, true)?;
-    // SAFETY: `fd` was handed to us by our supervisor as the one control
-    // socket; nothing else in this process owns it, and set_cloexec just
-    // proved it is open.
-    Ok(unsafe { std::os::unix::net::UnixStream::from_raw_fd(fd) })
+    use std::os::fd::{FromRawFd, IntoRawFd};
+    // SAFETY: fcntl F_DUPFD_CLOEXEC on an fd number; a bad fd is EBADF.
+    let moved = cvt(unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) })?;
+    let null = std::fs::File::open("/dev/null")?.into_raw_fd();
+    // SAFETY: dup2 onto `fd` replaces the original descriptor, now unused;
+    // then the temporary /dev/null fd we own is closed.
+    cvt(unsafe { libc::dup2(null, fd) })?;
+    // SAFETY: `null` came from into_raw_fd above and is owned by us.
+    unsafe { libc::close(null) };
+    // SAFETY: `moved` was just created by F_DUPFD_CLOEXEC and nothing else
+    // owns it.
+    Ok(unsafe { std::os::unix::net::UnixStream::from_raw_fd(moved) })
 }
 
 /// The steps a child takes between fork and exec, in this order (tini's
 /// `isolate_child`, firecracker's jailer):
 /// 1. own process group — so the kill ladder reaches it and all it forks;
 /// 2. PDEATHSIG — it dies with the thread that forked it;
-/// 3. the control socket onto a fixed fd, without FD_CLOEXEC;
-/// 4. rlimits.
+/// 3. rlimits.
 #[derive(Debug, Clone, Default)]
 pub struct ChildSetup {
     pub new_group: bool,
     pub parent_death: Option<libc::c_int>,
-    pub control_fd: Option<(RawFd, RawFd)>,
     pub rlimits: Vec<(Rlimit, u64)>,
 }
 
@@ -337,17 +331,13 @@ pub fn prepare_child(cmd: &mut std::process::Command, setup: ChildSetup) {
         if let Some(sig) = setup.parent_death {
             set_parent_death_signal(sig)?;
         }
-        if let Some((from, to)) = setup.control_fd {
-            dup_to(from, to)?;
-        }
         for &(which, value) in &setup.rlimits {
             set_rlimit(which, value)?;
         }
         Ok(())
     };
     // SAFETY: the hook runs in the forked child before exec. It makes only
-    // async-signal-safe system calls (setpgid, prctl, dup2, fcntl,
-    // setrlimit), reads data captured before the fork, and allocates
+    // async-signal-safe system calls (setpgid, prctl, setrlimit), reads data captured before the fork, and allocates
     // nothing (io::Error::last_os_error does not allocate).
     unsafe { cmd.pre_exec(hook) };
 }

@@ -69,20 +69,24 @@ pub enum Next {
     Events(Vec<LoggedEvent>),
     /// The client fell behind the retained log: a fresh snapshot and the
     /// sequence it reflects.
-    Resync(Task, u64),
+    Resync(Box<Task>, u64),
     /// Nothing new within the timeout.
     Timeout,
     /// The task is no longer visible (pruned).
     Gone,
 }
 
-/// How a stream should begin, once the worker has spoken.
+/// How a stream should begin, as far as the task table can tell.
 #[derive(Debug)]
 pub enum Opening {
     /// The agent replied with a Message: that is the whole stream.
     Reply(Message),
-    /// A task: its snapshot, and the sequence the snapshot reflects.
-    Task(Task, u64),
+    /// The agent works on a task: stream it.
+    Task,
+    /// The worker has not said anything yet.
+    Waiting,
+    /// The task is not visible (any more).
+    Gone,
 }
 
 #[derive(Default)]
@@ -480,27 +484,23 @@ impl TaskTable {
     }
 
     /// Waits (up to `timeout`) until the worker of `id` has spoken or the
-    /// task ended, then says how a stream should open. `None` on timeout.
-    pub fn opening(
-        &self,
-        principal: &Principal,
-        id: &str,
-        history_length: Option<usize>,
-        timeout: Duration,
-    ) -> Result<Option<Opening>, ()> {
+    /// task ended, then says how a stream should open.
+    pub fn opening(&self, principal: &Principal, id: &str, timeout: Duration) -> Opening {
         let deadline = Instant::now() + timeout;
         let mut inner = self.lock();
         loop {
-            let entry = visible(&inner, principal, id).ok_or(())?;
+            let Some(entry) = visible(&inner, principal, id) else {
+                return Opening::Gone;
+            };
             if let Some(m) = &entry.direct_reply {
-                return Ok(Some(Opening::Reply(m.clone())));
+                return Opening::Reply(m.clone());
             }
             if entry.spoke || entry.task.status.state.is_terminal() {
-                return Ok(Some(Opening::Task(render(entry, history_length, true), entry.last_seq)));
+                return Opening::Task;
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Ok(None);
+                return Opening::Waiting;
             }
             inner = self
                 .changed
@@ -522,7 +522,7 @@ impl TaskTable {
             if entry.last_seq > after {
                 let oldest = entry.events.front().map(|e| e.seq).unwrap_or(entry.last_seq + 1);
                 if oldest > after + 1 {
-                    return Next::Resync(render(entry, None, true), entry.last_seq);
+                    return Next::Resync(Box::new(render(entry, None, true)), entry.last_seq);
                 }
                 let events = entry.events.iter().filter(|e| e.seq > after).cloned().collect();
                 return Next::Events(events);

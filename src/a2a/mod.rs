@@ -42,7 +42,7 @@ pub const METHODS: [&str; 11] = [
 /// What a method call produced: a JSON-RPC result, or a stream to open.
 pub enum Answer {
     Value(Value),
-    Stream(stream::Plan),
+    Stream(Box<stream::Plan>),
     /// The events extension's feed, resuming after this sequence.
     Events(Option<u64>),
 }
@@ -86,10 +86,12 @@ impl Agent {
         let principal = call.principal;
         match method {
             "SendMessage" => self.send_message(call, parse(params)?).map(Answer::Value),
-            "SendStreamingMessage" => self.send_streaming(call, parse(params)?).map(Answer::Stream),
+            "SendStreamingMessage" => self
+                .send_streaming(call, parse(params)?)
+                .map(|p| Answer::Stream(Box::new(p))),
             "SubscribeToTask" => self
                 .subscribe(principal, parse(params)?, call.last_event_id)
-                .map(Answer::Stream),
+                .map(|p| Answer::Stream(Box::new(p))),
             "GetTask" => self.get_task(principal, parse(params)?).map(Answer::Value),
             "ListTasks" => self.list_tasks(call, params).map(Answer::Value),
             "CancelTask" => self.cancel_task(principal, parse(params)?).map(Answer::Value),

@@ -82,11 +82,11 @@ pub fn pump(
         Start::Snapshot { task, seq, may_reply } => {
             if may_reply {
                 loop {
-                    match tasks.opening(principal, id, Some(0), keepalive) {
-                        Ok(Some(Opening::Reply(m))) => return sink(Emit::Event(None, message_event(m))),
-                        Ok(Some(Opening::Task(..))) => break,
-                        Ok(None) => sink(Emit::KeepAlive)?,
-                        Err(()) => return Ok(()),
+                    match tasks.opening(principal, id, keepalive) {
+                        Opening::Reply(m) => return sink(Emit::Event(None, message_event(m))),
+                        Opening::Task => break,
+                        Opening::Waiting => sink(Emit::KeepAlive)?,
+                        Opening::Gone => return Ok(()),
                     }
                 }
             }
@@ -118,7 +118,7 @@ pub fn pump(
                 // the events that are gone.
                 seq = at;
                 let state = task.status.state;
-                sink(Emit::Event(Some(at), to_value(StreamResponse::Task(task))))?;
+                sink(Emit::Event(Some(at), to_value(StreamResponse::Task(*task))))?;
                 if plan.until.reached(state) {
                     return Ok(());
                 }

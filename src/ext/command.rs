@@ -119,42 +119,6 @@ pub fn data(op: &str, extra: &[(&str, Value)]) -> Value {
     Value::Object(m)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn msg(parts: Value) -> Message {
-        serde_json::from_value(json!({"messageId": "m", "role": "ROLE_USER", "parts": parts,
-            "extensions": [super::super::COMMAND]}))
-        .unwrap()
-    }
-
-    #[test]
-    fn parses_ops_and_names_the_bad_field() {
-        assert!(is_command(&msg(json!([{"data": {"op": "status"}}]))));
-        assert_eq!(parse(&msg(json!([{"data": {"op": "status"}}]))).unwrap(), Op::Status);
-        assert_eq!(
-            parse(&msg(json!([{"data": {"op": "limits", "maxRunning": 3}}]))).unwrap(),
-            Op::Limits { max_running: Some(3) }
-        );
-        let field = |parts: Value| {
-            let e = parse(&msg(parts)).unwrap_err();
-            e.data[1]["fieldViolations"][0]["field"].as_str().unwrap().to_string()
-        };
-        assert_eq!(field(json!([{"text": "status"}])), "message.parts");
-        assert_eq!(field(json!([{"data": {"op": "reboot"}}])), "message.parts[0].data.op");
-        assert_eq!(field(json!([{"data": {}}])), "message.parts[0].data.op");
-        assert_eq!(
-            field(json!([{"data": {"op": "limits", "maxRunning": 0}}])),
-            "message.parts[0].data.maxRunning"
-        );
-        assert_eq!(
-            field(json!([{"data": {"op": "drain", "now": true}}])),
-            "message.parts[0].data.now"
-        );
-    }
-}
-
 /// Runs an operation; the reply's data.
 pub fn run(agent: &crate::a2a::Agent, op: &Op) -> Map<String, Value> {
     use std::sync::atomic::Ordering;
@@ -210,4 +174,40 @@ pub fn run(agent: &crate::a2a::Agent, op: &Op) -> Map<String, Value> {
         ),
         ("limits".to_string(), limits),
     ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(parts: Value) -> Message {
+        serde_json::from_value(json!({"messageId": "m", "role": "ROLE_USER", "parts": parts,
+            "extensions": [super::super::COMMAND]}))
+        .unwrap()
+    }
+
+    #[test]
+    fn parses_ops_and_names_the_bad_field() {
+        assert!(is_command(&msg(json!([{"data": {"op": "status"}}]))));
+        assert_eq!(parse(&msg(json!([{"data": {"op": "status"}}]))).unwrap(), Op::Status);
+        assert_eq!(
+            parse(&msg(json!([{"data": {"op": "limits", "maxRunning": 3}}]))).unwrap(),
+            Op::Limits { max_running: Some(3) }
+        );
+        let field = |parts: Value| {
+            let e = parse(&msg(parts)).unwrap_err();
+            e.data[1]["fieldViolations"][0]["field"].as_str().unwrap().to_string()
+        };
+        assert_eq!(field(json!([{"text": "status"}])), "message.parts");
+        assert_eq!(field(json!([{"data": {"op": "reboot"}}])), "message.parts[0].data.op");
+        assert_eq!(field(json!([{"data": {}}])), "message.parts[0].data.op");
+        assert_eq!(
+            field(json!([{"data": {"op": "limits", "maxRunning": 0}}])),
+            "message.parts[0].data.maxRunning"
+        );
+        assert_eq!(
+            field(json!([{"data": {"op": "drain", "now": true}}])),
+            "message.parts[0].data.now"
+        );
+    }
 }

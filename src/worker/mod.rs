@@ -2,14 +2,17 @@
 //! task. It speaks the control protocol on fd 3 and runs one runner.
 //!
 //! Start-up, in order (each step is why the next is safe):
-//! 1. arm parent-death: PDEATHSIG was SIGKILL from fork to here; it becomes
-//!    a caught signal whose handler SIGKILLs our whole process group, so a
-//!    program's grandchildren die with agentd too;
+//! 1. arm parent-death: PDEATHSIG as a caught signal whose handler
+//!    SIGKILLs our whole process group, so a program's grandchildren die
+//!    with agentd too (procman spawned us with posix_spawn, already in our
+//!    own process group, without a pre-exec hook: cheap at any RSS);
 //! 2. `getppid()` must be the supervisor pid procman passed: if agentd died
-//!    before step 1, we were already reparented and must exit now;
+//!    before step 1, we were already reparented and must exit now — this
+//!    check is what makes arming PDEATHSIG after exec race-free;
 //! 3. catch SIGTERM (the ladder's SIGTERM is for the program; the worker
 //!    stays to report how it ended — SIGKILL still takes it);
-//! 4. close every inherited fd but 0–3, and mark fd 3 close-on-exec;
+//! 4. close every inherited fd past stdio, move the control socket off
+//!    stdin to a close-on-exec fd, and put /dev/null on stdin;
 //! 5. say `ready`, read `spawn`, run, say `done`, exit.
 //!
 //! A control-channel EOF means the supervisor is gone: kill the group.
@@ -38,8 +41,8 @@ pub const LOG_LEVEL_ENV: &str = "AGENTD_LOG_LEVEL";
 pub const INHERITED_ENV: &[&str] = &[
     "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR", "RUST_LOG",
 ];
-/// The fd the control socket is placed on in the worker.
-pub const CONTROL_FD: i32 = 3;
+/// The fd the control socket arrives on: the worker's stdin.
+pub const CONTROL_FD: i32 = 0;
 /// Exit code of a worker that found its supervisor gone at start.
 const EXIT_ORPHANED: i32 = 111;
 
@@ -98,7 +101,8 @@ pub fn main() -> i32 {
     if let Err(e) = sys::outlast_sigterm() {
         eprintln!("agentd worker: cannot catch SIGTERM: {e}");
     }
-    sys::close_fds_from(CONTROL_FD + 1);
+    // Anything inherited past stdio is a leak from whoever started agentd.
+    sys::close_fds_from(3);
     let ctrl = match sys::take_control_fd(CONTROL_FD) {
         Ok(s) => s,
         Err(e) => {
