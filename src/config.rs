@@ -56,6 +56,9 @@ keys! {
     "tasks.input_idle_ms", "MS", "600000", "How long a task in TASK_STATE_INPUT_REQUIRED keeps its process waiting for the next message; past it the task FAILS with cause `idle`.";
     "tasks.ping_interval_ms", "MS", "5000", "How often each worker is pinged on its control channel.";
     "tasks.stall_timeout_ms", "MS", "15000", "A worker that leaves a ping unanswered this long is stalled: kill ladder, FAILED with cause `stalled`.";
+    "tasks.cgroup", "auto|off|PATH", "auto", "Put each task in its own cgroup where agentd may create them (auto: under agentd's own cgroups, v2 and the v1 pids/memory hierarchies), or under PATH in a cgroup v2 tree; off: process groups only. A cgroup also catches processes that left the task's process group, and enforces tasks.pids_max and tasks.memory_max_bytes.";
+    "tasks.pids_max", "N", "1024", "Most processes and threads one task may have at once (needs a pids cgroup); a task that hits it FAILS with cause `exhausted`. 0 = no limit.";
+    "tasks.memory_max_bytes", "BYTES", "0", "Memory one task may use (needs a memory cgroup); the OOM killer ends it and it FAILS with cause `exhausted`. 0 = no limit.";
     "tasks.retain_max", "N", "1000", "Finished tasks kept for GetTask and ListTasks; the oldest go first.";
     "tasks.retain_ms", "MS", "3600000", "How long a finished task is kept.";
     "tasks.cancel_grace_ms", "MS", "1000", "Kill ladder: time between the cancel request to the worker and SIGTERM to its process group.";
@@ -125,6 +128,9 @@ pub struct Tasks {
     pub rlimit_as_bytes: u64,
     pub rlimit_cpu_secs: u64,
     pub rlimit_nofile: u64,
+    pub cgroup: String,
+    pub pids_max: u64,
+    pub memory_max_bytes: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -201,6 +207,9 @@ impl Default for Config {
                 rlimit_as_bytes: 0,
                 rlimit_cpu_secs: 0,
                 rlimit_nofile: 0,
+                cgroup: "auto".into(),
+                pids_max: 1024,
+                memory_max_bytes: 0,
             },
             body_max_bytes: limits::HTTP_BODY_MAX_BYTES,
             head_timeout_ms: limits::HTTP_HEAD_TIMEOUT_MS,
@@ -353,6 +362,16 @@ impl Config {
             "tasks.input_idle_ms" => self.tasks.input_idle_ms = positive(key, value)? as u64,
             "tasks.ping_interval_ms" => self.tasks.ping_interval_ms = positive(key, value)? as u64,
             "tasks.stall_timeout_ms" => self.tasks.stall_timeout_ms = positive(key, value)? as u64,
+            "tasks.cgroup" => {
+                if !matches!(value, "auto" | "off") && !value.starts_with('/') {
+                    return Err(format!(
+                        "tasks.cgroup: expected auto, off or an absolute path, found `{value}`"
+                    ));
+                }
+                self.tasks.cgroup = value.to_string();
+            }
+            "tasks.pids_max" => self.tasks.pids_max = number(key, value)?,
+            "tasks.memory_max_bytes" => self.tasks.memory_max_bytes = number(key, value)?,
             "tasks.retain_max" => self.tasks.retain_max = number(key, value)? as usize,
             "tasks.retain_ms" => self.tasks.retain_ms = number(key, value)?,
             "tasks.cancel_grace_ms" => self.tasks.cancel_grace_ms = number(key, value)?,
@@ -642,6 +661,7 @@ mod tests {
                 "echo|exec|peer" => "echo",
                 "ENDPOINT" => "unix:///tmp/peer.sock",
                 "text|jsonl" => "jsonl",
+                "auto|off|PATH" => "off",
                 "PATH" => "/tmp",
                 "NAME=VALUE" => "A=b",
                 "LEVEL" => "debug",

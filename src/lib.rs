@@ -6,6 +6,7 @@
 #![deny(unsafe_code)]
 
 pub mod a2a;
+pub mod cgroup;
 pub mod cli;
 pub mod client;
 pub mod clock;

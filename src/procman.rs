@@ -26,6 +26,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use serde_json::json;
 
 use crate::a2a::types::{Message, TaskState};
+use crate::cgroup::{Isolation, TaskCgroups};
 use crate::config::{Config, Runner};
 use crate::control::{self, Cause, FromWorker, Outcome, Progress, Rlimits, RunnerSpec, ToWorker};
 use crate::limits;
@@ -121,6 +122,10 @@ struct Worker {
     channel_open: bool,
     /// Since when the task has been waiting for input (a warm session).
     waiting_since: Option<Instant>,
+    /// The task's cgroups, when agentd has them.
+    cgroups: Option<TaskCgroups>,
+    /// Why the cgroup stopped the task (fork bomb, out of memory).
+    exhausted: Option<String>,
     /// Heartbeat: when the unanswered ping went out, and when the next is due.
     ping_sent: Option<Instant>,
     next_ping: Instant,
@@ -134,12 +139,18 @@ struct State {
     by_task: HashMap<String, i32>,
     queue: VecDeque<String>,
     shutdown: Option<Sender<()>>,
+    isolation: Isolation,
 }
 
 /// Starts the procman thread.
-pub fn spawn(cfg: Arc<Config>, tasks: Arc<TaskTable>) -> std::io::Result<(Procman, std::thread::JoinHandle<()>)> {
+pub fn spawn(
+    cfg: Arc<Config>,
+    tasks: Arc<TaskTable>,
+    isolation: Isolation,
+) -> std::io::Result<(Procman, std::thread::JoinHandle<()>)> {
     let (tx, rx) = crossbeam_channel::unbounded();
     let mut state = State {
+        isolation,
         cfg,
         tasks,
         tx: tx.clone(),
@@ -176,6 +187,7 @@ impl State {
             self.start_queued();
             if self.workers.is_empty() {
                 if let Some(done) = self.shutdown.as_ref() {
+                    self.isolation.remove();
                     let _ = done.send(());
                 }
             }
@@ -217,7 +229,7 @@ impl State {
             Msg::KillAll => {
                 for w in self.workers.values_mut() {
                     w.stop.get_or_insert(Cause::Shutdown);
-                    let _ = sys::kill_group(w.pid, libc::SIGKILL);
+                    w.kill();
                     w.ladder = Some((Rung::Killed, Instant::now() + GROUP_POLL));
                 }
             }
@@ -228,7 +240,7 @@ impl State {
                     if broken && w.exit.is_none() {
                         // A worker that speaks nonsense is not trusted to end well.
                         w.stop.get_or_insert(Cause::Crashed);
-                        let _ = sys::kill_group(pid, libc::SIGKILL);
+                        w.kill();
                         w.ladder = Some((Rung::Killed, Instant::now() + GROUP_POLL));
                     }
                 }
@@ -341,6 +353,19 @@ impl State {
         let pid = child.id() as i32;
         // The child is reaped by reap() via waitpid(-1), never by Child::wait.
         drop(child);
+        // Into its cgroups before it hears `spawn`: everything the task
+        // forks is inside from the start.
+        let cgroups = if self.isolation.is_cgroup() {
+            match self.isolation.enter(&format!("task-{pid}"), pid) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    log::warn!("task.cgroup task={task_id} pid={pid} error={e}; process group only");
+                    None
+                }
+            }
+        } else {
+            None
+        };
         ours.set_write_timeout(Some(CONTROL_WRITE_TIMEOUT))?;
         let spawn = ToWorker::Spawn {
             task_id: task_id.to_string(),
@@ -370,6 +395,8 @@ impl State {
                 exit: None,
                 channel_open: true,
                 waiting_since: None,
+                cgroups,
+                exhausted: None,
                 ping_sent: None,
                 next_ping: now + Duration::from_millis(self.cfg.tasks.ping_interval_ms),
             },
@@ -413,7 +440,7 @@ impl State {
                 w.task_id
             );
             w.stop.get_or_insert(Cause::Stalled);
-            let _ = sys::kill_group(pid, libc::SIGKILL);
+            w.kill();
             w.ladder = Some((Rung::Killed, Instant::now() + GROUP_POLL));
             return false;
         }
@@ -489,6 +516,12 @@ impl State {
                     stops.push((w.task_id.clone(), Cause::Idle));
                 } else if w.ping_sent.is_some_and(|at| at + stall <= now) {
                     stops.push((w.task_id.clone(), Cause::Stalled));
+                } else if let Some(n) = w.cgroups.as_ref().map(TaskCgroups::pids_exhausted).filter(|n| *n > 0) {
+                    w.exhausted = Some(format!(
+                        "the task hit tasks.pids_max ({} processes) {n} time(s): a fork bomb?",
+                        self.cfg.tasks.pids_max
+                    ));
+                    stops.push((w.task_id.clone(), Cause::Exhausted));
                 } else if w.ping_sent.is_none() && w.next_ping <= now {
                     w.ping_sent = Some(now);
                     w.next_ping = now + ping_every;
@@ -506,7 +539,7 @@ impl State {
                     if w.ladder.map(|l| l.0) == Some(Rung::Terminated) {
                         log::info!("task.ladder task={} pid={} rung=SIGKILL", w.task_id, w.pid);
                     }
-                    let _ = sys::kill_group(w.pid, libc::SIGKILL);
+                    w.kill();
                     w.ladder = Some((Rung::Killed, now + GROUP_POLL));
                 }
                 _ => {}
@@ -557,16 +590,25 @@ impl State {
             // Nothing of a task outlives it: whatever the program left in
             // its group goes now. We are a subreaper, so they come back to
             // reap() and the group empties for real.
-            if sys::kill_group(pid, libc::SIGKILL).unwrap_or(false) || sys::group_alive(pid) {
+            let Some(w) = self.workers.get(&pid) else { continue };
+            w.kill();
+            let alive = |w: &Worker| sys::group_alive(pid) || w.cgroups.as_ref().is_some_and(TaskCgroups::populated);
+            if alive(w) {
                 self.reap();
-                if sys::group_alive(pid) {
+                if self.workers.get(&pid).is_some_and(alive) {
                     continue; // check again at the next GROUP_POLL
                 }
             }
-            let Some(w) = self.workers.remove(&pid) else {
+            let Some(mut w) = self.workers.remove(&pid) else {
                 continue;
             };
             self.by_task.remove(&w.task_id);
+            if let Some(cg) = &w.cgroups {
+                if cg.out_of_memory() {
+                    w.exhausted = Some("out of memory: the task went over tasks.memory_max_bytes".into());
+                }
+                cg.remove();
+            }
             let (state, cause, text) = verdict(&w);
             let exit = w.exit.map(|(s, _)| s).unwrap_or(ExitStatus::Code(1));
             self.publish(
@@ -591,9 +633,23 @@ impl State {
     }
 }
 
+impl Worker {
+    /// SIGKILL to the whole task: its process group and its cgroups (which
+    /// also hold anything that left the group with setsid).
+    fn kill(&self) {
+        let _ = sys::kill_group(self.pid, libc::SIGKILL);
+        if let Some(cg) = &self.cgroups {
+            cg.kill();
+        }
+    }
+}
+
 /// What a finished worker means for its task.
 fn verdict(w: &Worker) -> (TaskState, Cause, Option<String>) {
     let exit = w.exit.map(|(s, _)| s).unwrap_or(ExitStatus::Code(1));
+    if let Some(why) = &w.exhausted {
+        return (TaskState::Failed, Cause::Exhausted, Some(why.clone()));
+    }
     match (&w.done, w.stop) {
         // The worker finished on its own before we asked it to stop.
         (Some((outcome, cause, text, true)), _) => (outcome_state(*outcome), *cause, text.clone()),

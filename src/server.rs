@@ -17,6 +17,7 @@ use serde_json::Value;
 
 use crate::a2a::card::{Card, PROTOCOL_VERSION};
 use crate::a2a::{stream, Agent, Answer, Call, Daemon};
+use crate::cgroup::Isolation;
 use crate::config::Config;
 use crate::ext::{self, events::Feed};
 use crate::http::{self, sse, Conn, ReadError, Request, Response};
@@ -70,6 +71,13 @@ pub fn serve(cfg: Config) -> Result<(), ServeError> {
         listeners.push(Listener::bind(addr).map_err(ServeError::Bind)?);
     }
     let card_addresses: Vec<transport::Address> = listeners.iter().map(Listener::card_address).collect();
+    let isolation = Isolation::detect(
+        &cfg.tasks.cgroup,
+        crate::cgroup::Limits {
+            pids_max: cfg.tasks.pids_max,
+            memory_max_bytes: cfg.tasks.memory_max_bytes,
+        },
+    );
     let feed = Arc::new(Feed::new(cfg.events_ring));
     let tasks = Arc::new(TaskTable::new(
         TableLimits {
@@ -80,8 +88,8 @@ pub fn serve(cfg: Config) -> Result<(), ServeError> {
         },
         feed.clone(),
     ));
-    let (procman, procman_thread) =
-        crate::procman::spawn(cfg.clone(), tasks.clone()).map_err(|e| ServeError::Setup("starting procman", e))?;
+    let (procman, procman_thread) = crate::procman::spawn(cfg.clone(), tasks.clone(), isolation.clone())
+        .map_err(|e| ServeError::Setup("starting procman", e))?;
     let shared = Arc::new(Shared {
         card: Card::build(&cfg, &card_addresses, true),
         http_limits: http::Limits {
@@ -99,6 +107,7 @@ pub fn serve(cfg: Config) -> Result<(), ServeError> {
                 started: Instant::now(),
                 listeners: listeners.iter().map(Listener::name).collect(),
                 draining: AtomicBool::new(false),
+                isolation: isolation.to_string(),
             },
         },
         gate: Gate {
@@ -125,7 +134,7 @@ pub fn serve(cfg: Config) -> Result<(), ServeError> {
         log::info!("a2a.listen address={} runner={}", l.name(), cfg.runner.name());
     }
     log::info!(
-        "agentd.ready pid={} max_running={} isolation=process-group",
+        "agentd.ready pid={} max_running={} isolation={isolation}",
         std::process::id(),
         cfg.tasks.max_running
     );

@@ -207,7 +207,10 @@ fn drain_refuses_new_tasks_while_a_running_one_completes_and_resume_restores() {
     let data = &status["result"]["message"]["parts"][0]["data"];
     assert_eq!(data["draining"], true);
     assert_eq!(data["tasks"]["retained"], 1);
-    assert_eq!(data["isolation"], "process-group");
+    assert!(
+        data["isolation"].as_str().unwrap().starts_with("process-group"),
+        "{data}"
+    );
     command(&d, json!({"op": "resume"}));
     let t = d.ok("SendMessage", json!({"message": user_message("z")}));
     assert_eq!(t["task"]["status"]["state"], "TASK_STATE_COMPLETED");

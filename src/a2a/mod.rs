@@ -61,6 +61,8 @@ pub struct Daemon {
     pub listeners: Vec<String>,
     /// `drain`: no new tasks; follow-ups to existing ones still go through.
     pub draining: AtomicBool,
+    /// What tasks are isolated with (`process-group`, `+cgroup2`, …).
+    pub isolation: String,
 }
 
 /// The agent behind every listener.

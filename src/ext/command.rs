@@ -163,7 +163,7 @@ pub fn run(agent: &crate::a2a::Agent, op: &Op) -> Map<String, Value> {
         ),
         ("listeners".to_string(), json!(agent.daemon.listeners)),
         ("runner".to_string(), json!(agent.cfg.runner.name())),
-        ("isolation".to_string(), json!("process-group")),
+        ("isolation".to_string(), json!(agent.daemon.isolation)),
         (
             "draining".to_string(),
             json!(agent.daemon.draining.load(Ordering::SeqCst)),
