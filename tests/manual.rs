@@ -1,7 +1,9 @@
 //! The manual (man/agentd.8) against the binary: every config key that
 //! `agentd help config` lists, every long flag of `agentd help serve` and
-//! `agentd help client`, and the version must appear in it, and groff must
-//! render it without a single warning.
+//! `agentd help client`, every client command, every extension URI agentd
+//! declares (each with its own subsection of EXTENSIONS) and the events
+//! method, the error codes agentd answers, and the version must appear in
+//! it, and groff must render it without a single warning.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -112,6 +114,105 @@ fn every_client_flag_is_documented() {
     );
 }
 
+/// The client commands of the usage line `agentd card|send|… ENDPOINT …`.
+fn client_commands(usage: &str) -> Vec<String> {
+    usage
+        .lines()
+        .map(str::trim)
+        .find_map(|l| l.strip_prefix("agentd card|"))
+        .map(|rest| {
+            let list = rest.split_whitespace().next().unwrap_or("");
+            std::iter::once("card")
+                .chain(list.split('|'))
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn every_client_command_has_an_entry() {
+    let commands = client_commands(&agentd(&["help"]));
+    assert!(
+        commands.len() >= 8 && commands.contains(&"events".to_string()),
+        "expected the usage line to list the client commands, found {commands:?} (did its format change?)"
+    );
+    let raw = std::fs::read_to_string(man_path()).unwrap();
+    let synopsis = raw
+        .lines()
+        .find(|l| l.starts_with(".BR card |"))
+        .expect("the SYNOPSIS lists the client commands on a `.BR card | …` line");
+    let missing: Vec<&String> = commands
+        .iter()
+        .filter(|c| {
+            let in_synopsis = synopsis
+                .trim_start_matches(".BR ")
+                .split(" | ")
+                .any(|w| w.trim() == c.as_str());
+            let has_entry = raw.lines().any(|l| {
+                l.strip_prefix(".BI \"")
+                    .is_some_and(|rest| rest.starts_with(&format!("{c} ")))
+            });
+            !(in_synopsis && has_entry)
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "client commands without a SYNOPSIS mention or a `.BI \"NAME \"` entry under COMMANDS: {missing:?}"
+    );
+}
+
+#[test]
+fn every_extension_and_its_method_is_documented() {
+    let man = man_text();
+    let raw = std::fs::read_to_string(man_path()).unwrap();
+    assert!(
+        raw.contains("\n.SH EXTENSIONS\n"),
+        "man/agentd.8 has no EXTENSIONS section"
+    );
+    for uri in agentd::ext::DECLARED {
+        assert!(man.contains(uri), "extension {uri} is not in man/agentd.8");
+        let name = uri.rsplit('/').next().unwrap();
+        assert!(
+            raw.contains(&format!("\n.SS {name}\n")),
+            "extension {uri} has no `.SS {name}` subsection in man/agentd.8"
+        );
+    }
+    assert!(
+        man.contains(agentd::ext::EVENTS_METHOD),
+        "the events method {} is not in man/agentd.8",
+        agentd::ext::EVENTS_METHOD
+    );
+}
+
+#[test]
+fn the_error_codes_agentd_answers_are_documented() {
+    use agentd::rpc;
+    let man = man_text();
+    let missing: Vec<i32> = [
+        rpc::PARSE_ERROR,
+        rpc::INVALID_REQUEST,
+        rpc::METHOD_NOT_FOUND,
+        rpc::INVALID_PARAMS,
+        rpc::INTERNAL_ERROR,
+        rpc::TASK_NOT_FOUND,
+        rpc::TASK_NOT_CANCELABLE,
+        rpc::PUSH_NOT_SUPPORTED,
+        rpc::UNSUPPORTED_OPERATION,
+        rpc::CONTENT_TYPE_NOT_SUPPORTED,
+        rpc::EXTENSION_SUPPORT_REQUIRED,
+        rpc::VERSION_NOT_SUPPORTED,
+        rpc::FORBIDDEN,
+    ]
+    .into_iter()
+    .filter(|code| !man.contains(&format!(".BR {code} ")))
+    .collect();
+    assert!(
+        missing.is_empty(),
+        "error codes without a `.BR CODE \"REASON\"` entry under Errors in man/agentd.8: {missing:?}"
+    );
+}
+
 #[test]
 fn title_line_carries_the_version() {
     let out = agentd(&["version"]);
@@ -192,5 +293,9 @@ fn the_parsers_see_what_they_should() {
     assert_eq!(
         long_flags("  -l, --listen ADDRESS\n      --exec-protocol P  (= --listen) --\n"),
         vec!["--listen", "--exec-protocol"]
+    );
+    assert_eq!(
+        client_commands("Usage:\n  agentd serve [OPTIONS]\n  agentd card|send|events ENDPOINT …\n"),
+        vec!["card", "send", "events"]
     );
 }
