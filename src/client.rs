@@ -69,6 +69,7 @@ pub struct StreamEvent {
     pub result: Value,
 }
 
+#[derive(Debug, Clone)]
 pub struct Client {
     pub addr: Address,
     /// Read timeout for non-streaming calls (streams wait as long as needed).
@@ -144,10 +145,18 @@ impl Client {
         })
     }
 
-    /// Fetches the card and checks it, as every command does first.
-    pub fn discover(&self) -> Result<Value, ClientError> {
+    /// Fetches the card and checks it, as every command does first; the
+    /// extensions the card marks `required` are requested from then on.
+    pub fn discover(&mut self) -> Result<Value, ClientError> {
         let card = self.card()?;
         self.check_interface(&card)?;
+        for e in card["capabilities"]["extensions"].as_array().into_iter().flatten() {
+            if let (Some(uri), true) = (e["uri"].as_str(), e["required"] == true) {
+                if !self.extensions.iter().any(|x| x == uri) {
+                    self.extensions.push(uri.to_string());
+                }
+            }
+        }
         Ok(card)
     }
 

@@ -53,17 +53,17 @@ keys! {
     "tasks.max_running", "N", "32", "Tasks whose process runs at once; more wait in TASK_STATE_SUBMITTED.";
     "tasks.max_queued", "N", "1024", "Tasks waiting in TASK_STATE_SUBMITTED; a send over it is refused (-32603, reason QUEUE_FULL) and nothing is created.";
     "tasks.deadline_ms", "MS", "0", "Wall-clock budget of one task; past it the kill ladder runs and the task FAILS with cause `deadline`. 0 = no deadline.";
-    "tasks.input_idle_ms", "MS", "600000", "How long a task in TASK_STATE_INPUT_REQUIRED keeps its process waiting for the next message; past it the task FAILS with cause `idle`.";
+    "tasks.input_idle_ms", "MS", "600000", "How long a task in TASK_STATE_INPUT_REQUIRED or TASK_STATE_AUTH_REQUIRED keeps its process waiting for the next message; past it the task FAILS with cause `idle`.";
     "tasks.ping_interval_ms", "MS", "5000", "How often each worker is pinged on its control channel.";
     "tasks.stall_timeout_ms", "MS", "15000", "A worker that leaves a ping unanswered this long is stalled: kill ladder, FAILED with cause `stalled`.";
     "tasks.cgroup", "auto|off|PATH", "auto", "Put each task in its own cgroup where agentd may create them (auto: under agentd's own cgroups, v2 and the v1 pids/memory hierarchies), or under PATH in a cgroup v2 tree; off: process groups only. A cgroup also catches processes that left the task's process group, and enforces tasks.pids_max and tasks.memory_max_bytes.";
-    "tasks.pids_max", "N", "1024", "Most processes and threads one task may have at once (needs a pids cgroup); a task that hits it FAILS with cause `exhausted`. 0 = no limit.";
+    "tasks.pids_max", "N", "1024", "Most processes and threads one task may have at once, its worker's few threads included (needs a pids cgroup); a task that hits it FAILS with cause `exhausted`. 0 = no limit, else at least 16.";
     "tasks.memory_max_bytes", "BYTES", "0", "Memory one task may use (needs a memory cgroup); the OOM killer ends it and it FAILS with cause `exhausted`. 0 = no limit.";
     "tasks.retain_max", "N", "1000", "Finished tasks kept for GetTask and ListTasks; the oldest go first.";
     "tasks.retain_ms", "MS", "3600000", "How long a finished task is kept.";
     "tasks.cancel_grace_ms", "MS", "1000", "Kill ladder: time between the cancel request to the worker and SIGTERM to its process group.";
     "tasks.term_grace_ms", "MS", "2000", "Kill ladder: time between SIGTERM and SIGKILL to the process group.";
-    "tasks.output_max_bytes", "BYTES", "67108864", "Most artifact output one task may produce; over it the task FAILS with cause `exhausted`.";
+    "tasks.output_max_bytes", "BYTES", "67108864", "Most bytes a task's program may write to stdout (artifact text, or jsonl lines of any kind); over it the task FAILS with cause `exhausted`.";
     "tasks.rlimit_as_bytes", "BYTES", "0", "RLIMIT_AS (address space) of the task's program. 0 = inherit.";
     "tasks.rlimit_cpu_secs", "SECS", "0", "RLIMIT_CPU of the task's program. 0 = inherit.";
     "tasks.rlimit_nofile", "N", "0", "RLIMIT_NOFILE of the task's program. 0 = inherit.";
@@ -370,7 +370,15 @@ impl Config {
                 }
                 self.tasks.cgroup = value.to_string();
             }
-            "tasks.pids_max" => self.tasks.pids_max = number(key, value)?,
+            "tasks.pids_max" => {
+                let n = number(key, value)?;
+                if n != 0 && n < 16 {
+                    return Err(
+                        "tasks.pids_max: must be 0 or at least 16 (the task's own worker uses up to 8 threads)".into(),
+                    );
+                }
+                self.tasks.pids_max = n;
+            }
             "tasks.memory_max_bytes" => self.tasks.memory_max_bytes = number(key, value)?,
             "tasks.retain_max" => self.tasks.retain_max = number(key, value)? as usize,
             "tasks.retain_ms" => self.tasks.retain_ms = number(key, value)?,
@@ -652,7 +660,7 @@ mod tests {
     fn every_key_is_settable_or_deliberately_refused() {
         for k in KEYS {
             let sample = match k.value {
-                "N" | "MS" | "BYTES" | "SECS" => "5",
+                "N" | "MS" | "BYTES" | "SECS" => "16",
                 "BOOL" => "true",
                 "ADDRESS" => "unix:///tmp/agentd-key-test.sock",
                 "CID,…" => "2,3",

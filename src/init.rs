@@ -12,10 +12,11 @@ use std::path::Path;
 use crate::sys;
 
 /// What to mount, if it is not mounted yet: (source, target, fstype).
+/// devtmpfs first: /dev/console is needed for stdio before anything else.
 const MOUNTS: &[(&str, &str, &str)] = &[
+    ("devtmpfs", "/dev", "devtmpfs"),
     ("proc", "/proc", "proc"),
     ("sysfs", "/sys", "sysfs"),
-    ("devtmpfs", "/dev", "devtmpfs"),
     ("tmpfs", "/tmp", "tmpfs"),
     ("tmpfs", "/run", "tmpfs"),
 ];
@@ -30,6 +31,14 @@ pub fn prepare(modules: &[std::path::PathBuf]) -> Result<(), String> {
         let _ = std::fs::create_dir_all(target);
         let flags = libc::MS_NOSUID | if *fstype == "devtmpfs" { 0 } else { libc::MS_NODEV };
         sys::mount(source, target, fstype, flags).map_err(|e| format!("cannot mount {fstype} on {target}: {e}"))?;
+        if *fstype == "devtmpfs" {
+            sys::console_on_missing_stdio().map_err(|e| format!("cannot open /dev/console: {e}"))?;
+        }
+    }
+    if std::env::var_os("PATH").is_none() {
+        // The kernel gives init no PATH; programs and `sh -c` need one.
+        // Still single-threaded here, so setting it is sound.
+        std::env::set_var("PATH", "/bin:/sbin:/usr/bin:/usr/sbin");
     }
     for m in modules {
         load(m)?;

@@ -660,7 +660,7 @@ fn verdict(w: &Worker) -> (TaskState, Cause, Option<String>) {
         (None, None) => (
             TaskState::Failed,
             Cause::Crashed,
-            Some(format!("the worker ended without a result ({exit})")),
+            Some(format!("the worker ended without a result: it {exit}")),
         ),
     }
 }

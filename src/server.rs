@@ -206,7 +206,9 @@ pub fn serve(cfg: Config) -> Result<(), ServeError> {
 fn accept_loop(listener: &AcceptHandle, shared: &Arc<Shared>, name: &str) {
     loop {
         let peer = match listener.accept() {
-            Ok(p) => p,
+            Ok(Some(p)) => p,
+            Ok(None) if shared.stopping.load(Ordering::SeqCst) => return,
+            Ok(None) => continue,
             Err(e) => {
                 if shared.stopping.load(Ordering::SeqCst) {
                     return;

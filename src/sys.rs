@@ -176,8 +176,13 @@ impl ExitStatus {
 impl std::fmt::Display for ExitStatus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ExitStatus::Code(c) => write!(f, "exit status {c}"),
-            ExitStatus::Signal(s) => write!(f, "killed by signal {s} ({}, exit status {})", signal_name(*s), 128 + s),
+            ExitStatus::Code(c) => write!(f, "exited with status {c}"),
+            ExitStatus::Signal(s) => write!(
+                f,
+                "was killed by signal {s} ({}; exit status {})",
+                signal_name(*s),
+                128 + s
+            ),
         }
     }
 }
@@ -198,7 +203,24 @@ pub fn signal_name(sig: i32) -> &'static str {
         libc::SIGTERM => "SIGTERM",
         libc::SIGXCPU => "SIGXCPU",
         libc::SIGXFSZ => "SIGXFSZ",
-        _ => "signal",
+        libc::SIGTRAP => "SIGTRAP",
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGUSR2 => "SIGUSR2",
+        libc::SIGSTKFLT => "SIGSTKFLT",
+        libc::SIGCHLD => "SIGCHLD",
+        libc::SIGCONT => "SIGCONT",
+        libc::SIGSTOP => "SIGSTOP",
+        libc::SIGTSTP => "SIGTSTP",
+        libc::SIGTTIN => "SIGTTIN",
+        libc::SIGTTOU => "SIGTTOU",
+        libc::SIGURG => "SIGURG",
+        libc::SIGVTALRM => "SIGVTALRM",
+        libc::SIGPROF => "SIGPROF",
+        libc::SIGWINCH => "SIGWINCH",
+        libc::SIGIO => "SIGIO",
+        libc::SIGPWR => "SIGPWR",
+        libc::SIGSYS => "SIGSYS",
+        _ => "a real-time signal",
     }
 }
 
@@ -575,4 +597,54 @@ pub fn power_off() -> ! {
     // SAFETY: reboot(2) with a constant command; it does not return on success.
     unsafe { libc::reboot(libc::RB_POWER_OFF) };
     std::process::exit(0)
+}
+
+/// Gives PID 1 a stdin, stdout and stderr: the kernel starts an
+/// initramfs's /init with none unless /dev/console was in the archive.
+/// Each of fds 0–2 that is not open becomes /dev/console.
+pub fn console_on_missing_stdio() -> io::Result<()> {
+    use std::os::fd::IntoRawFd;
+    for fd in 0..3 {
+        // SAFETY: F_GETFD only reads the flags of an fd number.
+        if unsafe { libc::fcntl(fd, libc::F_GETFD) } != -1 {
+            continue;
+        }
+        let console = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/console")?;
+        let raw = console.into_raw_fd();
+        if raw != fd {
+            // SAFETY: dup2 onto a closed fd number; then our temporary fd,
+            // which we own, is closed.
+            cvt(unsafe { libc::dup2(raw, fd) })?;
+            // SAFETY: `raw` came from into_raw_fd and is owned by us.
+            unsafe { libc::close(raw) };
+        }
+    }
+    Ok(())
+}
+
+/// Restores SIGPIPE's default action (Rust ignores it), so a client whose
+/// output pipe closes (`agentd events | head`) ends quietly like any Unix
+/// tool instead of panicking on a failed print. Never for the daemon.
+pub fn default_sigpipe() {
+    // SAFETY: installing SIG_DFL for SIGPIPE touches no memory.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}
+
+/// Waits up to `timeout_ms` for `fd` to become readable (for a listening
+/// socket: a connection to accept). `Ok(false)` on timeout.
+pub fn wait_readable(fd: RawFd, timeout_ms: i32) -> io::Result<bool> {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, count 1.
+    match cvt(unsafe { libc::poll(&mut p, 1, timeout_ms) }) {
+        Ok(n) => Ok(n > 0),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(false),
+        Err(e) => Err(e),
+    }
 }

@@ -576,6 +576,16 @@ impl TaskTable {
         }
     }
 
+    /// Whether `labels` would fit on task `id` (checked before a follow-up
+    /// changes anything).
+    pub fn check_labels(&self, id: &str, labels: &crate::ext::annotations::Labels) -> Result<(), crate::rpc::RpcError> {
+        let inner = self.lock();
+        match inner.tasks.get(id) {
+            Some(e) => crate::ext::annotations::check_fits(e.task.metadata.as_ref(), labels),
+            None => Ok(()),
+        }
+    }
+
     /// Counts of (submitted, active, finished) tasks.
     pub fn counts(&self) -> (usize, usize, usize) {
         let inner = self.lock();

@@ -98,7 +98,7 @@ impl Agent {
             "ListTasks" => self.list_tasks(call, params).map(Answer::Value),
             "CancelTask" => self.cancel_task(principal, parse(params)?).map(Answer::Value),
             ext::EVENTS_METHOD if call.active.has(ext::EVENTS) => {
-                let from = match params.get("fromSeq") {
+                let from = match params.get("fromSeq").or_else(|| params.get("from_seq")) {
                     None | Some(Value::Null) => call.last_event_id,
                     Some(v) => Some(v.as_u64().ok_or_else(|| {
                         RpcError::invalid_params("fromSeq", "a sequence number (a whole number, 0 or more)")
@@ -167,6 +167,9 @@ impl Agent {
         };
         match message.task_id.clone() {
             Some(task_id) => {
+                if let Some(l) = &labels {
+                    self.tasks.check_labels(&task_id, l)?;
+                }
                 let (task, seq) = self
                     .tasks
                     .continue_with(principal, &task_id, &mut message)
@@ -300,9 +303,10 @@ impl Agent {
         if !call.principal.is_operator() {
             return Err(ext::command::forbidden(&call.principal.name()));
         }
+        validate_user_message(&req.message)?;
         let op = ext::command::parse(&req.message)?;
         let body = ext::command::run(self, &op);
-        log::info!("ext.command op={op:?} principal={}", call.principal.name());
+        log::info!("ext.command op={} principal={}", op.name(), call.principal.name());
         Ok(Some(ext::command::reply(body, req.message.context_id.clone())))
     }
 

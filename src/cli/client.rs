@@ -126,6 +126,7 @@ impl Opts {
 
 /// Runs one client command; returns the exit code.
 pub fn run(command: &str, args: &[String]) -> i32 {
+    crate::sys::default_sigpipe();
     let opts = match parse(args) {
         Ok(o) => o,
         Err(e) => return usage(&e),
@@ -145,11 +146,11 @@ pub fn run(command: &str, args: &[String]) -> i32 {
     let rest = &opts.positional[1..];
     let result = match command {
         "card" => card(&client, &opts),
-        "send" => send(&client, &opts, rest),
-        "get" => one_id(rest, "get").and_then(|id| get(&client, &opts, id)),
-        "list" => list(&client, &opts),
-        "cancel" => one_id(rest, "cancel").and_then(|id| cancel(&client, &opts, id)),
-        "subscribe" => one_id(rest, "subscribe").and_then(|id| subscribe(&client, &opts, id)),
+        "send" => send(&mut client, &opts, rest),
+        "get" => one_id(rest, "get").and_then(|id| get(&mut client, &opts, id)),
+        "list" => list(&mut client, &opts),
+        "cancel" => one_id(rest, "cancel").and_then(|id| cancel(&mut client, &opts, id)),
+        "subscribe" => one_id(rest, "subscribe").and_then(|id| subscribe(&mut client, &opts, id)),
         "events" => events(&mut client, &opts),
         "command" => operator_command(&mut client, &opts, rest),
         _ => return usage(&format!("unknown command `{command}`")),
@@ -263,7 +264,7 @@ fn read_stdin() -> Result<String, Failure> {
     Ok(s)
 }
 
-fn send(client: &Client, opts: &Opts, rest: &[String]) -> Result<i32, Failure> {
+fn send(client: &mut Client, opts: &Opts, rest: &[String]) -> Result<i32, Failure> {
     client.discover()?;
     let text = read_message_text(rest)?;
     let mut message = json!({
@@ -297,7 +298,7 @@ fn send(client: &Client, opts: &Opts, rest: &[String]) -> Result<i32, Failure> {
     Ok(task_exit(result.get("task").map(|t| &t["status"]["state"])))
 }
 
-fn get(client: &Client, opts: &Opts, id: &str) -> Result<i32, Failure> {
+fn get(client: &mut Client, opts: &Opts, id: &str) -> Result<i32, Failure> {
     client.discover()?;
     let mut params = json!({ "id": id });
     if let Some(n) = opts.number("--history").map_err(Failure::Usage)? {
@@ -312,7 +313,7 @@ fn get(client: &Client, opts: &Opts, id: &str) -> Result<i32, Failure> {
     Ok(EXIT_OK)
 }
 
-fn list(client: &Client, opts: &Opts) -> Result<i32, Failure> {
+fn list(client: &mut Client, opts: &Opts) -> Result<i32, Failure> {
     client.discover()?;
     let mut params = json!({});
     if let Some(c) = opts.value("--context") {
@@ -359,7 +360,7 @@ fn list(client: &Client, opts: &Opts) -> Result<i32, Failure> {
     Ok(EXIT_OK)
 }
 
-fn cancel(client: &Client, opts: &Opts, id: &str) -> Result<i32, Failure> {
+fn cancel(client: &mut Client, opts: &Opts, id: &str) -> Result<i32, Failure> {
     client.discover()?;
     let task = client.call("CancelTask", json!({ "id": id }))?;
     if opts.json {
@@ -370,7 +371,7 @@ fn cancel(client: &Client, opts: &Opts, id: &str) -> Result<i32, Failure> {
     Ok(EXIT_OK)
 }
 
-fn subscribe(client: &Client, opts: &Opts, id: &str) -> Result<i32, Failure> {
+fn subscribe(client: &mut Client, opts: &Opts, id: &str) -> Result<i32, Failure> {
     client.discover()?;
     let mut printer = Printer::new(opts.json);
     client.stream(
@@ -384,7 +385,7 @@ fn subscribe(client: &Client, opts: &Opts, id: &str) -> Result<i32, Failure> {
 
 fn events(client: &mut Client, opts: &Opts) -> Result<i32, Failure> {
     client.discover()?;
-    client.extensions = vec![crate::ext::EVENTS.to_string()];
+    client.extensions.push(crate::ext::EVENTS.to_string());
     let mut params = json!({});
     if let Some(n) = opts.number("--from").map_err(Failure::Usage)? {
         params["fromSeq"] = json!(n);
@@ -438,7 +439,7 @@ fn operator_command(client: &mut Client, opts: &Opts, rest: &[String]) -> Result
         data[k] = v.parse::<i64>().map(Value::from).unwrap_or_else(|_| json!(v));
     }
     client.discover()?;
-    client.extensions = vec![crate::ext::COMMAND.to_string()];
+    client.extensions.push(crate::ext::COMMAND.to_string());
     let message = json!({
         "messageId": crate::ids::new_id(),
         "role": "ROLE_USER",

@@ -168,16 +168,26 @@ fn serve(args: &[String]) -> i32 {
         }
         Err(e) => {
             eprintln!("agentd: {e}");
+            if crate::init::is_pid1() {
+                // PID 1 must not exit (the kernel would panic): say why on
+                // the console, then power the guest off.
+                crate::sys::power_off();
+            }
             return EXIT_USAGE;
         }
     };
-    init_logging(&cfg.log_level, "agentd");
     let pid1 = crate::init::is_pid1();
-    if pid1 {
-        if let Err(e) = crate::init::prepare(&cfg.init_modules) {
-            log::error!("agentd.init {e}");
-            crate::sys::power_off();
-        }
+    // As a guest's /init, stdio (for the log) exists only after /dev is up.
+    let prepared = if pid1 {
+        crate::init::prepare(&cfg.init_modules)
+    } else {
+        Ok(())
+    };
+    init_logging(&cfg.log_level, "agentd");
+    if let Err(e) = prepared {
+        log::error!("agentd.init {e}");
+        eprintln!("agentd: init: {e}");
+        crate::sys::power_off();
     }
     let code = match crate::server::serve(cfg) {
         Ok(()) => EXIT_OK,

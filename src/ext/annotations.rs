@@ -65,8 +65,28 @@ pub fn parse(metadata: Option<&Map<String, Value>>, field: &str) -> Result<Optio
     Ok(Some(labels.clone()).filter(|l| !l.is_empty()))
 }
 
-/// Merges `more` into the labels kept in a task's metadata (bounded).
+/// Whether `more` fits beside the labels a task already has.
+pub fn check_fits(task_metadata: Option<&Map<String, Value>>, more: &Labels) -> Result<(), RpcError> {
+    let existing = task_metadata
+        .and_then(|m| m.get(ANNOTATIONS))
+        .and_then(Value::as_object);
+    let added = more
+        .keys()
+        .filter(|k| existing.is_none_or(|e| !e.contains_key(*k)))
+        .count();
+    if existing.map_or(0, Map::len) + added > MAX_LABELS {
+        return Err(RpcError::invalid_params(
+            "message.metadata",
+            format!("a task carries at most {MAX_LABELS} labels"),
+        ));
+    }
+    Ok(())
+}
+
+/// Merges `more` into the labels kept in a task's metadata (bounded; on
+/// error nothing changes).
 pub fn merge_into(task_metadata: &mut Option<Map<String, Value>>, more: &Labels) -> Result<(), RpcError> {
+    check_fits(task_metadata.as_ref(), more)?;
     let md = task_metadata.get_or_insert_with(Map::new);
     let entry = md
         .entry(ANNOTATIONS.to_string())
@@ -74,12 +94,6 @@ pub fn merge_into(task_metadata: &mut Option<Map<String, Value>>, more: &Labels)
     if let Value::Object(labels) = entry {
         for (k, v) in more {
             labels.insert(k.clone(), v.clone());
-        }
-        if labels.len() > MAX_LABELS {
-            return Err(RpcError::invalid_params(
-                "message.metadata",
-                format!("a task carries at most {MAX_LABELS} labels"),
-            ));
         }
     }
     Ok(())
@@ -93,17 +107,15 @@ pub fn matches(task_metadata: Option<&Map<String, Value>>, filter: &Labels) -> b
     filter.iter().all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
 }
 
-/// Removes the labels from every Task object in a result (for clients that
-/// did not activate the extension: to them it does not exist).
+/// Removes the labels from every object in a result — tasks and the
+/// messages in their history alike (for clients that did not activate the
+/// extension: to them it does not exist).
 pub fn strip(v: &mut Value) {
     match v {
         Value::Object(obj) => {
-            if obj.contains_key("status") && obj.contains_key("id") {
-                if let Some(Value::Object(md)) = obj.get_mut("metadata") {
-                    md.remove(ANNOTATIONS);
-                    if md.is_empty() {
-                        obj.remove("metadata");
-                    }
+            if let Some(Value::Object(md)) = obj.get_mut("metadata") {
+                if md.remove(ANNOTATIONS).is_some() && md.is_empty() {
+                    obj.remove("metadata");
                 }
             }
             for (_, child) in obj.iter_mut() {

@@ -25,6 +25,17 @@ pub enum Op {
     Limits { max_running: Option<usize> },
 }
 
+impl Op {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Status => "status",
+            Op::Drain => "drain",
+            Op::Resume => "resume",
+            Op::Limits { .. } => "limits",
+        }
+    }
+}
+
 const FIELD: &str = "message.parts[0].data";
 
 /// Whether `m` is a command message (it names the extension).
@@ -147,12 +158,7 @@ pub fn run(agent: &crate::a2a::Agent, op: &Op) -> Map<String, Value> {
     if let Op::Limits { .. } = op {
         return Map::from_iter([("op".to_string(), json!("limits")), ("limits".to_string(), limits)]);
     }
-    let op_name = match op {
-        Op::Status => "status",
-        Op::Drain => "drain",
-        Op::Resume => "resume",
-        Op::Limits { .. } => "limits",
-    };
+    let op_name = op.name();
     Map::from_iter([
         ("op".to_string(), json!(op_name)),
         ("version".to_string(), json!(env!("CARGO_PKG_VERSION"))),

@@ -15,6 +15,7 @@ mod unix;
 
 use std::fmt;
 use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -339,11 +340,22 @@ pub enum AcceptHandle {
     Vsock(sys::VsockListener),
 }
 
+/// How often a vsock accept loop looks up to see whether the daemon stops:
+/// shutdown(2) does not wake accept(2) on a vsock socket as it does on unix.
+const VSOCK_ACCEPT_POLL_MS: i32 = 200;
+
 impl AcceptHandle {
-    pub fn accept(&self) -> io::Result<Peer> {
+    /// The next connection; `Ok(None)` now and then (vsock) so the caller
+    /// can check whether to stop.
+    pub fn accept(&self) -> io::Result<Option<Peer>> {
         match self {
-            AcceptHandle::Unix(l) => l.accept().map(|(s, _)| Peer::Unix(s)),
-            AcceptHandle::Vsock(l) => l.accept().map(|(stream, cid, _)| Peer::Vsock { stream, cid }),
+            AcceptHandle::Unix(l) => l.accept().map(|(s, _)| Some(Peer::Unix(s))),
+            AcceptHandle::Vsock(l) => {
+                if !sys::wait_readable(l.as_raw_fd(), VSOCK_ACCEPT_POLL_MS)? {
+                    return Ok(None);
+                }
+                l.accept().map(|(stream, cid, _)| Some(Peer::Vsock { stream, cid }))
+            }
         }
     }
 }

@@ -36,7 +36,10 @@ pub fn run(addr: &Address, message: &Message, link: &Arc<Link>, events: &Receive
         cause: Cause::Failed,
         text: Some(text),
     };
-    if let Err(e) = Client::new(addr.clone()).discover() {
+    // One discovery: the binding check, and the extensions the peer
+    // requires, which every later request then carries.
+    let mut client = Client::new(addr.clone());
+    if let Err(e) = client.discover() {
         return fail(format!("the peer agent is unusable: {e}"));
     }
     let mut first = message.clone();
@@ -49,7 +52,7 @@ pub fn run(addr: &Address, message: &Message, link: &Arc<Link>, events: &Receive
         last_state: None,
     };
     let (tx, rx) = crossbeam_channel::unbounded();
-    open_stream(addr, "SendStreamingMessage", json!({ "message": first }), &tx);
+    open_stream(&client, "SendStreamingMessage", json!({ "message": first }), &tx);
     let mut resubscribed = false;
     let mut cancelled = false;
     loop {
@@ -75,7 +78,7 @@ pub fn run(addr: &Address, message: &Message, link: &Arc<Link>, events: &Receive
                         (Some(id), false) => {
                             resubscribed = true;
                             log::warn!("worker.peer.resubscribe task={id} after: {why}");
-                            open_stream(addr, "SubscribeToTask", json!({ "id": id }), &tx);
+                            open_stream(&client, "SubscribeToTask", json!({ "id": id }), &tx);
                         }
                         _ => return fail(format!("lost the peer agent at {addr}: {why}")),
                     }
@@ -88,7 +91,7 @@ pub fn run(addr: &Address, message: &Message, link: &Arc<Link>, events: &Receive
                     let Some(id) = relay.peer_task.clone() else {
                         return Done { outcome: Outcome::Canceled, cause: Cause::Cancelled, text: None };
                     };
-                    match Client::new(addr.clone()).call("CancelTask", json!({ "id": id })) {
+                    match client.call("CancelTask", json!({ "id": id })) {
                         Ok(task) => {
                             relay.last_state = task["status"]["state"].as_str().and_then(TaskState::parse);
                             if relay.last_state.is_some_and(TaskState::is_terminal) {
@@ -107,7 +110,7 @@ pub fn run(addr: &Address, message: &Message, link: &Arc<Link>, events: &Receive
                     m.task_id = Some(id);
                     m.context_id = relay.peer_context.clone();
                     relay.last_state = Some(TaskState::Working);
-                    open_stream(addr, "SendStreamingMessage", json!({ "message": m }), &tx);
+                    open_stream(&client, "SendStreamingMessage", json!({ "message": m }), &tx);
                 }
                 Err(_) => {}
             },
@@ -116,10 +119,9 @@ pub fn run(addr: &Address, message: &Message, link: &Arc<Link>, events: &Receive
 }
 
 /// Reads one stream in its own thread, so cancels are heard meanwhile.
-fn open_stream(addr: &Address, method: &'static str, params: Value, tx: &Sender<Peer>) {
-    let (addr, tx) = (addr.clone(), tx.clone());
+fn open_stream(client: &Client, method: &'static str, params: Value, tx: &Sender<Peer>) {
+    let (client, tx) = (client.clone(), tx.clone());
     std::thread::spawn(move || {
-        let client = Client::new(addr);
         let result = client.stream(method, params, None, &mut |ev| tx.send(Peer::Event(ev.result)).is_ok());
         let _ = tx.send(Peer::End(result));
     });

@@ -150,9 +150,9 @@ pub fn judge_exit(status: ExitStatus, stderr_tail: &[u8]) -> Done {
     let tail = String::from_utf8_lossy(stderr_tail);
     let tail = tail.trim();
     let text = if tail.is_empty() {
-        format!("the program ended with {status}")
+        format!("the program {status}")
     } else {
-        format!("the program ended with {status}: {tail}")
+        format!("the program {status}: {tail}")
     };
     let cause = if matches!(status, ExitStatus::Signal(_)) {
         Cause::Crashed
@@ -167,7 +167,7 @@ pub fn canceled(status: Option<ExitStatus>) -> Done {
         outcome: Outcome::Canceled,
         cause: Cause::Cancelled,
         text: Some(match status {
-            Some(s) => format!("canceled; the program ended with {s}"),
+            Some(s) => format!("canceled; the program {s}"),
             None => "canceled".into(),
         }),
     }

@@ -1,0 +1,253 @@
+//! End to end inside a real VM guest: the static musl agentd is the
+//! guest's `/init` and serves A2A on vsock; the host reaches it through
+//! vhost-device-vsock's hybrid unix socket with agentd's own client
+//! (`vsock+uds://`). The card, a completed task, and a cancelled task whose
+//! process is gone, all over vsock.
+//!
+//! Needs what `tests/vm/setup.sh` installs (qemu, a Debian cloud kernel,
+//! vhost-device-vsock, busybox); `.ci/run` runs it first. Without them the
+//! test skips loudly, except under CI, where it fails.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const PORT: u32 = 5000;
+const BOOT_DEADLINE: Duration = Duration::from_secs(180);
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn vm_dir() -> PathBuf {
+    std::env::var_os("AGENTD_VM_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("target/vm"))
+}
+
+fn skip_or_fail(why: &str) {
+    if std::env::var_os("CI").is_some() {
+        panic!("VM test cannot run in CI: {why}");
+    }
+    eprintln!(
+        "\n!!!!!!!!!! SKIPPING the VM test: {why}\n!!!!!!!!!! (run tests/vm/setup.sh to install what it needs)\n"
+    );
+}
+
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Stops the guest (qemu and vhost-device-vsock) however the test ends.
+struct Guest {
+    work: PathBuf,
+}
+
+impl Drop for Guest {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let console = std::fs::read_to_string(self.work.join("console.log")).unwrap_or_default();
+            eprintln!("--- guest console ---\n{console}");
+        }
+        let _ = Command::new(repo().join("tests/vm/stop-guest.sh"))
+            .arg(&self.work)
+            .status();
+    }
+}
+
+fn client(endpoint: &str, args: &[&str]) -> Output {
+    Command::new(common::BIN)
+        .args([args[0], endpoint])
+        .args(&args[1..])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the agentd client")
+}
+
+fn json_out(o: &Output) -> Value {
+    assert!(
+        o.status.success(),
+        "client failed: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&o.stdout)))
+}
+
+/// The static agentd, built in its own target dir (no lock fight with the
+/// `cargo test` that runs us).
+fn static_agentd() -> PathBuf {
+    let target = vm_dir().join("build");
+    run(Command::new(env!("CARGO"))
+        .args(["build", "--release", "-j2", "--target", "x86_64-unknown-linux-musl"])
+        .env("CARGO_TARGET_DIR", &target)
+        .current_dir(repo()));
+    let bin = target.join("x86_64-unknown-linux-musl/release/agentd");
+    let file = run(Command::new("file").arg(&bin));
+    let kind = String::from_utf8_lossy(&file.stdout);
+    assert!(kind.contains("static"), "not a static binary: {kind}");
+    bin
+}
+
+fn write(path: &Path, text: &str, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+#[test]
+fn agentd_as_guest_init_serves_a2a_over_vsock() {
+    let vm = vm_dir();
+    let busybox = vm.join("busybox/bin/busybox");
+    let vhost = vm.join("tools/bin/vhost-device-vsock");
+    let have_qemu = Command::new("qemu-system-x86_64").arg("--version").output().is_ok();
+    if !have_qemu || !busybox.exists() || !vhost.exists() || !vm.join("kernel").exists() {
+        return skip_or_fail("qemu, the guest kernel, vhost-device-vsock or busybox is missing");
+    }
+    if Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+        .map(|o| !String::from_utf8_lossy(&o.stdout).contains("x86_64-unknown-linux-musl"))
+        .unwrap_or(true)
+    {
+        return skip_or_fail("the x86_64-unknown-linux-musl target is not installed");
+    }
+    let agentd = static_agentd();
+
+    let work = common::TempDir::new("vm");
+    let stage = work.0.join("files");
+    std::fs::create_dir_all(&stage).unwrap();
+    // The guest's agent: echoes, unless asked to sleep (then it is cancelled).
+    write(
+        &stage.join("agent.sh"),
+        "#!/bin/sh\nread -r line\ncase \"$line\" in\nsleep*) exec sleep 600 ;;\n*) echo \"guest says: $line\" ;;\nesac\n",
+        0o755,
+    );
+    let modules = [
+        "vsock",
+        "vmw_vsock_virtio_transport_common",
+        "vmw_vsock_virtio_transport",
+    ];
+    let mut conf = format!("a2a.listen: vsock://-1:{PORT}\nagent.exec: /bin/sh /etc/agent.sh\n");
+    conf.push_str("tasks.cancel_grace_ms: 200\ntasks.term_grace_ms: 300\n");
+    // The host is CID 2: the only peer allowed in, and an operator.
+    conf.push_str("a2a.vsock_allow_cids: 2\na2a.vsock_operator_cids: 2\n");
+    for m in modules {
+        conf.push_str(&format!("init.modules: /lib/modules/{m}.ko\n"));
+    }
+    write(&stage.join("agentd.conf"), &conf, 0o644);
+    let initramfs = work.0.join("initramfs.cpio");
+    let bb = busybox.display().to_string();
+    run(Command::new(repo().join("tests/vm/mkinitramfs.sh")).args([
+        agentd.to_str().unwrap(),
+        initramfs.to_str().unwrap(),
+        &format!("{bb}:/bin/busybox"),
+        &format!("{bb}:/bin/sh"),
+        &format!("{bb}:/bin/sleep"),
+        &format!("{}:/etc/agent.sh", stage.join("agent.sh").display()),
+        &format!("{}:/etc/agentd.conf", stage.join("agentd.conf").display()),
+    ]));
+
+    let run_dir = work.0.join("run");
+    let started = Instant::now();
+    let out = run(Command::new(repo().join("tests/vm/run-guest.sh"))
+        .args([
+            run_dir.to_str().unwrap(),
+            initramfs.to_str().unwrap(),
+            &PORT.to_string(),
+        ])
+        // Everything after `--` on the kernel command line is init's argv.
+        .env("VM_APPEND", "-- serve --config /etc/agentd.conf"));
+    let _guest = Guest { work: run_dir.clone() };
+    let hybrid = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let endpoint = format!("vsock+uds://{hybrid}:{PORT}");
+
+    // The card over vsock, once the guest is up.
+    let mut card = None;
+    while started.elapsed() < BOOT_DEADLINE {
+        let o = client(&endpoint, &["card", "--json"]);
+        if o.status.success() {
+            card = Some(json_out(&o));
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let card = card.unwrap_or_else(|| panic!("the guest's agentd did not answer within {BOOT_DEADLINE:?}"));
+    eprintln!(
+        "guest answered its card {:.1} s after qemu started",
+        started.elapsed().as_secs_f64()
+    );
+    let iface = &card["supportedInterfaces"][0];
+    assert_eq!(iface["protocolBinding"], "https://agentd.dev/a2a/binding/jsonrpc-vsock");
+    assert_eq!(iface["url"], format!("vsock://3:{PORT}"), "the guest names its own CID");
+
+    // A task that completes.
+    let done = json_out(&client(&endpoint, &["send", "--json", "hello from the host"]));
+    assert_eq!(done["task"]["status"]["state"], "TASK_STATE_COMPLETED", "{done}");
+    assert_eq!(
+        done["task"]["artifacts"][0]["parts"][0]["text"],
+        "guest says: hello from the host\n"
+    );
+
+    // A task that is cancelled: CANCELED, and its process gone.
+    let sleeping = json_out(&client(&endpoint, &["send", "--json", "--no-wait", "sleep please"]));
+    let id = sleeping["task"]["id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let t = json_out(&client(&endpoint, &["get", "--json", &id]));
+        if t["status"]["state"] == "TASK_STATE_WORKING" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the sleeping task never started: {t}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let canceled = json_out(&client(&endpoint, &["cancel", "--json", &id]));
+    assert_eq!(canceled["status"]["state"], "TASK_STATE_CANCELED", "{canceled}");
+    let status = json_out(&client(&endpoint, &["command", "--json", "status"]));
+    assert_eq!(
+        status["tasks"]["running"], 0,
+        "nothing runs in the guest any more: {status}"
+    );
+    assert!(status["isolation"].as_str().unwrap().starts_with("process-group"));
+    // The events feed from the guest's boot on: the cancelled task's worker
+    // exited, after the SIGKILL rung if it came to that.
+    // (`timeout`: should the record be missing, the feed would wait forever)
+    let mut feed = Command::new("timeout")
+        .args(["30", common::BIN, "events", &endpoint, "--json", "--from", "0"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut exited = false;
+    {
+        use std::io::{BufRead, BufReader};
+        for line in BufReader::new(feed.stdout.take().unwrap()).lines() {
+            let v: Value = serde_json::from_str(&line.unwrap()).unwrap();
+            let e = &v["event"];
+            if e["kind"] == "worker.exit" && e["taskId"] == id.as_str() {
+                exited = true;
+                break;
+            }
+        }
+    }
+    let _ = feed.kill();
+    let _ = feed.wait();
+    assert!(exited, "the events feed shows the cancelled task's worker exit");
+    let console = std::fs::read_to_string(run_dir.join("console.log")).unwrap_or_default();
+    assert!(
+        console.contains("agentd.ready"),
+        "agentd logged to the guest console:\n{console}"
+    );
+    eprintln!("VM test done in {:.1} s", started.elapsed().as_secs_f64());
+}
