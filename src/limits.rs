@@ -20,7 +20,11 @@ pub const HTTP_IDLE_TIMEOUT_MS: u64 = 60_000;
 pub const HTTP_WRITE_TIMEOUT_MS: u64 = 30_000;
 /// Concurrent connections per daemon (config: `a2a.max_connections`);
 /// over it the connection gets 503 and is closed.
-pub const MAX_CONNECTIONS: usize = 256;
+pub const MAX_CONNECTIONS: usize = 1024;
+/// Stack of one connection thread. Parsing is on the heap and serde_json
+/// caps nesting at 128, so a small stack holds; 1,024 idle connections then
+/// cost 256 MiB of address space, not 2 GiB.
+pub const CONN_THREAD_STACK_BYTES: usize = 256 * 1024;
 
 /// Tasks whose worker runs at once (config: `tasks.max_running`); more wait
 /// in SUBMITTED.

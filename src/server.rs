@@ -239,6 +239,7 @@ fn accept_loop(listener: &AcceptHandle, shared: &Arc<Shared>, name: &str) {
         let shared2 = shared.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("conn-{conn_id}"))
+            .stack_size(limits::CONN_THREAD_STACK_BYTES)
             .spawn(move || {
                 let reason = serve_connection(stream, &principal, &shared2);
                 log::debug!("a2a.conn.close conn={conn_id} reason={reason}");
