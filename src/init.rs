@@ -1,4 +1,5 @@
-//! agentd as PID 1 of a minimal VM guest (its `/init`): before serving,
+//! agentd as PID 1 of a minimal VM guest (its `/init`; told apart from a
+//! container's PID 1 by /proc not being mounted yet): before serving,
 //! mount what a process needs (`/proc` above all: workers are re-executed
 //! from `/proc/self/exe`) and load the kernel modules vsock needs
 //! (`init.modules`, in order). When the daemon stops, power the machine
@@ -21,8 +22,11 @@ const MOUNTS: &[(&str, &str, &str)] = &[
     ("tmpfs", "/run", "tmpfs"),
 ];
 
-pub fn is_pid1() -> bool {
-    sys::getpid() == 1
+/// PID 1 of a machine nobody prepared: a VM guest's /init. (PID 1 of a
+/// container has /proc mounted by its runtime and must not mount, load
+/// modules or power anything off; it only reaps, which procman does.)
+pub fn is_guest_init() -> bool {
+    sys::getpid() == 1 && !Path::new("/proc/self").exists()
 }
 
 /// Prepares the machine when agentd is its init. Errors name what failed.

@@ -168,7 +168,7 @@ fn serve(args: &[String]) -> i32 {
         }
         Err(e) => {
             eprintln!("agentd: {e}");
-            if crate::init::is_pid1() {
+            if crate::init::is_guest_init() {
                 // PID 1 must not exit (the kernel would panic): say why on
                 // the console, then power the guest off.
                 crate::sys::power_off();
@@ -176,9 +176,9 @@ fn serve(args: &[String]) -> i32 {
             return EXIT_USAGE;
         }
     };
-    let pid1 = crate::init::is_pid1();
+    let guest_init = crate::init::is_guest_init();
     // As a guest's /init, stdio (for the log) exists only after /dev is up.
-    let prepared = if pid1 {
+    let prepared = if guest_init {
         crate::init::prepare(&cfg.init_modules)
     } else {
         Ok(())
@@ -196,7 +196,7 @@ fn serve(args: &[String]) -> i32 {
             EXIT_FAILURE
         }
     };
-    if pid1 {
+    if guest_init {
         log::info!("agentd.poweroff exit_code={code}");
         crate::sys::power_off();
     }
