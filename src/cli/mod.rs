@@ -45,6 +45,7 @@ Options:
                            (unix://, vsock:// or vsock+uds://; = agent.peer)
   -s, --set KEY=VALUE      set any config key (repeatable; after --config)
       --log-level LEVEL    error, warn, info, debug, trace, off (= log.level; RUST_LOG wins)
+      --check              check the configuration, print a summary, and exit
   -h, --help               this text
 
 With no --listen the socket is $XDG_RUNTIME_DIR/agentd/agentd.sock, or
@@ -160,7 +161,9 @@ pub fn parse_serve(args: &[String]) -> Result<Option<Config>, String> {
 }
 
 fn serve(args: &[String]) -> i32 {
-    let cfg = match parse_serve(args) {
+    let check_only = args.iter().any(|a| a == "--check");
+    let args: Vec<String> = args.iter().filter(|a| *a != "--check").cloned().collect();
+    let cfg = match parse_serve(&args) {
         Ok(Some(cfg)) => cfg,
         Ok(None) => {
             print!("{SERVE_HELP}");
@@ -176,6 +179,19 @@ fn serve(args: &[String]) -> i32 {
             return EXIT_USAGE;
         }
     };
+    if check_only {
+        println!(
+            "agentd: configuration is valid: listen {}; runner {}; max_running {}",
+            cfg.listeners()
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+            cfg.runner.name(),
+            cfg.tasks.max_running
+        );
+        return EXIT_OK;
+    }
     let guest_init = crate::init::is_guest_init();
     // As a guest's /init, stdio (for the log) exists only after /dev is up.
     let prepared = if guest_init {
