@@ -1,0 +1,588 @@
+#!/usr/bin/env python3
+"""The measuring half of bench/run.sh (which does the setup and then runs this).
+
+For each server (agentd, the a2a-sdk Python server, the @a2a-js/sdk server):
+start it pinned to one core on a unix socket in a fresh temp dir, time it to
+its first good agent-card answer, read its idle RSS, then drive it with oha
+(GET card at c=16, blocking SendMessage at c=1 and c=16) while checking every
+response status (oha) and, before and after every load run, one full body
+(curl). Prints one results table plus ratios and writes them to
+target/bench/results.md; oha's raw JSON goes to target/bench/raw/.
+
+Standard library only. Exits non-zero if any server failed any check.
+"""
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+SEND_BODY = (
+    '{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":'
+    '{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}}}'
+)
+SEND_HEADERS = ["Content-Type: application/json", "A2A-Version: 1.0"]
+CARD_PATH = "/.well-known/agent-card.json"
+URL_BASE = "http://localhost"
+
+SERVER_LABELS = {
+    "agentd": "agentd",
+    "python": "python (a2a-sdk + uvicorn)",
+    "js": "js (@a2a-js/sdk + express)",
+}
+
+
+class Failure(Exception):
+    pass
+
+
+def log(msg):
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- /proc
+
+
+def vm_rss_kib(pid):
+    """VmRSS of one process in KiB, or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return 0  # a zombie has no VmRSS line
+
+
+def descendants(pid):
+    """pid's descendants (children, grandchildren, ...) from one /proc scan."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # pid (comm) state ppid ...: comm may hold spaces and parens.
+        ppid = int(stat[stat.rfind(")") + 2 :].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+class RssSampler(threading.Thread):
+    """Peak VmRSS of pid alone and of pid plus all its descendants."""
+
+    def __init__(self, pid, interval=0.1):
+        super().__init__(daemon=True)
+        self.pid, self.interval = pid, interval
+        self.peak_own = 0
+        self.peak_tree = 0
+        self.max_children = 0
+        self.samples = 0
+        self._halt = threading.Event()
+
+    def run(self):
+        while not self._halt.is_set():
+            own = vm_rss_kib(self.pid)
+            if own is None:
+                return
+            kids = descendants(self.pid)
+            tree = own + sum(vm_rss_kib(k) or 0 for k in kids)
+            self.peak_own = max(self.peak_own, own)
+            self.peak_tree = max(self.peak_tree, tree)
+            self.max_children = max(self.max_children, len(kids))
+            self.samples += 1
+            self._halt.wait(self.interval)
+
+    def stop(self):
+        self._halt.set()
+        self.join()
+
+
+# ---------------------------------------------------------------- HTTP
+
+
+def raw_get(sock_path, target, timeout=5.0):
+    """One HTTP/1.1 GET over a unix socket; returns (status, body bytes).
+
+    Used only for the 1 ms start-up poll, where forking curl every
+    millisecond would cost more than what is being measured.
+    """
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    try:
+        s.connect(sock_path)
+        s.sendall(
+            f"GET {target} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".encode()
+        )
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        s.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    if b"transfer-encoding: chunked" in head.lower():
+        body = dechunk(body)
+    return status, body
+
+
+def dechunk(body):
+    out = b""
+    while body:
+        size_line, _, rest = body.partition(b"\r\n")
+        size = int(size_line.split(b";")[0], 16)
+        if size == 0:
+            break
+        out += rest[:size]
+        body = rest[size + 2 :]
+    return out
+
+
+def curl_send_check(sock_path):
+    """Send SendMessage once with curl; the body must be a COMPLETED task."""
+    cmd = ["curl", "-sS", "--max-time", "10", "--unix-socket", sock_path]
+    for h in SEND_HEADERS:
+        cmd += ["-H", h]
+    cmd += ["-d", SEND_BODY, "-w", "\n%{http_code}", f"{URL_BASE}/"]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise Failure(f"curl failed: {p.stderr.strip()}")
+    body, _, code = p.stdout.rpartition("\n")
+    short = body[:300]
+    if code != "200":
+        raise Failure(f"SendMessage answered HTTP {code}: {short}")
+    # The plain string checks the issue asks for ...
+    if '"result"' not in body or '"error"' in body or "TASK_STATE_COMPLETED" not in body:
+        raise Failure(f"SendMessage body is not a completed result: {short}")
+    # ... and the same, structurally, plus the echo itself.
+    try:
+        doc = json.loads(body)
+        task = doc["result"]["task"]
+        state = task["status"]["state"]
+        texts = [p.get("text") for a in task.get("artifacts", []) for p in a.get("parts", [])]
+    except (ValueError, KeyError, TypeError) as e:
+        raise Failure(f"SendMessage body is not a 1.0 task result ({e}): {short}")
+    if "error" in doc or state != "TASK_STATE_COMPLETED" or "hi" not in texts:
+        raise Failure(f"SendMessage result is not a completed echo of 'hi': {short}")
+
+
+# ---------------------------------------------------------------- oha
+
+
+def run_oha(args, sock_path, conc, seconds, post, raw_name):
+    cmd = [
+        args.oha, "--no-tui", "--output-format", "json", "-w",
+        "-z", f"{seconds}s", "-c", str(conc), "--unix-socket", sock_path,
+    ]
+    if post:
+        cmd += ["-m", "POST", "-d", SEND_BODY]
+        for h in SEND_HEADERS:
+            cmd += ["-H", h]
+        cmd.append(f"{URL_BASE}/")
+    else:
+        cmd.append(f"{URL_BASE}{CARD_PATH}")
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    raw = Path(args.out) / "raw" / f"{raw_name}.json"
+    raw.write_text(p.stdout)
+    if p.returncode != 0:
+        raise Failure(f"oha exited {p.returncode}: {p.stderr.strip()[:300]}")
+    try:
+        doc = json.loads(p.stdout)
+    except ValueError:
+        raise Failure(f"oha printed no JSON (see {raw})")
+    summary = doc["summary"]
+    codes = {str(k): v for k, v in (doc.get("statusCodeDistribution") or {}).items()}
+    errors = doc.get("errorDistribution") or {}
+    total = sum(codes.values())
+    res = {
+        "rps": summary["requestsPerSec"],
+        "p50_ms": (doc["latencyPercentiles"]["p50"] or 0) * 1000,
+        "p99_ms": (doc["latencyPercentiles"]["p99"] or 0) * 1000,
+        "n": total,
+        "codes": codes,
+        "errors": errors,
+    }
+    if total == 0:
+        raise Failure(f"oha got no responses; errors: {errors}")
+    if set(codes) != {"200"} or errors:
+        raise Failure(f"not every response was 200: status {codes}, errors {errors}")
+    return res
+
+
+# ---------------------------------------------------------------- servers
+
+
+def server_cmd(args, name, sock_path):
+    if name == "agentd":
+        return [args.agentd, "serve", "--listen", f"unix://{sock_path}", "--log-level", "warn"]
+    if name == "python":
+        return [
+            os.path.join(args.venv, "bin", "uvicorn"), "--app-dir", args.py_dir,
+            "python_server:app", "--uds", sock_path, "--loop", "uvloop", "--http", "httptools",
+            "--no-access-log", "--log-level", "warning",
+        ]
+    if name == "js":
+        return ["node", os.path.join(args.js_dir, "server.mjs"), sock_path]
+    raise ValueError(name)
+
+
+class Server:
+    def __init__(self, args, name):
+        self.args, self.name = args, name
+        self.dir = tempfile.mkdtemp(prefix=f"agentd-bench-{name}-")
+        self.sock = os.path.join(self.dir, "s.sock")
+        self.proc = None
+        self.log_path = os.path.join(self.dir, "server.log")
+
+    def start(self, timeout=60.0):
+        """Launch pinned to the server core; return ms to first good card answer."""
+        cmd = ["taskset", "-c", self.args.server_cpu] + server_cmd(self.args, self.name, self.sock)
+        env = dict(os.environ)
+        env.pop("RUST_LOG", None)
+        logf = open(self.log_path, "ab")
+        t0 = time.perf_counter()
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, env=env,
+            cwd=self.dir, start_new_session=True,
+        )
+        logf.close()
+        deadline = t0 + timeout
+        last = "no answer"
+        while True:
+            if self.proc.poll() is not None:
+                raise Failure(f"exited {self.proc.returncode} before answering; log: {self.log_tail()}")
+            if os.path.exists(self.sock):
+                try:
+                    status, body = raw_get(self.sock, CARD_PATH)
+                    if status == 200 and "name" in json.loads(body):
+                        return (time.perf_counter() - t0) * 1000
+                    last = f"HTTP {status}: {body[:200]!r}"
+                except (OSError, ValueError, IndexError) as e:
+                    last = repr(e)
+            if time.perf_counter() > deadline:
+                raise Failure(f"no good card answer within {timeout:.0f}s ({last}); log: {self.log_tail()}")
+            time.sleep(0.001)
+
+    def log_tail(self):
+        try:
+            return Path(self.log_path).read_text(errors="replace")[-500:].strip() or "(empty)"
+        except OSError:
+            return "(none)"
+
+    def stop(self):
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            log(f"{self.name}: no exit 10 s after SIGTERM; SIGKILL")
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        if os.path.exists(self.sock):
+            os.unlink(self.sock)
+
+    def cleanup(self):
+        self.stop()
+        try:
+            for f in os.listdir(self.dir):
+                os.unlink(os.path.join(self.dir, f))
+            os.rmdir(self.dir)
+        except OSError:
+            pass
+
+
+def bench_server(args, name):
+    """All measurements of one server; returns a dict (with 'error' on failure)."""
+    r = {"checks": 0}
+    srv = None
+    try:
+        # Start-up: one unmeasured start to warm the page cache (and write any
+        # bytecode caches), then args.startups measured ones; the last one
+        # stays up for everything below.
+        times = []
+        for i in range(args.startups + 1):
+            srv = Server(args, name)
+            ms = srv.start()
+            if i > 0:
+                times.append(ms)
+            if i < args.startups:
+                srv.cleanup()
+        r["startup_ms"] = statistics.median(times)
+        r["startup_all"] = times
+        log(f"{name}: start-up {r['startup_ms']:.1f} ms (runs: {', '.join(f'{t:.1f}' for t in times)})")
+
+        time.sleep(1.0)
+        r["idle_rss_kib"] = vm_rss_kib(srv.proc.pid)
+
+        def check():
+            curl_send_check(srv.sock)
+            r["checks"] += 1
+
+        check()
+        log(f"{name}: warm-up, SendMessage c=16 for {args.warmup}s")
+        run_oha(args, srv.sock, 16, args.warmup, True, f"{name}-warmup")
+        check()
+
+        log(f"{name}: GET card c=16 for {args.duration}s")
+        r["card16"] = run_oha(args, srv.sock, 16, args.duration, False, f"{name}-card-c16")
+        check()
+
+        log(f"{name}: SendMessage c=1 for {args.duration}s")
+        r["send1"] = run_oha(args, srv.sock, 1, args.duration, True, f"{name}-send-c1")
+        check()
+
+        log(f"{name}: SendMessage c=16 for {args.duration}s (sampling RSS)")
+        sampler = RssSampler(srv.proc.pid)
+        sampler.start()
+        try:
+            r["send16"] = run_oha(args, srv.sock, 16, args.duration, True, f"{name}-send-c16")
+        finally:
+            sampler.stop()
+        r["loaded_rss_kib"] = sampler.peak_own
+        r["loaded_tree_rss_kib"] = sampler.peak_tree
+        r["max_children"] = sampler.max_children
+        r["rss_samples"] = sampler.samples
+        check()
+    except Failure as e:
+        r["error"] = str(e)
+        log(f"{name}: FAILED: {e}")
+    except Exception as e:  # a bug in the harness: still report the others
+        import traceback
+
+        traceback.print_exc()
+        r["error"] = f"harness error: {e!r}"
+    finally:
+        if srv is not None:
+            if "error" in r:
+                r["log_tail"] = srv.log_tail()
+            srv.cleanup()
+    return r
+
+
+# ---------------------------------------------------------------- facts
+
+
+def elf_is_static(path):
+    """True if the ELF file has no PT_INTERP (no dynamic loader)."""
+    with open(path, "rb") as f:
+        hdr = f.read(64)
+        if hdr[:4] != b"\x7fELF" or hdr[4] != 2:
+            return None
+        phoff, = struct.unpack_from("<Q", hdr, 0x20)
+        phentsize, phnum = struct.unpack_from("<HH", hdr, 0x36)
+        f.seek(phoff)
+        table = f.read(phentsize * phnum)
+    return all(struct.unpack_from("<I", table, i * phentsize)[0] != 3 for i in range(phnum))
+
+
+def cpu_busy(seconds):
+    """Fraction of all CPUs' time spent not idle over `seconds`, from /proc/stat."""
+
+    def sample():
+        with open("/proc/stat") as f:
+            vals = [int(x) for x in f.readline().split()[1:]]
+        idle = vals[3] + (vals[4] if len(vals) > 4 else 0)  # idle + iowait
+        return sum(vals), idle
+
+    t1, i1 = sample()
+    time.sleep(seconds)
+    t2, i2 = sample()
+    return 1 - (i2 - i1) / max(t2 - t1, 1)
+
+
+def sh(cmd, **kw):
+    p = subprocess.run(cmd, shell=isinstance(cmd, str), capture_output=True, text=True, **kw)
+    return p.stdout.strip() if p.returncode == 0 else f"? ({p.stderr.strip()[:100]})"
+
+
+def versions(args):
+    v = {}
+    v["agentd"] = sh([args.agentd, "version"]).splitlines()[0].removeprefix("agentd ")
+    py = os.path.join(args.venv, "bin", "python")
+    v["a2a-sdk"] = sh([py, "-c", "import importlib.metadata as m; print(m.version('a2a-sdk'))"])
+    v["uvicorn"] = sh([py, "-c", "import importlib.metadata as m; print(m.version('uvicorn'))"])
+    v["python"] = sh([py, "-c", "import platform; print(platform.python_version())"])
+    for pkg, key in (("@a2a-js/sdk", "@a2a-js/sdk"), ("express", "express")):
+        try:
+            v[key] = json.loads(
+                (Path(args.js_dir) / "node_modules" / pkg / "package.json").read_text()
+            )["version"]
+        except (OSError, ValueError, KeyError):
+            v[key] = "?"
+    v["node"] = sh(["node", "--version"])
+    v["oha"] = sh([args.oha, "--version"]).removeprefix("oha ")
+    v["rustc"] = sh(["rustc", "--version"]).removeprefix("rustc ")
+    return v
+
+
+# ---------------------------------------------------------------- report
+
+
+def mib(kib):
+    return f"{kib / 1024:.1f} MiB" if kib else "–"
+
+
+def fmt_run(run, what):
+    if not run:
+        return "–"
+    if what == "rps":
+        return f"{run['rps']:,.0f} req/s"
+    return f"{run[what]:.2f} ms"
+
+
+def report(args, results, facts, vers, header):
+    lines = [header, ""]
+    lines += ["| server | measurement | value |", "|---|---|---|"]
+    for name in args.servers:
+        r = results[name]
+        label = SERVER_LABELS[name]
+        rows = [("start-up to first card answer (median)", f"{r['startup_ms']:.1f} ms" if "startup_ms" in r else "–")]
+        rows.append(("idle RSS", mib(r.get("idle_rss_kib"))))
+        for key, title in (("card16", "GET card, c=16"), ("send1", "SendMessage, c=1"), ("send16", "SendMessage, c=16")):
+            run = r.get(key)
+            rows.append((f"{title}: throughput", fmt_run(run, "rps")))
+            rows.append((f"{title}: p50", fmt_run(run, "p50_ms")))
+            rows.append((f"{title}: p99", fmt_run(run, "p99_ms")))
+        rows.append(("loaded RSS (peak during SendMessage c=16)", mib(r.get("loaded_rss_kib"))))
+        if name == "agentd":
+            rows.append((
+                "loaded RSS incl. task workers (peak sum)",
+                f"{mib(r.get('loaded_tree_rss_kib'))} (≤{r.get('max_children', 0)} processes below agentd at a sample)"
+                if r.get("loaded_tree_rss_kib") else "–",
+            ))
+        total = sum(r[k]["n"] for k in ("card16", "send1", "send16") if k in r)
+        if "error" in r:
+            check = f"**FAILED**: {r['error']}"
+        else:
+            check = f"ok: {total:,} measured responses all HTTP 200; {r['checks']} curl bodies all a COMPLETED `result`"
+        rows.append(("checks", check))
+        for m, v in rows:
+            lines.append(f"| {label} | {m} | {v} |")
+
+    a = results.get("agentd", {})
+
+    def ratio(other, get):
+        try:
+            x, y = get(a), get(results[other])
+            return f"{x / y:.2f}" if x and y else "–"
+        except (KeyError, TypeError):
+            return "–"
+
+    metrics = [
+        ("GET card c=16 req/s", lambda r: r["card16"]["rps"], "higher"),
+        ("SendMessage c=1 req/s", lambda r: r["send1"]["rps"], "higher"),
+        ("SendMessage c=16 req/s", lambda r: r["send16"]["rps"], "higher"),
+        ("SendMessage c=1 p99", lambda r: r["send1"]["p99_ms"], "lower"),
+        ("SendMessage c=16 p99", lambda r: r["send16"]["p99_ms"], "lower"),
+        ("idle RSS", lambda r: r["idle_rss_kib"], "lower"),
+        ("loaded RSS (agentd's own)", lambda r: r["loaded_rss_kib"], "lower"),
+        ("start-up time", lambda r: r["startup_ms"], "lower"),
+    ]
+    others = [o for o in ("python", "js") if o in args.servers]
+    if "agentd" in args.servers and others:
+        lines += ["", "| ratio | " + " | ".join(f"agentd ÷ {o}" for o in others) + " | agentd better when |",
+                  "|---|" + "---|" * len(others) + "---|"]
+        for title, get, better in metrics:
+            cells = " | ".join(ratio(o, get) for o in others)
+            lines.append(f"| {title} | {cells} | {'> 1' if better == 'higher' else '< 1'} |")
+    lines += ["", *facts, "", "Versions: " + ", ".join(f"{k} {v}" for k, v in vers.items())]
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--duration", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--startups", type=int, default=5)
+    ap.add_argument("--servers", default="agentd,python,js")
+    ap.add_argument("--server-cpu", default="1")
+    ap.add_argument("--loadgen-cpu", default="0")
+    ap.add_argument("--agentd", required=True)
+    ap.add_argument("--oha", required=True)
+    ap.add_argument("--venv", required=True)
+    ap.add_argument("--js-dir", required=True)
+    ap.add_argument("--py-dir", required=True)
+    ap.add_argument("--repo", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--mode", default="full")
+    args = ap.parse_args()
+    args.servers = [s for s in args.servers.split(",") if s]
+    for s in args.servers:
+        if s not in SERVER_LABELS:
+            ap.error(f"unknown server {s!r}")
+    (Path(args.out) / "raw").mkdir(parents=True, exist_ok=True)
+
+    busy = cpu_busy(2.0)
+    noisy = busy > 0.10
+    if noisy:
+        log(f"warning: the CPUs were {busy:.0%} busy over 2 s before the run: this machine is "
+            "not quiet, so treat these numbers as a smoke run")
+
+    results = {}
+    for name in args.servers:
+        log(f"=== {name}")
+        results[name] = bench_server(args, name)
+
+    size = os.path.getsize(args.agentd)
+    static = elf_is_static(args.agentd)
+    tree = sh("cargo tree -e normal --prefix none | sort -u | wc -l", cwd=args.repo)
+    # The same list counts a crate twice when it also appears as "name v (*)".
+    distinct = sh("cargo tree -e normal --prefix none | sed 's/ (\\*)$//' | sort -u | wc -l", cwd=args.repo)
+    facts = [
+        f"agentd binary: {size:,} bytes ({size / 1048576:.2f} MiB), "
+        f"{'static' if static else 'NOT static' if static is False else '?'} "
+        f"({os.path.relpath(args.agentd, args.repo)})",
+        f"agentd dependencies: `cargo tree -e normal --prefix none | sort -u | wc -l` = {tree} "
+        f"(lines, agentd itself included; {distinct} distinct crates once the `(*)` repeats are folded)",
+    ]
+    vers = versions(args)
+    cpu = "?"
+    try:
+        cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    header = (
+        f"# agentd vs the A2A SDK servers ({args.mode} run: {args.duration} s per load run, "
+        f"{args.warmup} s warm-up, start-up median of {args.startups})\n\n"
+        f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}; {cpu}; {os.cpu_count()} CPUs; servers on CPU "
+        f"{args.server_cpu}, oha on CPU {args.loadgen_cpu}; CPUs {busy:.0%} busy just before the run"
+        + (" (**not quiet: smoke numbers only**)" if noisy else "")
+    )
+    text = report(args, results, facts, vers, header)
+    (Path(args.out) / "results.md").write_text(text)
+    (Path(args.out) / "results.json").write_text(json.dumps(
+        {"results": results, "versions": vers, "facts": facts}, indent=2, default=str))
+    print(text)
+    log(f"wrote {Path(args.out) / 'results.md'}")
+    failed = [n for n, r in results.items() if "error" in r]
+    if failed:
+        log(f"FAILED: {', '.join(failed)}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

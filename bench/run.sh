@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# The comparative benchmark: agentd against the official A2A SDK servers
+# (a2a-sdk for Python on uvicorn, @a2a-js/sdk on express), all on unix sockets,
+# one echo agent each, one load generator (oha). See bench/README.md.
+#
+#   bench/run.sh            10 s per load run, start-up median of 5
+#   bench/run.sh --quick    3 s per load run, start-up median of 1 (a smoke run)
+#
+# Options: --duration N (seconds per load run), --servers agentd,python,js,
+# --setup-only. Environment: BENCH_SERVER_CPU (default 1) and
+# BENCH_LOADGEN_CPU (default 0) pick the cores; PYTHON picks the interpreter
+# for the venv (>= 3.10; default python3); CARGO_BUILD_JOBS (default 2).
+#
+# Setup is idempotent and lives under target/bench/: oha in tools/, a venv in
+# venv/, node_modules in js/, results in results.md (+ results.json, raw/).
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/.." && pwd)
+out="$repo/target/bench"
+jobs=${CARGO_BUILD_JOBS:-2}
+server_cpu=${BENCH_SERVER_CPU:-1}
+loadgen_cpu=${BENCH_LOADGEN_CPU:-0}
+python=${PYTHON:-python3}
+musl=x86_64-unknown-linux-musl
+oha_version=1.16.0
+
+duration=10 warmup=2 startups=5 mode=full setup_only=0
+servers=agentd,python,js
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --quick) duration=3 warmup=1 startups=1 mode=quick ;;
+        --duration) duration=$2; shift ;;
+        --servers) servers=$2; shift ;;
+        --setup-only) setup_only=1 ;;
+        -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "run.sh: unknown argument: $1 (try --help)" >&2; exit 2 ;;
+    esac
+    shift
+done
+
+say() { printf '[bench] %s\n' "$*" >&2; }
+die() { printf '[bench] error: %s\n' "$*" >&2; exit 1; }
+
+for tool in cargo rustup curl taskset node npm "$python"; do
+    command -v "$tool" >/dev/null || die "$tool is not on PATH"
+done
+ncpu=$(nproc)
+[ "$server_cpu" -lt "$ncpu" ] && [ "$loadgen_cpu" -lt "$ncpu" ] \
+    || die "need CPUs $loadgen_cpu and $server_cpu; this machine has $ncpu"
+[ "$server_cpu" != "$loadgen_cpu" ] || say "warning: server and load generator share CPU $server_cpu"
+mkdir -p "$out"
+
+# --- oha, the one load generator ---------------------------------------------
+oha="$out/tools/bin/oha"
+if ! { [ -x "$oha" ] && "$oha" --version 2>/dev/null | grep -q " $oha_version"; }; then
+    say "installing oha $oha_version into $out/tools (cargo install, -j$jobs)"
+    # --locked: oha's own lock file; the newest versions of some of its
+    # dependencies need a newer rustc than the project's toolchain.
+    cargo install oha --version "$oha_version" --locked --root "$out/tools" -j"$jobs"
+fi
+
+# --- the Python SDK server -----------------------------------------------------
+venv="$out/venv"
+req="$here/requirements.txt"
+stamp="$venv/.bench-requirements"
+if ! { [ -x "$venv/bin/python" ] && cmp -s "$req" "$stamp"; }; then
+    "$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
+        || die "$python is $("$python" --version 2>&1); a2a-sdk 1.x needs >= 3.10 (set PYTHON=...)"
+    say "setting up the venv in $venv (a2a-sdk, uvicorn)"
+    [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$req"
+    cp "$req" "$stamp"
+fi
+
+# Run from a copy, so that its __pycache__ lands under target/, not in bench/.
+mkdir -p "$out/py"
+cp "$here/python_server.py" "$out/py/python_server.py"
+
+# --- the JavaScript SDK server -------------------------------------------------
+js="$out/js"
+mkdir -p "$js"
+if ! { [ -d "$js/node_modules/@a2a-js/sdk" ] && cmp -s "$here/js/package-lock.json" "$js/.bench-lock"; }; then
+    say "npm ci in $js (@a2a-js/sdk, express)"
+    cp "$here/js/package.json" "$here/js/package-lock.json" "$js/"
+    (cd "$js" && npm ci --no-audit --no-fund --loglevel=error)
+    cp "$here/js/package-lock.json" "$js/.bench-lock"
+fi
+# Next to its node_modules, so its bare imports resolve.
+cp "$here/js/server.mjs" "$js/server.mjs"
+
+# --- agentd: the static release binary ----------------------------------------
+if ! rustup target list --installed | grep -qx "$musl"; then
+    say "rustup target add $musl"
+    rustup target add "$musl"
+fi
+say "cargo build --release --target $musl -j$jobs"
+(cd "$repo" && cargo build --release --target "$musl" -j"$jobs" --quiet)
+agentd="$repo/target/$musl/release/agentd"
+[ -x "$agentd" ] || die "no binary at $agentd"
+
+[ "$setup_only" = 1 ] && { say "setup done"; exit 0; }
+
+# --- measure -------------------------------------------------------------------
+# The harness (and so oha and curl, its children) runs on the load-generator
+# core; it starts every server under `taskset -c $server_cpu`.
+exec taskset -c "$loadgen_cpu" "$venv/bin/python" "$here/harness.py" \
+    --mode "$mode" --duration "$duration" --warmup "$warmup" --startups "$startups" \
+    --servers "$servers" --server-cpu "$server_cpu" --loadgen-cpu "$loadgen_cpu" \
+    --agentd "$agentd" --oha "$oha" --venv "$venv" --js-dir "$js" \
+    --py-dir "$out/py" --repo "$repo" --out "$out"
