@@ -2,11 +2,11 @@
 //! the process group alone is the unit (and agentd says which at start-up).
 //!
 //! ```text
-//!  cgroup v2 (unified)   <ours>/agentd-PID/task-N/   cgroup.kill; pids.max and
+//!  cgroup v2 (unified)   <ours>/agentd-PID/slot-N/   cgroup.kill; pids.max and
 //!                                                    memory.max when those
 //!                                                    controllers are delegated
-//!  cgroup v1 pids        <ours>/agentd-PID/task-N/   pids.max
-//!  cgroup v1 memory      <ours>/agentd-PID/task-N/   memory.limit_in_bytes
+//!  cgroup v1 pids        <ours>/agentd-PID/slot-N/   pids.max
+//!  cgroup v1 memory      <ours>/agentd-PID/slot-N/   memory.limit_in_bytes
 //! ```
 //! A hybrid host (v2 mounted beside v1 controllers, as here) uses both: v2
 //! for `cgroup.kill`, v1 for the limits. A cgroup catches what a process
@@ -43,11 +43,26 @@ pub struct Limits {
     pub memory_max_bytes: u64,
 }
 
-/// What agentd isolates tasks with.
+/// What agentd isolates tasks with. Task cgroups are slots reused from
+/// task to task: creating and removing a cgroup costs the kernel more than
+/// the rest of a short task together.
 #[derive(Debug, Clone, Default)]
 pub struct Isolation {
     hierarchies: Vec<Hierarchy>,
     limits: Limits,
+    /// Slots (`slot-N` in every hierarchy) free for the next task.
+    free: Vec<usize>,
+    /// Slots made so far.
+    made: usize,
+}
+
+/// Cumulative counters of a slot, read when a task enters it, so a
+/// reused slot reports only its current task.
+#[derive(Debug, Clone, Copy, Default)]
+struct Counters {
+    pids_max_hits: u64,
+    oom_kills: u64,
+    mem_failcnt: u64,
 }
 
 impl fmt::Display for Isolation {
@@ -71,7 +86,9 @@ impl fmt::Display for Isolation {
 /// A task's cgroups.
 #[derive(Debug, Default)]
 pub struct TaskCgroups {
+    slot: usize,
     dirs: Vec<(Kind, PathBuf)>,
+    baseline: Counters,
 }
 
 impl Isolation {
@@ -108,6 +125,8 @@ impl Isolation {
         Isolation {
             hierarchies: found,
             limits,
+            free: Vec::new(),
+            made: 0,
         }
     }
 
@@ -115,40 +134,74 @@ impl Isolation {
         !self.hierarchies.is_empty()
     }
 
-    /// Creates task `name`'s cgroups and puts `pid` (the worker) in them.
-    /// Limits the kernel does not offer here are skipped, not errors.
-    pub fn enter(&self, name: &str, pid: i32) -> io::Result<TaskCgroups> {
-        let mut task = TaskCgroups::default();
-        for h in &self.hierarchies {
-            let dir = h.parent.join(name);
-            fs::create_dir(&dir)?;
-            task.dirs.push((h.kind, dir.clone()));
-            let l = self.limits;
-            match h.kind {
-                Kind::V2 => {
-                    if l.pids_max > 0 {
-                        let _ = fs::write(dir.join("pids.max"), l.pids_max.to_string());
-                    }
-                    if l.memory_max_bytes > 0 {
-                        let _ = fs::write(dir.join("memory.max"), l.memory_max_bytes.to_string());
-                        let _ = fs::write(dir.join("memory.swap.max"), "0");
-                    }
-                }
-                Kind::V1Pids if l.pids_max > 0 => fs::write(dir.join("pids.max"), l.pids_max.to_string())?,
-                Kind::V1Memory if l.memory_max_bytes > 0 => {
-                    fs::write(dir.join("memory.limit_in_bytes"), l.memory_max_bytes.to_string())?;
-                    let _ = fs::write(dir.join("memory.memsw.limit_in_bytes"), l.memory_max_bytes.to_string());
-                }
-                _ => {}
+    /// Puts `pid` (a worker) into a free slot's cgroups, making a new slot
+    /// when none is free. Limits the kernel does not offer here are
+    /// skipped, not errors.
+    pub fn enter(&mut self, pid: i32) -> io::Result<TaskCgroups> {
+        let (slot, new) = match self.free.pop() {
+            Some(n) => (n, false),
+            None => {
+                self.made += 1;
+                (self.made, true)
             }
+        };
+        let mut task = TaskCgroups {
+            slot,
+            ..TaskCgroups::default()
+        };
+        for h in &self.hierarchies {
+            let dir = h.parent.join(format!("slot-{slot}"));
+            if new {
+                fs::create_dir(&dir)?;
+                self.limit(h.kind, &dir)?;
+            }
+            task.dirs.push((h.kind, dir));
+        }
+        task.baseline = task.counters();
+        for (_, dir) in &task.dirs {
             fs::write(dir.join("cgroup.procs"), pid.to_string())?;
         }
         Ok(task)
     }
 
-    /// Removes agentd's own parent cgroups (at exit, once tasks are gone).
+    fn limit(&self, kind: Kind, dir: &Path) -> io::Result<()> {
+        let l = self.limits;
+        match kind {
+            Kind::V2 => {
+                if l.pids_max > 0 {
+                    let _ = fs::write(dir.join("pids.max"), l.pids_max.to_string());
+                }
+                if l.memory_max_bytes > 0 {
+                    let _ = fs::write(dir.join("memory.max"), l.memory_max_bytes.to_string());
+                    let _ = fs::write(dir.join("memory.swap.max"), "0");
+                }
+            }
+            Kind::V1Pids if l.pids_max > 0 => fs::write(dir.join("pids.max"), l.pids_max.to_string())?,
+            Kind::V1Memory if l.memory_max_bytes > 0 => {
+                fs::write(dir.join("memory.limit_in_bytes"), l.memory_max_bytes.to_string())?;
+                let _ = fs::write(dir.join("memory.memsw.limit_in_bytes"), l.memory_max_bytes.to_string());
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Gives a finished task's slot back, if nothing is left in it.
+    pub fn release(&mut self, task: TaskCgroups) {
+        if task.populated() {
+            log::warn!("cgroup.slot slot={} still has processes; not reused", task.slot);
+        } else {
+            self.free.push(task.slot);
+        }
+    }
+
+    /// Removes agentd's slots and parent cgroups (at exit, once tasks are
+    /// gone).
     pub fn remove(&self) {
         for h in &self.hierarchies {
+            for n in 1..=self.made {
+                let _ = fs::remove_dir(h.parent.join(format!("slot-{n}")));
+            }
             let _ = fs::remove_dir(&h.parent);
         }
     }
@@ -173,41 +226,44 @@ impl TaskCgroups {
         self.dirs.iter().any(|(_, d)| !procs(d).is_empty())
     }
 
-    /// How many times the task hit pids.max (a fork bomb) so far.
-    pub fn pids_exhausted(&self) -> u64 {
-        self.dirs
-            .iter()
-            .filter(|(k, _)| matches!(k, Kind::V2 | Kind::V1Pids))
-            .map(|(_, d)| counter(&d.join("pids.events"), "max"))
-            .sum()
-    }
-
-    /// Whether the OOM killer (or the memory limit) struck in the task.
-    pub fn out_of_memory(&self) -> bool {
-        self.dirs.iter().any(|(k, d)| match k {
-            Kind::V2 => counter(&d.join("memory.events"), "oom_kill") > 0,
-            Kind::V1Memory => {
-                counter(&d.join("memory.oom_control"), "oom_kill") > 0
-                    || fs::read_to_string(d.join("memory.failcnt"))
+    fn counters(&self) -> Counters {
+        let mut c = Counters::default();
+        for (kind, d) in &self.dirs {
+            match kind {
+                Kind::V2 => {
+                    c.pids_max_hits += counter(&d.join("pids.events"), "max");
+                    c.oom_kills += counter(&d.join("memory.events"), "oom_kill");
+                }
+                Kind::V1Pids => c.pids_max_hits += counter(&d.join("pids.events"), "max"),
+                Kind::V1Memory => {
+                    c.oom_kills += counter(&d.join("memory.oom_control"), "oom_kill");
+                    c.mem_failcnt += fs::read_to_string(d.join("memory.failcnt"))
                         .ok()
                         .and_then(|s| s.trim().parse::<u64>().ok())
-                        .is_some_and(|n| n > 0)
+                        .unwrap_or(0);
+                }
             }
-            _ => false,
-        })
+        }
+        c
     }
 
-    /// Removes the (empty) task cgroups.
-    pub fn remove(&self) {
-        for (_, d) in &self.dirs {
-            let _ = fs::remove_dir(d);
-        }
+    /// How many times this task hit pids.max (a fork bomb) so far.
+    pub fn pids_exhausted(&self) -> u64 {
+        self.counters()
+            .pids_max_hits
+            .saturating_sub(self.baseline.pids_max_hits)
+    }
+
+    /// Whether the OOM killer (or the memory limit) struck in this task.
+    pub fn out_of_memory(&self) -> bool {
+        let now = self.counters();
+        now.oom_kills > self.baseline.oom_kills || now.mem_failcnt > self.baseline.mem_failcnt
     }
 }
 
 /// Removes the cgroups of agentd daemons that died without cleaning up
-/// (SIGKILL): `agentd-PID` whose PID is gone, once their task cgroups are
-/// empty. Their task processes died with them (PDEATHSIG).
+/// (SIGKILL): `agentd-PID` whose PID is gone, once their slots are empty.
+/// Their task processes died with them (PDEATHSIG).
 fn remove_stale(base: &Path) {
     let Ok(entries) = fs::read_dir(base) else { return };
     let mut removed = 0;
@@ -223,8 +279,8 @@ fn remove_stale(base: &Path) {
         if Path::new(&format!("/proc/{pid}")).exists() {
             continue;
         }
-        if let Ok(tasks) = fs::read_dir(e.path()) {
-            for t in tasks.flatten().filter(|t| t.path().is_dir()) {
+        if let Ok(slots) = fs::read_dir(e.path()) {
+            for t in slots.flatten().filter(|t| t.path().is_dir()) {
                 let _ = fs::remove_dir(t.path());
             }
         }

@@ -140,6 +140,8 @@ struct State {
     queue: VecDeque<String>,
     shutdown: Option<Sender<()>>,
     isolation: Isolation,
+    /// Prespawned workers waiting for a task (tasks.prespawn).
+    idle: VecDeque<(i32, UnixStream)>,
 }
 
 /// Starts the procman thread.
@@ -151,6 +153,7 @@ pub fn spawn(
     let (tx, rx) = crossbeam_channel::unbounded();
     let mut state = State {
         isolation,
+        idle: VecDeque::new(),
         cfg,
         tasks,
         tx: tx.clone(),
@@ -185,6 +188,7 @@ impl State {
             self.run_timers();
             self.finish_exited();
             self.start_queued();
+            self.fill_pool();
             if self.workers.is_empty() {
                 if let Some(done) = self.shutdown.as_ref() {
                     self.isolation.remove();
@@ -225,6 +229,9 @@ impl State {
                 for id in ids {
                     self.cancel(&id, Cause::Shutdown);
                 }
+                for (pid, _) in self.idle.drain(..) {
+                    let _ = sys::kill_group(pid, libc::SIGKILL);
+                }
             }
             Msg::KillAll => {
                 for w in self.workers.values_mut() {
@@ -235,6 +242,8 @@ impl State {
             }
             Msg::Frame(pid, frame) => self.on_frame(pid, frame),
             Msg::ChannelClosed(pid, broken) => {
+                // An idle worker that went away is just dropped from the pool.
+                self.idle.retain(|(p, _)| *p != pid);
                 if let Some(w) = self.workers.get_mut(&pid) {
                     w.channel_open = false;
                     if broken && w.exit.is_none() {
@@ -327,7 +336,9 @@ impl State {
         }
     }
 
-    fn fork_worker(&mut self, task_id: &str, context_id: String, message: Message) -> std::io::Result<i32> {
+    /// Starts a worker process: `agentd __worker`, its control socket's
+    /// reader thread running. It waits for a `spawn` frame.
+    fn spawn_process(&mut self, label: &str) -> std::io::Result<(i32, UnixStream)> {
         let (ours, theirs) = UnixStream::pair()?;
         let mut cmd = Command::new("/proc/self/exe");
         // No pre_exec hook: without one, std spawns with posix_spawn
@@ -336,7 +347,7 @@ impl State {
         // checks getppid(), which closes the window (see worker::main).
         // The control socket rides in as the worker's stdin.
         cmd.arg("__worker")
-            .arg(task_id)
+            .arg(label)
             .env_clear()
             .env(worker::SUPERVISOR_PID_ENV, sys::getpid().to_string())
             .env(worker::LOG_LEVEL_ENV, &self.cfg.log_level)
@@ -353,10 +364,38 @@ impl State {
         let pid = child.id() as i32;
         // The child is reaped by reap() via waitpid(-1), never by Child::wait.
         drop(child);
+        ours.set_write_timeout(Some(CONTROL_WRITE_TIMEOUT))?;
+        let reader = ours.try_clone()?;
+        let tx = self.tx.clone();
+        std::thread::Builder::new()
+            .name(format!("ctrl-{pid}"))
+            .spawn(move || read_frames(pid, reader, &tx))?;
+        Ok((pid, ours))
+    }
+
+    /// Keeps tasks.prespawn idle workers waiting, so a task's start does
+    /// not wait for a process to be spawned and exec'd.
+    fn fill_pool(&mut self) {
+        while self.idle.len() < self.cfg.tasks.prespawn && self.shutdown.is_none() {
+            match self.spawn_process("idle") {
+                Ok(w) => self.idle.push_back(w),
+                Err(e) => {
+                    log::warn!("procman.prespawn error={e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn fork_worker(&mut self, task_id: &str, context_id: String, message: Message) -> std::io::Result<i32> {
+        let (pid, ours) = match self.idle.pop_front() {
+            Some(w) => w,
+            None => self.spawn_process(task_id)?,
+        };
         // Into its cgroups before it hears `spawn`: everything the task
         // forks is inside from the start.
         let cgroups = if self.isolation.is_cgroup() {
-            match self.isolation.enter(&format!("task-{pid}"), pid) {
+            match self.isolation.enter(pid) {
                 Ok(c) => Some(c),
                 Err(e) => {
                     log::warn!("task.cgroup task={task_id} pid={pid} error={e}; process group only");
@@ -366,18 +405,12 @@ impl State {
         } else {
             None
         };
-        ours.set_write_timeout(Some(CONTROL_WRITE_TIMEOUT))?;
         let spawn = ToWorker::Spawn {
             task_id: task_id.to_string(),
             context_id,
             message,
             runner: self.runner_spec(),
         };
-        let reader = ours.try_clone()?;
-        let tx = self.tx.clone();
-        std::thread::Builder::new()
-            .name(format!("ctrl-{pid}"))
-            .spawn(move || read_frames(pid, reader, &tx))?;
         let now = Instant::now();
         let deadline =
             (self.cfg.tasks.deadline_ms > 0).then(|| now + Duration::from_millis(self.cfg.tasks.deadline_ms));
@@ -564,7 +597,10 @@ impl State {
                         log::debug!("task.exit task={} pid={pid} {status}", w.task_id);
                         w.exit = Some((status, Instant::now()));
                     }
-                    None => log::debug!("procman.reaped pid={pid} {status} (not a worker)"),
+                    None => {
+                        self.idle.retain(|(p, _)| *p != pid);
+                        log::debug!("procman.reaped pid={pid} {status} (not a busy worker)");
+                    }
                 },
                 Ok(None) => return,
                 Err(e) => {
@@ -603,11 +639,11 @@ impl State {
                 continue;
             };
             self.by_task.remove(&w.task_id);
-            if let Some(cg) = &w.cgroups {
+            if let Some(cg) = w.cgroups.take() {
                 if cg.out_of_memory() {
                     w.exhausted = Some("out of memory: the task went over tasks.memory_max_bytes".into());
                 }
-                cg.remove();
+                self.isolation.release(cg);
             }
             let (state, cause, text) = verdict(&w);
             let exit = w.exit.map(|(s, _)| s).unwrap_or(ExitStatus::Code(1));
