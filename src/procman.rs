@@ -170,6 +170,7 @@ pub fn spawn(
 
 impl State {
     fn run(&mut self, rx: &Receiver<Msg>) {
+        self.fill_pool();
         loop {
             let msg = match self.next_timer() {
                 Some(at) => match rx.recv_timeout(at.saturating_duration_since(Instant::now())) {

@@ -386,3 +386,27 @@ fn sigterm_drains_running_tasks_and_answers_blocked_clients() {
     }
     assert!(!socket.exists(), "socket removed on exit");
 }
+
+#[test]
+fn prespawned_workers_run_tasks_and_die_with_the_daemon() {
+    let mut d = Daemon::start(&["--set", "tasks.prespawn=2"]);
+    assert!(
+        wait_for(Duration::from_secs(10), || common::children(d.pid()).len() == 2),
+        "two idle workers wait"
+    );
+    let idle = common::children(d.pid());
+    let t = d.ok("SendMessage", json!({"message": user_message("from the pool")}));
+    assert_eq!(t["task"]["status"]["state"], "TASK_STATE_COMPLETED");
+    assert_eq!(t["task"]["artifacts"][0]["parts"][0]["text"], "from the pool");
+    assert!(
+        wait_for(Duration::from_secs(10), || idle.iter().any(|p| !alive(*p))
+            && common::children(d.pid()).len() == 2),
+        "an idle worker ran the task and the pool was refilled"
+    );
+    let pool = common::children(d.pid());
+    d.kill9();
+    assert!(
+        wait_for(Duration::from_secs(5), || pool.iter().all(|p| !alive(*p))),
+        "idle workers die with the daemon"
+    );
+}
