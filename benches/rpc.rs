@@ -138,7 +138,11 @@ impl Daemon {
             .args(["--log-level", "warn"])
             // Extra daemon flags for an experiment, e.g.
             // AGENTD_BENCH_ARGS='--set tasks.prespawn=4'.
-            .args(std::env::var("AGENTD_BENCH_ARGS").unwrap_or_default().split_whitespace())
+            .args(
+                std::env::var("AGENTD_BENCH_ARGS")
+                    .unwrap_or_default()
+                    .split_whitespace(),
+            )
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
