@@ -469,6 +469,14 @@ impl State {
             return false;
         };
         if let Err(e) = control::write_frame(&mut w.ctrl, frame) {
+            use std::io::ErrorKind::{BrokenPipe, ConnectionReset};
+            if matches!(e.kind(), BrokenPipe | ConnectionReset) {
+                // The worker closed its end: it is exiting, and whatever it
+                // said last (its `done`, most likely) is still queued for
+                // us. The exit decides the task, not this write.
+                log::debug!("procman.control task={} pid={pid} closed before {frame:?}", w.task_id);
+                return false;
+            }
             log::warn!(
                 "procman.control task={} pid={pid} error={e}; killing the worker",
                 w.task_id
@@ -556,7 +564,7 @@ impl State {
                         self.cfg.tasks.pids_max
                     ));
                     stops.push((w.task_id.clone(), Cause::Exhausted));
-                } else if w.ping_sent.is_none() && w.next_ping <= now {
+                } else if w.ping_sent.is_none() && w.next_ping <= now && w.done.is_none() && w.channel_open {
                     w.ping_sent = Some(now);
                     w.next_ping = now + ping_every;
                     pings.push(w.pid);

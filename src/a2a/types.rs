@@ -16,6 +16,49 @@ where
     Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }
 
+/// A nested A2A object must be a JSON object: serde's derive would also
+/// take a JSON array of the fields in order, which no A2A peer means.
+fn object<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    match Value::deserialize(d)? {
+        v @ Value::Object(_) => serde_json::from_value(v).map_err(D::Error::custom),
+        other => Err(D::Error::custom(format!(
+            "expected an object, found {}",
+            kind_of(&other)
+        ))),
+    }
+}
+
+/// `object`, for optional fields (`null` = unset).
+fn object_opt<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    match Value::deserialize(d)? {
+        Value::Null => Ok(None),
+        v @ Value::Object(_) => serde_json::from_value(v).map(Some).map_err(D::Error::custom),
+        other => Err(D::Error::custom(format!(
+            "expected an object, found {}",
+            kind_of(&other)
+        ))),
+    }
+}
+
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
 fn is_false(b: &bool) -> bool {
     !*b
 }
@@ -424,8 +467,9 @@ pub struct SendMessageConfiguration {
 pub struct SendMessageRequest {
     #[serde(default)]
     pub tenant: Option<String>,
+    #[serde(deserialize_with = "object")]
     pub message: Message,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "object_opt")]
     pub configuration: Option<SendMessageConfiguration>,
     #[serde(default)]
     pub metadata: Option<Map<String, Value>>,

@@ -488,6 +488,11 @@ fn version_error(buf: &[u8]) -> Option<ReadError> {
         Some(i) => (&rest[..i], true),
         None => (rest, false),
     };
+    // METHOD SP TARGET SP VERSION: a line with more spaces (a space in the
+    // path) is malformed, whatever its last word looks like.
+    if complete && line.split(|&b| b == b' ').count() != 3 {
+        return Some(ReadError::reject(400, "malformed request line"));
+    }
     let version = line.rsplit(|&b| b == b' ').next().unwrap_or(&[]);
     let fits = version.len() <= PATTERN.len()
         && version

@@ -724,3 +724,88 @@ pub fn thread_and_fd_counts(pid: i32) -> (usize, usize) {
     let count = |dir: String| std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0);
     (count(format!("/proc/{pid}/task")), count(format!("/proc/{pid}/fd")))
 }
+
+// ---------------------------------------------------------------------------
+// Process-table helpers for the reliability suite (from /proc, nothing else).
+// ---------------------------------------------------------------------------
+
+/// One process as /proc/PID/stat shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcStat {
+    pub pid: i32,
+    pub comm: String,
+    /// R, S, D, Z, …
+    pub state: String,
+    pub ppid: i32,
+    pub pgid: i32,
+}
+
+/// /proc/PID/stat of one process, if it exists.
+pub fn proc_stat(pid: i32) -> Option<ProcStat> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let comm = stat.split_once('(')?.1.rsplit_once(')')?.0.to_string();
+    Some(ProcStat {
+        pid,
+        comm,
+        state: stat_field(&stat, 3)?,
+        ppid: stat_field(&stat, 4)?.parse().ok()?,
+        pgid: stat_field(&stat, 5)?.parse().ok()?,
+    })
+}
+
+/// Every process (zombies included) whose parent is `ppid`, by scanning
+/// /proc/*/stat: also finds what /proc/PID/task/*/children may miss.
+pub fn processes_with_parent(ppid: i32) -> Vec<ProcStat> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        if let Some(st) = proc_stat(pid) {
+            if st.ppid == ppid {
+                out.push(st);
+            }
+        }
+    }
+    out
+}
+
+/// Zombies (state Z) whose parent is `ppid`: children nobody reaped.
+pub fn zombies_of(ppid: i32) -> Vec<ProcStat> {
+    processes_with_parent(ppid)
+        .into_iter()
+        .filter(|p| p.state == "Z")
+        .collect()
+}
+
+/// Raises this process's RLIMIT_NOFILE soft limit to at least `want` (up
+/// to the hard limit; raising the hard limit too when allowed). Children
+/// started afterwards inherit it. Returns the soft limit now in force.
+pub fn raise_nofile_limit(want: u64) -> u64 {
+    #[allow(unsafe_code)]
+    // SAFETY: getrlimit/setrlimit with a valid, owned struct.
+    unsafe {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return 0;
+        }
+        if lim.rlim_cur >= want {
+            return lim.rlim_cur;
+        }
+        if lim.rlim_max < want {
+            let raised = libc::rlimit {
+                rlim_cur: want,
+                rlim_max: want,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                return want;
+            }
+        }
+        lim.rlim_cur = want.min(lim.rlim_max);
+        libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        lim.rlim_cur
+    }
+}
