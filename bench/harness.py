@@ -236,7 +236,10 @@ def run_oha(args, sock_path, conc, seconds, post, raw_name):
 
 def server_cmd(args, name, sock_path):
     if name == "agentd":
-        return [args.agentd, "serve", "--listen", f"unix://{sock_path}", "--log-level", "warn"]
+        # AGENTD_BENCH_ARGS: extra daemon flags for an experiment, e.g.
+        # '--set tasks.cgroup=off --set tasks.prespawn=4'.
+        extra = os.environ.get("AGENTD_BENCH_ARGS", "").split()
+        return [args.agentd, "serve", "--listen", f"unix://{sock_path}", "--log-level", "warn", *extra]
     if name == "python":
         return [
             os.path.join(args.venv, "bin", "uvicorn"), "--app-dir", args.py_dir,
