@@ -226,8 +226,12 @@ pub fn read_frame<T: for<'de> Deserialize<'de>>(r: &mut impl Read) -> io::Result
     if len > CONTROL_FRAME_MAX_BYTES {
         return Err(FrameError::TooLarge(len).into());
     }
-    let mut body = vec![0u8; len];
-    r.read_exact(&mut body)?;
+    // Grown as bytes arrive, never allocated from the declared length.
+    let mut body = Vec::with_capacity(len.min(64 * 1024));
+    r.take(len as u64).read_to_end(&mut body)?;
+    if body.len() != len {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
     serde_json::from_slice(&body)
         .map(Some)
         .map_err(|e| FrameError::BadJson(e.to_string()).into())

@@ -68,6 +68,7 @@ impl<R: Read> ResponseReader<R> {
     pub fn new(mut inner: R) -> io::Result<(Head, ResponseReader<R>)> {
         let mut buf = Vec::with_capacity(4096);
         let mut scratch = [0u8; 4096];
+        let mut interim = 0;
         loop {
             let mut headers = [httparse::EMPTY_HEADER; limits::HTTP_HEADERS_MAX];
             let mut resp = httparse::Response::new(&mut headers);
@@ -83,7 +84,12 @@ impl<R: Read> ResponseReader<R> {
                     };
                     buf.drain(..n);
                     if head.status / 100 == 1 {
-                        // 100 Continue and friends: the real response follows.
+                        // 100 Continue and friends: the real response follows
+                        // (a few of them; not an endless stream of them).
+                        interim += 1;
+                        if interim > 4 {
+                            return Err(bad("more than 4 interim (1xx) responses"));
+                        }
                         continue;
                     }
                     let framing = framing(&head)?;
@@ -179,11 +185,22 @@ fn framing(head: &Head) -> io::Result<Framing> {
     if head.status == 204 || head.status == 304 {
         return Ok(Framing::Done);
     }
-    if head
-        .header("Transfer-Encoding")
-        .is_some_and(|v| v.eq_ignore_ascii_case("chunked"))
-    {
-        return Ok(Framing::Chunked(Decoder::new()));
+    if let Some(te) = head.header("Transfer-Encoding") {
+        // Only plain chunked: anything else (gzip, chunked…) we cannot frame.
+        return if te.trim().eq_ignore_ascii_case("chunked") {
+            Ok(Framing::Chunked(Decoder::new()))
+        } else {
+            Err(bad(format!("unsupported Transfer-Encoding `{te}`")))
+        };
+    }
+    let lengths: Vec<&str> = head
+        .headers
+        .iter()
+        .filter(|(k, _)| k.eq_ignore_ascii_case("Content-Length"))
+        .map(|(_, v)| v.trim())
+        .collect();
+    if lengths.windows(2).any(|w| w[0] != w[1]) {
+        return Err(bad("conflicting Content-Length headers"));
     }
     match head.header("Content-Length") {
         Some(v) => v
@@ -226,6 +243,16 @@ mod tests {
             ResponseReader::new(&b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nhe"[..]).unwrap();
         assert!(r.body(100).is_err());
         assert!(ResponseReader::new(&b"garbage\r\n\r\n"[..]).is_err());
+    }
+
+    #[test]
+    fn refuses_framing_it_cannot_trust() {
+        let conflicting = &b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nabc"[..];
+        assert!(ResponseReader::new(conflicting).is_err());
+        let gzip = &b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"[..];
+        assert!(ResponseReader::new(gzip).is_err());
+        let many = b"HTTP/1.1 100 Continue\r\n\r\n".repeat(5);
+        assert!(ResponseReader::new(&many[..]).is_err());
     }
 
     #[test]
