@@ -410,14 +410,12 @@ impl TaskTable {
         let total = rows.len();
         let start = match &q.cursor {
             None => 0,
+            // The first row after the cursor in the sort order (newest
+            // status first, then id): tasks that changed since keep their
+            // place by their new timestamp, none is skipped or repeated.
             Some((ms, id)) => rows
                 .iter()
-                .position(|e| (e.status_ms, &e.task.id) < (*ms, id) && e.status_ms <= *ms)
-                .map(|_| {
-                    rows.iter()
-                        .position(|e| e.status_ms < *ms || (e.status_ms == *ms && e.task.id > *id))
-                        .unwrap_or(total)
-                })
+                .position(|e| e.status_ms < *ms || (e.status_ms == *ms && e.task.id > *id))
                 .unwrap_or(total),
         };
         let page: Vec<&Entry> = rows.iter().skip(start).take(q.page_size).copied().collect();
