@@ -41,39 +41,6 @@ fn manifest_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn target_dir() -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(d) => {
-            let d = PathBuf::from(d);
-            if d.is_absolute() {
-                d
-            } else {
-                manifest_dir().join(d)
-            }
-        }
-        None => manifest_dir().join("target"),
-    }
-}
-
-/// Runs a command to completion; `Err` carries its output.
-fn run(cmd: &mut Command) -> Result<(), String> {
-    let what = format!("{cmd:?}");
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("{what}: cannot start: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{what}: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    }
-}
-
 /// Whether `dir/name` holds exactly `want` (`None`: must not exist).
 fn same_file(dir: &Path, name: &str, want: &Option<Vec<u8>>) -> bool {
     std::fs::read(dir.join(name)).ok() == *want
@@ -82,15 +49,17 @@ fn same_file(dir: &Path, name: &str, want: &Option<Vec<u8>>) -> bool {
 /// `target/interop-js` with the SDK importable, installing it on first use
 /// (and again whenever the committed package.json or lockfile changed).
 fn sdk_dir() -> Result<PathBuf, String> {
-    let dir = target_dir().join("interop-js");
+    let dir = common::target_dir().join("interop-js");
     let read = |p: &str| std::fs::read(manifest_dir().join(p)).map_err(|e| format!("{p}: {e}"));
     let package = Some(read(PACKAGE_JSON)?);
     let lock = read(PACKAGE_LOCK).ok();
     let usable = |dir: &Path| {
-        run(Command::new("node")
-            .current_dir(dir)
-            .args(["--input-type=module", "-e"])
-            .arg("await import('@a2a-js/sdk'); await import('@a2a-js/sdk/client'); await import('undici');"))
+        common::run_to_completion(
+            Command::new("node")
+                .current_dir(dir)
+                .args(["--input-type=module", "-e"])
+                .arg("await import('@a2a-js/sdk'); await import('@a2a-js/sdk/client'); await import('undici');"),
+        )
         .is_ok()
     };
     let current =
@@ -112,7 +81,7 @@ fn sdk_dir() -> Result<PathBuf, String> {
             let _ = std::fs::remove_file(dir.join("package-lock.json"));
         }
     }
-    run(Command::new("npm").current_dir(&dir).args([
+    common::run_to_completion(Command::new("npm").current_dir(&dir).args([
         how,
         "--no-audit",
         "--no-fund",

@@ -24,44 +24,13 @@ fn manifest_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn target_dir() -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(d) => {
-            let d = PathBuf::from(d);
-            if d.is_absolute() {
-                d
-            } else {
-                manifest_dir().join(d)
-            }
-        }
-        None => manifest_dir().join("target"),
-    }
-}
-
-/// Runs a command to completion; `Err` carries its output.
-fn run(cmd: &mut Command) -> Result<(), String> {
-    let what = format!("{cmd:?}");
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("{what}: cannot start: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{what}: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    }
-}
-
 /// The venv's python with the SDK importable, installing it on first use.
 fn sdk_python() -> Result<PathBuf, String> {
-    let venv = target_dir().join("interop-venv");
+    let venv = common::target_dir().join("interop-venv");
     let python = venv.join("bin").join("python");
-    let usable = |python: &Path| run(Command::new(python).args(["-c", "import a2a.client, httpx"])).is_ok();
+    let usable = |python: &Path| {
+        common::run_to_completion(Command::new(python).args(["-c", "import a2a.client, httpx"])).is_ok()
+    };
     if python.exists() && usable(&python) {
         return Ok(python);
     }
@@ -69,8 +38,8 @@ fn sdk_python() -> Result<PathBuf, String> {
         "interop_python: installing `{SDK_REQUIREMENT}` into {} (once)",
         venv.display()
     );
-    run(Command::new("python3").args(["-m", "venv", "--clear"]).arg(&venv))?;
-    run(Command::new(&python).args([
+    common::run_to_completion(Command::new("python3").args(["-m", "venv", "--clear"]).arg(&venv))?;
+    common::run_to_completion(Command::new(&python).args([
         "-m",
         "pip",
         "install",

@@ -30,7 +30,6 @@ mod common;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufReader, Write};
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -76,14 +75,6 @@ static SERIAL: Mutex<()> = Mutex::new(());
 /// One test at a time (a failed test must not block the others).
 fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Writes an executable shell script into `dir`.
-fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
-    let p = dir.join(name);
-    std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-    p
 }
 
 fn threads(pid: i32) -> usize {
@@ -444,7 +435,7 @@ fn ten_thousand_mixed_tasks_leave_nothing_behind() {
     let clients = 16;
     let deadline_ms = 3000;
     let tmp = TempDir::new("mix");
-    let prog = script(
+    let prog = common::script(
         &tmp.0,
         "mixed.sh",
         r#"read x
@@ -677,7 +668,7 @@ fn fork_bomb_and_memory_hog_fail_with_the_right_reason() {
         return;
     };
     let tmp = TempDir::new("bomb");
-    let prog = script(
+    let prog = common::script(
         &tmp.0,
         "bombhog.sh",
         &format!(

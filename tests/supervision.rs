@@ -5,20 +5,11 @@
 mod common;
 
 use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::{alive, group_members, user_message, wait_for, Daemon};
 use serde_json::{json, Value};
-
-/// Writes an executable shell script into `dir`.
-fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
-    let p = dir.join(name);
-    std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-    p
-}
 
 fn send_async(d: &Daemon, text: &str) -> String {
     let r = d.ok(
@@ -70,7 +61,7 @@ fn exec_text_protocol_success_failure_and_missing_program() {
     );
 
     let tmp = common::TempDir::new("ex");
-    let fail = script(&tmp.0, "fail.sh", "echo partial; echo 'something broke' >&2; exit 3");
+    let fail = common::script(&tmp.0, "fail.sh", "echo partial; echo 'something broke' >&2; exit 3");
     let d = Daemon::start(&["--exec", fail.to_str().unwrap()]);
     let t = &d.ok("SendMessage", json!({"message": user_message("x")}))["task"];
     assert_eq!(t["status"]["state"], "TASK_STATE_FAILED", "{t}");
@@ -145,7 +136,7 @@ fn task_outlives_the_connection_that_created_it() {
     // The PDEATHSIG trap: were the worker forked on the connection's
     // thread, it would die when that thread ends.
     let tmp = common::TempDir::new("outlive");
-    let slow = script(&tmp.0, "slow.sh", "sleep 1; echo finished");
+    let slow = common::script(&tmp.0, "slow.sh", "sleep 1; echo finished");
     let d = Daemon::start(&["--exec", slow.to_str().unwrap()]);
     let id = {
         let mut conn = d.connect();
@@ -179,7 +170,7 @@ fn task_outlives_the_connection_that_created_it() {
 /// A program that ignores SIGTERM and leaves two grandchildren (one also
 /// ignoring SIGTERM), recording every pid in `pids`.
 fn stubborn_script(dir: &Path, pids: &Path) -> PathBuf {
-    script(
+    common::script(
         dir,
         "stubborn.sh",
         &format!(
@@ -252,7 +243,7 @@ fn sigkill_of_the_daemon_leaves_no_task_process() {
     let mut all = Vec::new();
     let mut d = Daemon::start(&["--exec", &format!("{}/run.sh", tmp.0.display())]);
     // Each task writes its pids to its own file.
-    script(
+    common::script(
         &tmp.0,
         "run.sh",
         &format!(

@@ -809,3 +809,42 @@ pub fn raise_nofile_limit(want: u64) -> u64 {
         lim.rlim_cur
     }
 }
+
+/// Writes an executable shell script (`#!/bin/sh` + `body`) into `dir`.
+pub fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let p = dir.join(name);
+    std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p
+}
+
+/// Where cargo builds (CARGO_TARGET_DIR, else ./target): for tests that
+/// install what they need (an SDK, a venv) once, beside the build.
+pub fn target_dir() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    match std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from) {
+        Some(d) if d.is_absolute() => d,
+        Some(d) => manifest.join(d),
+        None => manifest.join("target"),
+    }
+}
+
+/// Runs a command to completion; `Err` carries its output.
+pub fn run_to_completion(cmd: &mut Command) -> Result<(), String> {
+    let what = format!("{cmd:?}");
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("{what}: cannot start: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what}: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
