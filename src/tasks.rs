@@ -60,6 +60,10 @@ struct Entry {
     spoke: bool,
     /// The agent answered with a Message instead of a task.
     direct_reply: Option<Message>,
+    /// Notified on every change of this task, so a waiter wakes only for
+    /// its own task (one table-wide condvar woke every blocked client on
+    /// every event of every task).
+    changed: Arc<Condvar>,
 }
 
 /// What a stream gets when it asks for events after a sequence number.
@@ -99,7 +103,6 @@ struct Inner {
 
 pub struct TaskTable {
     inner: Mutex<Inner>,
-    changed: Condvar,
     limits: TableLimits,
     /// The running cap in force (the command extension changes it).
     max_running: AtomicUsize,
@@ -138,7 +141,6 @@ impl TaskTable {
     pub fn new(limits: TableLimits, feed: Arc<Feed>) -> TaskTable {
         TaskTable {
             inner: Mutex::new(Inner::default()),
-            changed: Condvar::new(),
             max_running: AtomicUsize::new(limits.max_running),
             feed,
             limits,
@@ -199,6 +201,7 @@ impl TaskTable {
             last_seq: 0,
             spoke: false,
             direct_reply: None,
+            changed: Arc::new(Condvar::new()),
         };
         let snapshot = render(&entry, None, true);
         self.feed.publish(
@@ -209,8 +212,6 @@ impl TaskTable {
         inner.tasks.insert(id, entry);
         inner.submitted += 1;
         prune(&mut inner, &self.limits, now);
-        drop(inner);
-        self.changed.notify_all();
         Ok(snapshot)
     }
 
@@ -225,6 +226,7 @@ impl TaskTable {
     ) -> Result<(Task, u64), ContinueError> {
         let mut inner = self.lock();
         let entry = visible_mut(&mut inner, principal, id).ok_or(ContinueError::NotFound)?;
+        let cv = entry.changed.clone();
         let state = entry.task.status.state;
         if state.is_terminal() {
             return Err(ContinueError::Terminal(state));
@@ -245,7 +247,7 @@ impl TaskTable {
         set_status(&self.feed, entry, TaskState::Working, None);
         let snapshot = (render(entry, None, true), entry.last_seq);
         drop(inner);
-        self.changed.notify_all();
+        cv.notify_all();
         Ok(snapshot)
     }
 
@@ -285,17 +287,15 @@ impl TaskTable {
             if done(entry.task.status.state) || entry.direct_reply.is_some() {
                 return Some(render(entry, history_length, true));
             }
+            let cv = entry.changed.clone();
             inner = match deadline {
-                None => self.changed.wait(inner).unwrap_or_else(|p| p.into_inner()),
+                None => cv.wait(inner).unwrap_or_else(|p| p.into_inner()),
                 Some(d) => {
                     let left = d.saturating_duration_since(Instant::now());
                     if left.is_zero() {
                         return Some(render(entry, history_length, true));
                     }
-                    self.changed
-                        .wait_timeout(inner, left)
-                        .unwrap_or_else(|p| p.into_inner())
-                        .0
+                    cv.wait_timeout(inner, left).unwrap_or_else(|p| p.into_inner()).0
                 }
             };
         }
@@ -309,6 +309,7 @@ impl TaskTable {
         let Some(entry) = inner.tasks.get_mut(id) else {
             return;
         };
+        let cv = entry.changed.clone();
         if entry.task.status.state.is_terminal() {
             log::debug!("tasks ignoring {state:?} for finished task={id}");
             return;
@@ -327,7 +328,7 @@ impl TaskTable {
             inner.submitted = inner.submitted.saturating_sub(1);
         }
         drop(inner);
-        self.changed.notify_all();
+        cv.notify_all();
     }
 
     /// Ends a task: terminal state, readable text and machine-readable cause.
@@ -338,6 +339,7 @@ impl TaskTable {
         let Some(entry) = inner.tasks.get_mut(id) else {
             return;
         };
+        let cv = entry.changed.clone();
         if entry.task.status.state.is_terminal() {
             return;
         }
@@ -355,7 +357,7 @@ impl TaskTable {
         inner.finished.push_back((now, id.to_string()));
         prune(&mut inner, &self.limits, now);
         drop(inner);
-        self.changed.notify_all();
+        cv.notify_all();
     }
 
     /// Adds an artifact or a chunk of one (`append` extends the artifact
@@ -365,6 +367,7 @@ impl TaskTable {
         let Some(entry) = inner.tasks.get_mut(id) else {
             return;
         };
+        let cv = entry.changed.clone();
         if entry.task.status.state.is_terminal() {
             return;
         }
@@ -387,7 +390,7 @@ impl TaskTable {
         });
         log_event(&self.feed, entry, event);
         drop(inner);
-        self.changed.notify_all();
+        cv.notify_all();
     }
 
     /// One page of the tasks `principal` may see, newest status first.
@@ -443,8 +446,9 @@ impl TaskTable {
         if let Some(e) = inner.tasks.get_mut(id) {
             if !e.spoke {
                 e.spoke = true;
+                let cv = e.changed.clone();
                 drop(inner);
-                self.changed.notify_all();
+                cv.notify_all();
             }
         }
     }
@@ -453,6 +457,7 @@ impl TaskTable {
     pub fn set_direct_reply(&self, id: &str, mut message: Message) {
         let mut inner = self.lock();
         let Some(entry) = inner.tasks.get_mut(id) else { return };
+        let cv = entry.changed.clone();
         if entry.task.status.state.is_terminal() {
             return;
         }
@@ -466,7 +471,7 @@ impl TaskTable {
         entry.direct_reply = Some(message);
         entry.spoke = true;
         drop(inner);
-        self.changed.notify_all();
+        cv.notify_all();
     }
 
     /// The Message a task's agent replied with, if it did.
@@ -500,11 +505,8 @@ impl TaskTable {
             if left.is_zero() {
                 return Opening::Waiting;
             }
-            inner = self
-                .changed
-                .wait_timeout(inner, left)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            let cv = entry.changed.clone();
+            inner = cv.wait_timeout(inner, left).unwrap_or_else(|p| p.into_inner()).0;
         }
     }
 
@@ -529,11 +531,8 @@ impl TaskTable {
             if left.is_zero() {
                 return Next::Timeout;
             }
-            inner = self
-                .changed
-                .wait_timeout(inner, left)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            let cv = entry.changed.clone();
+            inner = cv.wait_timeout(inner, left).unwrap_or_else(|p| p.into_inner()).0;
         }
     }
 
@@ -553,7 +552,6 @@ impl TaskTable {
 
     pub fn set_max_running(&self, n: usize) {
         self.max_running.store(n.max(1), Ordering::SeqCst);
-        self.changed.notify_all();
     }
 
     pub fn feed(&self) -> &Feed {
@@ -762,7 +760,10 @@ fn prune(inner: &mut Inner, limits: &TableLimits, now: u64) {
             break;
         }
         inner.finished.pop_front();
-        inner.tasks.remove(&id);
+        if let Some(gone) = inner.tasks.remove(&id) {
+            // Whoever waits on it learns it is gone.
+            gone.changed.notify_all();
+        }
     }
 }
 
