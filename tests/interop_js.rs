@@ -136,18 +136,7 @@ fn js_sdk_client_over_the_socket() {
         .expect("start the node driver");
 
     let ran = Instant::now();
-    let deadline = ran + Duration::from_secs(120);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break Some(status);
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = common::wait_child(&mut child, Duration::from_secs(120));
     let output = std::fs::read_to_string(&out_path).unwrap_or_default();
     eprintln!(
         "--- {DRIVER} ({:.1} s; SDK ready in {:.1} s) ---\n{output}",

@@ -88,18 +88,7 @@ fn python_sdk_client_over_the_socket() {
         .expect("start the python driver");
 
     let started = Instant::now();
-    let deadline = started + Duration::from_secs(120);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break Some(status);
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = common::wait_child(&mut child, Duration::from_secs(120));
     let output = std::fs::read_to_string(&out_path).unwrap_or_default();
     eprintln!(
         "--- {} ({:.1} s) ---\n{output}",

@@ -56,13 +56,6 @@ fn status_text(task: &Value) -> String {
         .to_string()
 }
 
-fn terminal_cause(task: &Value) -> String {
-    task["status"]["message"]["metadata"]["agentd.dev/terminal"]
-        .as_str()
-        .unwrap_or("")
-        .to_string()
-}
-
 /// Polls GetTask until the task is in `state` (or the time is up).
 fn wait_state(d: &Daemon, id: &str, state: &str, timeout: Duration) -> Value {
     let mut task = Value::Null;
@@ -270,7 +263,7 @@ fn rejected() {
     let d = sh_daemon(&tmp, "read l; echo '{\"status\":\"rejected\",\"text\":\"no\"}'", &[]);
     let t = &send(&d, "x")["task"];
     assert_eq!(t["status"]["state"], "TASK_STATE_REJECTED", "{t}");
-    assert_eq!(terminal_cause(t), "refused", "{t}");
+    assert_eq!(common::terminal_cause(t), "refused", "{t}");
     assert_eq!(status_text(t), "no");
 }
 
@@ -333,7 +326,7 @@ fn idle_warm_session_ends() {
     let id = t["id"].as_str().unwrap();
     let worker = only_worker(&d);
     let t = wait_state(&d, id, "TASK_STATE_FAILED", Duration::from_secs(3));
-    assert_eq!(terminal_cause(&t), "idle", "{t}");
+    assert_eq!(common::terminal_cause(&t), "idle", "{t}");
     assert!(gone(worker), "worker {worker} or its group outlived the task");
     assert!(children(d.pid()).is_empty());
 }
@@ -367,7 +360,7 @@ fn stalled_worker_is_killed() {
     // though its program is fine.
     common::signal(worker, libc::SIGSTOP);
     let t = wait_state(&d, &id, "TASK_STATE_FAILED", Duration::from_secs(5));
-    assert_eq!(terminal_cause(&t), "stalled", "{t}");
+    assert_eq!(common::terminal_cause(&t), "stalled", "{t}");
     assert!(gone(worker), "the stopped worker was not killed");
     for p in program {
         assert!(!alive(p), "program {p} outlived its stalled worker");
@@ -388,7 +381,7 @@ fn cancel_input_required_task() {
 
     let t = d.ok("CancelTask", json!({"id": id}));
     assert_eq!(t["status"]["state"], "TASK_STATE_CANCELED", "{t}");
-    assert_eq!(terminal_cause(&t), "cancelled", "{t}");
+    assert_eq!(common::terminal_cause(&t), "cancelled", "{t}");
     // CANCELED is reported only once the group is dead (DESIGN §5).
     assert!(
         group_members(worker).is_empty(),

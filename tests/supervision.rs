@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::{alive, group_members, user_message, wait_for, Daemon};
-use serde_json::{json, Value};
+use serde_json::json;
 
 fn send_async(d: &Daemon, text: &str) -> String {
     let r = d.ok(
@@ -25,13 +25,6 @@ fn state_of(d: &Daemon, id: &str) -> String {
     d.ok("GetTask", json!({"id": id}))["status"]["state"]
         .as_str()
         .unwrap()
-        .to_string()
-}
-
-fn terminal_cause(task: &Value) -> String {
-    task["status"]["message"]["metadata"]["agentd.dev/terminal"]
-        .as_str()
-        .unwrap_or("")
         .to_string()
 }
 
@@ -70,7 +63,7 @@ fn exec_text_protocol_success_failure_and_missing_program() {
         text.contains("exited with status 3") && text.contains("something broke"),
         "{text}"
     );
-    assert_eq!(terminal_cause(t), "failed");
+    assert_eq!(common::terminal_cause(t), "failed");
     assert_eq!(
         t["artifacts"][0]["parts"][0]["text"], "partial\n",
         "output so far is kept"
@@ -221,7 +214,7 @@ fn cancel_kills_a_stubborn_program_and_its_grandchildren() {
     let started = Instant::now();
     let t = d.ok("CancelTask", json!({"id": id}));
     assert_eq!(t["status"]["state"], "TASK_STATE_CANCELED", "{t}");
-    assert_eq!(terminal_cause(&t), "cancelled");
+    assert_eq!(common::terminal_cause(&t), "cancelled");
     // CANCELED is reported only once the group is gone: check at once.
     assert_eq!(
         group_members(pgid),
@@ -299,7 +292,7 @@ fn deadline_fails_the_task_with_its_cause() {
     let started = Instant::now();
     let t = &d.ok("SendMessage", json!({"message": user_message("x")}))["task"];
     assert_eq!(t["status"]["state"], "TASK_STATE_FAILED", "{t}");
-    assert_eq!(terminal_cause(t), "deadline");
+    assert_eq!(common::terminal_cause(t), "deadline");
     assert!(started.elapsed() < Duration::from_secs(10));
 }
 
@@ -371,7 +364,7 @@ fn sigterm_drains_running_tasks_and_answers_blocked_clients() {
         answer["result"]["task"]["status"]["state"], "TASK_STATE_CANCELED",
         "{answer}"
     );
-    assert_eq!(terminal_cause(&answer["result"]["task"]), "shutdown");
+    assert_eq!(common::terminal_cause(&answer["result"]["task"]), "shutdown");
     for p in pids {
         assert!(!alive(p), "pid {p} survived shutdown");
     }

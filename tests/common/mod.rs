@@ -848,3 +848,27 @@ pub fn run_to_completion(cmd: &mut Command) -> Result<(), String> {
         ))
     }
 }
+
+/// Waits for `child` up to `timeout`; kills it past that. `None` = killed.
+pub fn wait_child(child: &mut Child, timeout: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The machine-readable reason a task ended (`agentd.dev/terminal`).
+pub fn terminal_cause(task: &Value) -> String {
+    task["status"]["message"]["metadata"]["agentd.dev/terminal"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
