@@ -340,9 +340,7 @@ fn read_lines(stdout: impl Read, output_max: u64, tx: &Sender<Note>) {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(_) => break,
         };
-        total += n as u64;
-        if total > output_max {
-            let _ = tx.send(Note::Exhausted);
+        if !program::charge_output(&mut total, n, output_max, tx) {
             break;
         }
         if line.last() == Some(&b'\n') {

@@ -130,6 +130,17 @@ pub fn start(prog: &Program) -> Result<Running, Done> {
     })
 }
 
+/// Counts `n` more bytes of the program's stdout against its budget;
+/// false (and `Note::Exhausted` sent) once it is over.
+pub fn charge_output(total: &mut u64, n: usize, max: u64, tx: &Sender<Note>) -> bool {
+    *total += n as u64;
+    if *total > max {
+        let _ = tx.send(Note::Exhausted);
+        return false;
+    }
+    true
+}
+
 pub fn failed(cause: Cause, text: String) -> Done {
     Done {
         outcome: Outcome::Failed,

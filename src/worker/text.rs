@@ -122,9 +122,7 @@ fn stream_stdout(mut stdout: impl Read, link: &Link, output_max: u64, tx: &Sende
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(_) => break,
         };
-        total += n as u64;
-        if total > output_max {
-            let _ = tx.send(Note::Exhausted);
+        if !program::charge_output(&mut total, n, output_max, tx) {
             break;
         }
         pending.extend_from_slice(&buf[..n]);
