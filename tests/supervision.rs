@@ -79,8 +79,10 @@ fn exec_text_protocol_success_failure_and_missing_program() {
 #[test]
 fn program_sees_a_scrubbed_environment_and_no_stray_fds() {
     let tmp = common::TempDir::new("env");
-    // sh -c, not a script file: dash keeps a script open on fd 10.
-    let probe = r#"sh -c 'env | sort; echo FDS; ls /proc/$$/fd | sort -n | tr "\n" " "'"#;
+    // sh -c, not a script file: dash keeps a script open on fd 10. The fds
+    // are listed first, by a plain command: while a pipeline starts the
+    // shell itself briefly holds its pipes, which `ls` could catch.
+    let probe = r#"sh -c 'ls /proc/$$/fd; echo FDS-END; env | sort'"#;
     let socket = tmp.0.join("a.sock");
     // An fd the test leaks into agentd on purpose (no CLOEXEC): it must not
     // reach the program.
@@ -120,7 +122,13 @@ fn program_sees_a_scrubbed_environment_and_no_stray_fds() {
     assert!(!out.contains("AGENTD_TEST_SECRET"), "{out}");
     assert!(!out.contains("AGENTD_SUPERVISOR_PID"), "{out}");
     assert!(out.contains("EXTRA=given"), "{out}");
-    let fds = out.split("FDS\n").nth(1).unwrap().trim();
+    let fds = out
+        .split("FDS-END")
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
     assert_eq!(fds, "0 1 2", "only stdio reaches the program, got: {fds}");
 }
 
