@@ -19,8 +19,8 @@ use std::io::{self, Read, Write};
 
 use serde::{Deserialize, Serialize};
 
-use crate::a2a::types::{Artifact, Message};
 use crate::limits::CONTROL_FRAME_MAX_BYTES;
+use crate::wire::{Artifact, Message};
 
 /// What the worker runs, as procman tells it in `spawn`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

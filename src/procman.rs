@@ -25,13 +25,13 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use serde_json::json;
 
-use crate::a2a::types::{Message, TaskState};
 use crate::cgroup::{Isolation, TaskCgroups};
 use crate::config::{Config, Runner};
 use crate::control::{self, Cause, FromWorker, Outcome, Progress, Rlimits, RunnerSpec, ToWorker};
 use crate::limits;
 use crate::sys::{self, ExitStatus};
 use crate::tasks::TaskTable;
+use crate::wire::{Message, TaskState};
 use crate::worker;
 
 /// How often a dying group is re-checked (and re-killed) while it lingers.

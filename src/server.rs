@@ -19,12 +19,14 @@ use crate::a2a::card::{Card, PROTOCOL_VERSION};
 use crate::a2a::{stream, Agent, Answer, Call, Daemon};
 use crate::cgroup::Isolation;
 use crate::config::Config;
-use crate::ext::{self, events::Feed};
+use crate::ext;
+use crate::ext::events::{Emit, Feed};
 use crate::http::{self, sse, Conn, ReadError, Request, Response};
 use crate::limits;
+use crate::principal::Principal;
 use crate::rpc::{self, RpcError};
 use crate::tasks::{TableLimits, TaskTable};
-use crate::transport::{self, AcceptHandle, Gate, Listener, Principal, Stream};
+use crate::transport::{self, AcceptHandle, Gate, Listener, Stream};
 
 const CARD_PATH: &str = "/.well-known/agent-card.json";
 
@@ -389,8 +391,8 @@ fn write_stream(
     let mut out = http::ChunkedWriter::start(stream, 200, &headers)?;
     let keepalive = Duration::from_millis(shared.agent.cfg.sse_keepalive_ms);
     let mut events = 0u64;
-    let mut sink = |emit: stream::Emit| match emit {
-        stream::Emit::Event(seq, mut result) => {
+    let mut sink = |emit: Emit| match emit {
+        Emit::Event(seq, mut result) => {
             events += 1;
             if strip_labels {
                 ext::annotations::strip(&mut result);
@@ -398,7 +400,7 @@ fn write_stream(
             let data = String::from_utf8_lossy(&rpc::success(id, result)).into_owned();
             out.chunk(&sse::encode_event(seq, &data))
         }
-        stream::Emit::KeepAlive => out.chunk(&sse::encode_comment("keep-alive")),
+        Emit::KeepAlive => out.chunk(&sse::encode_comment("keep-alive")),
     };
     let pumped = match source {
         Source::Task(plan) => stream::pump(&shared.agent.tasks, principal, *plan, keepalive, &mut sink),

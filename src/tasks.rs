@@ -19,15 +19,15 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 
-use crate::a2a::types::{
-    Artifact, ListTasksResponse, Message, StreamResponse, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus,
-    TaskStatusUpdateEvent,
-};
 use crate::clock;
 use crate::control::Cause;
 use crate::ext::events::Feed;
 use crate::limits;
-use crate::transport::Principal;
+use crate::principal::Principal;
+use crate::wire::{
+    Artifact, ListTasksResponse, Message, StreamResponse, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus,
+    TaskStatusUpdateEvent,
+};
 
 /// Metadata key holding the machine-readable reason a task ended.
 pub const TERMINAL_KEY: &str = "agentd.dev/terminal";
@@ -463,7 +463,7 @@ impl TaskTable {
         }
         message.context_id = Some(entry.task.context_id.clone());
         message.task_id = None;
-        message.role = crate::a2a::types::Role::Agent;
+        message.role = crate::wire::Role::Agent;
         if message.message_id.is_empty() {
             message.message_id = crate::ids::new_id();
         }
@@ -713,7 +713,7 @@ fn merge_parts(existing: &mut Artifact, chunk: &Artifact) {
         // artifact reads as the program wrote it.
         match (existing.parts.last_mut(), part.as_text()) {
             (Some(last), Some(more)) if last.as_text().is_some() && part.metadata.is_none() => {
-                if let crate::a2a::types::PartContent::Text(t) = &mut last.content {
+                if let crate::wire::PartContent::Text(t) = &mut last.content {
                     t.push_str(more);
                 }
             }
@@ -770,7 +770,7 @@ fn prune(inner: &mut Inner, limits: &TableLimits, now: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::a2a::types::{Part, Role};
+    use crate::wire::{Part, Role};
 
     fn table(retain_max: usize) -> TaskTable {
         TaskTable::new(

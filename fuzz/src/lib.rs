@@ -7,14 +7,14 @@
 //! byte slices, and must never panic: a panic is either a parser bug or a
 //! broken invariant asserted here.
 
-use agentd::a2a::types::{
-    CancelTaskRequest, GetTaskRequest, ListTasksRequest, Message, Part, SendMessageRequest, SubscribeToTaskRequest,
-};
 use agentd::control::{self, FromWorker, ToWorker};
 use agentd::http::chunked::{ChunkError, Decoder};
 use agentd::http::client::ResponseReader;
 use agentd::http::sse::{Event, Parser, SseError};
 use agentd::http::{write_response, Limits, MemConn, ReadError, Reader};
+use agentd::wire::{
+    CancelTaskRequest, GetTaskRequest, ListTasksRequest, Message, Part, SendMessageRequest, SubscribeToTaskRequest,
+};
 use agentd::worker::jsonl::{self, Line};
 use agentd::{limits, rpc};
 

@@ -3,8 +3,8 @@
 //! task table and to procman, never to sockets or processes directly.
 
 pub mod card;
+mod operator;
 pub mod stream;
-pub mod types;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -15,11 +15,11 @@ use serde_json::Value;
 
 use crate::config::Config;
 use crate::ext;
+use crate::principal::Principal;
 use crate::procman::Procman;
 use crate::rpc::{self, RpcError};
 use crate::tasks::{ContinueError, CreateError, ListQuery, TaskTable};
-use crate::transport::Principal;
-use types::{
+use crate::wire::{
     CancelTaskRequest, GetTaskRequest, ListTasksRequest, Role, SendMessageRequest, StreamResponse,
     SubscribeToTaskRequest, Task, TaskState,
 };
@@ -145,7 +145,7 @@ impl Agent {
         &self,
         call: &Call<'_>,
         req: SendMessageRequest,
-    ) -> Result<(Task, u64, bool, types::SendMessageConfiguration), RpcError> {
+    ) -> Result<(Task, u64, bool, crate::wire::SendMessageConfiguration), RpcError> {
         let principal = call.principal;
         let config = req.configuration.unwrap_or_default();
         history_length(config.history_length, "configuration.historyLength")?;
@@ -296,7 +296,7 @@ impl Agent {
 
     /// A command-extension message, when the extension is active: run it
     /// and return the reply. `None` = an ordinary message.
-    fn command(&self, call: &Call<'_>, req: &SendMessageRequest) -> Result<Option<types::Message>, RpcError> {
+    fn command(&self, call: &Call<'_>, req: &SendMessageRequest) -> Result<Option<crate::wire::Message>, RpcError> {
         if !call.active.has(ext::COMMAND) || !ext::command::is_command(&req.message) {
             return Ok(None);
         }
@@ -305,7 +305,7 @@ impl Agent {
         }
         validate_user_message(&req.message)?;
         let op = ext::command::parse(&req.message)?;
-        let body = ext::command::run(self, &op);
+        let body = operator::run(self, &op);
         log::info!("ext.command op={} principal={}", op.name(), call.principal.name());
         Ok(Some(ext::command::reply(body, req.message.context_id.clone())))
     }
@@ -437,7 +437,7 @@ fn history_length(n: Option<i32>, field: &str) -> Result<Option<usize>, RpcError
     }
 }
 
-fn validate_user_message(m: &types::Message) -> Result<(), RpcError> {
+fn validate_user_message(m: &crate::wire::Message) -> Result<(), RpcError> {
     if m.message_id.is_empty() {
         return Err(RpcError::invalid_params("message.messageId", "is required"));
     }

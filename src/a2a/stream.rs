@@ -15,9 +15,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::types::{Message, StreamResponse, Task, TaskState};
+use crate::ext::events::Emit;
+use crate::principal::Principal;
 use crate::tasks::{Next, Opening, TaskTable};
-use crate::transport::Principal;
+use crate::wire::{Message, StreamResponse, Task, TaskState};
 
 /// When a stream is over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,16 +57,6 @@ pub struct Plan {
     pub task_id: String,
     pub start: Start,
     pub until: Until,
-}
-
-/// What the stream writes next.
-pub enum Emit {
-    /// One SSE event: its sequence (`id:`) if it has one, and the
-    /// StreamResponse to put in the JSON-RPC `result`.
-    Event(Option<u64>, Value),
-    /// Nothing happened for a while: a comment keeps the connection alive
-    /// and finds out whether the client is still there.
-    KeepAlive,
 }
 
 /// Runs a stream to its end. A sink error (the client went away) ends only

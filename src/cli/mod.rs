@@ -199,7 +199,7 @@ fn serve(args: &[String]) -> i32 {
     } else {
         Ok(())
     };
-    init_logging(&cfg.log_level, "agentd");
+    crate::logging::init(&cfg.log_level, "agentd");
     if let Err(e) = prepared {
         log::error!("agentd.init {e}");
         eprintln!("agentd: init: {e}");
@@ -217,28 +217,6 @@ fn serve(args: &[String]) -> i32 {
         crate::sys::power_off();
     }
     code
-}
-
-/// stderr logging: `TIMESTAMP LEVEL [who] event key=value…`. RUST_LOG, when
-/// set, overrides `level`.
-pub fn init_logging(level: &str, who: &'static str) {
-    let mut b = env_logger::Builder::new();
-    b.parse_filters(level);
-    if let Ok(spec) = std::env::var("RUST_LOG") {
-        b.parse_filters(&spec);
-    }
-    b.format(move |buf, rec| {
-        writeln!(
-            buf,
-            "{} {:<5} [{who} {}] {}",
-            crate::clock::format_ms(crate::clock::now_ms()),
-            rec.level(),
-            std::process::id(),
-            rec.args()
-        )
-    });
-    b.target(env_logger::Target::Stderr);
-    let _ = b.try_init();
 }
 
 #[cfg(test)]

@@ -18,8 +18,18 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
-use crate::a2a::stream::Emit;
-use crate::transport::Principal;
+use crate::principal::Principal;
+
+/// What an SSE stream writes next (the task streams of `a2a::stream` and
+/// this feed alike).
+pub enum Emit {
+    /// One SSE event: its sequence (`id:`) if it has one, and the
+    /// StreamResponse to put in the JSON-RPC `result`.
+    Event(Option<u64>, Value),
+    /// Nothing happened for a while: a comment keeps the connection alive
+    /// and finds out whether the client is still there.
+    KeepAlive,
+}
 
 /// Default number of records kept for resuming.
 pub const RING_DEFAULT: usize = 4096;

@@ -4,8 +4,8 @@
 use crossbeam_channel::Receiver;
 
 use super::{Done, Event, Link};
-use crate::a2a::types::{Artifact, Message, Part};
 use crate::control::{Cause, FromWorker, Outcome};
+use crate::wire::{Artifact, Message, Part};
 
 pub fn run(_task_id: &str, _context_id: &str, message: &Message, link: &Link, rx: &Receiver<Event>) -> Done {
     if super::cancel_requested(rx) {

@@ -27,9 +27,9 @@ use serde_json::{json, Map, Value};
 
 use super::program::{self, Note, Program, PIPES_DRAIN};
 use super::{Done, Event, Link};
-use crate::a2a::types::{Artifact, Message, Part, Role};
 use crate::control::{Cause, FromWorker, Outcome, Progress};
 use crate::sys::{self, ExitStatus};
+use crate::wire::{Artifact, Message, Part, Role};
 
 /// Longest line a program may write; over it the task fails.
 pub const LINE_MAX_BYTES: usize = 4 * 1024 * 1024;

@@ -72,7 +72,7 @@ impl Link {
 #[derive(Debug)]
 pub enum Event {
     Cancel,
-    Input(crate::a2a::types::Message),
+    Input(crate::wire::Message),
 }
 
 /// How a runner ended.
@@ -217,6 +217,6 @@ pub fn cancel_requested(rx: &Receiver<Event>) -> bool {
 /// `agentd __worker`, with logging set up from the daemon's level.
 pub fn main_with_logging() -> i32 {
     let level = std::env::var(LOG_LEVEL_ENV).unwrap_or_else(|_| "info".into());
-    crate::cli::init_logging(&level, "worker");
+    crate::logging::init(&level, "worker");
     main()
 }

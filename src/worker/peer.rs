@@ -18,10 +18,10 @@ use crossbeam_channel::{Receiver, Sender};
 use serde_json::{json, Value};
 
 use super::{Done, Event, Link};
-use crate::a2a::types::{Artifact, Message, TaskState};
 use crate::client::{Client, ClientError};
 use crate::control::{Cause, FromWorker, Outcome, Progress};
 use crate::transport::Address;
+use crate::wire::{Artifact, Message, TaskState};
 
 /// What the stream thread hands the runner.
 enum Peer {
@@ -169,7 +169,7 @@ impl Relay<'_> {
             self.last_state = Some(state);
             let text = s["status"]["message"]
                 .get("parts")
-                .and_then(|p| serde_json::from_value::<Vec<crate::a2a::types::Part>>(p.clone()).ok())
+                .and_then(|p| serde_json::from_value::<Vec<crate::wire::Part>>(p.clone()).ok())
                 .map(|parts| parts.iter().filter_map(|p| p.as_text()).collect::<Vec<_>>().join("\n"))
                 .filter(|t| !t.is_empty());
             let progress = match state {

@@ -11,9 +11,9 @@ use crossbeam_channel::{Receiver, Sender};
 
 use super::program::{self, Note, Program, PIPES_DRAIN};
 use super::{Done, Event, Link};
-use crate::a2a::types::{Artifact, Message, Part};
 use crate::control::{Cause, FromWorker};
 use crate::sys::{self, ExitStatus};
+use crate::wire::{Artifact, Message, Part};
 
 const READ_CHUNK_BYTES: usize = 64 * 1024;
 
