@@ -59,7 +59,7 @@ keys! {
     "tasks.cgroup", "auto|off|PATH", "auto", "Put each task in its own cgroup where agentd may create them (auto: under agentd's own cgroups, v2 and the v1 pids/memory hierarchies), or under PATH in a cgroup v2 tree; off: process groups only. A cgroup also catches processes that left the task's process group, and enforces tasks.pids_max and tasks.memory_max_bytes.";
     "tasks.pids_max", "N", "1024", "Most processes and threads one task may have at once, its worker's few threads included (needs a pids cgroup); a task that hits it FAILS with cause `exhausted`. 0 = no limit, else at least 16.";
     "tasks.memory_max_bytes", "BYTES", "0", "Memory one task may use (needs a memory cgroup); the OOM killer ends it and it FAILS with cause `exhausted`. 0 = no limit.";
-    "tasks.prespawn", "N", "0", "Idle workers kept spawned ahead of demand, so starting a task does not wait for a process to be spawned and exec'd (they show as `agentd __worker idle`). 0 = spawn on demand.";
+    "tasks.prespawn", "auto|N", "auto", "Idle workers kept spawned ahead of demand, so starting a task does not wait for a process to be spawned and exec'd (they show as `agentd __worker idle`). auto = as many as tasks started in the last 250 ms, at least 1, at most 8; N = exactly N; 0 = spawn on demand.";
     "tasks.retain_max", "N", "1000", "Finished tasks kept for GetTask and ListTasks; the oldest go first.";
     "tasks.retain_ms", "MS", "3600000", "How long a finished task is kept.";
     "tasks.cancel_grace_ms", "MS", "1000", "Kill ladder: time between the cancel request to the worker and SIGTERM to its process group.";
@@ -130,7 +130,8 @@ pub struct Tasks {
     pub rlimit_cpu_secs: u64,
     pub rlimit_nofile: u64,
     pub cgroup: String,
-    pub prespawn: usize,
+    /// Idle workers to keep: `None` = sized to demand (auto).
+    pub prespawn: Option<usize>,
     pub pids_max: u64,
     pub memory_max_bytes: u64,
 }
@@ -210,7 +211,7 @@ impl Default for Config {
                 rlimit_cpu_secs: 0,
                 rlimit_nofile: 0,
                 cgroup: "auto".into(),
-                prespawn: 0,
+                prespawn: None,
                 pids_max: 1024,
                 memory_max_bytes: 0,
             },
@@ -383,7 +384,12 @@ impl Config {
                 self.tasks.pids_max = n;
             }
             "tasks.memory_max_bytes" => self.tasks.memory_max_bytes = number(key, value)?,
-            "tasks.prespawn" => self.tasks.prespawn = number(key, value)?.min(256) as usize,
+            "tasks.prespawn" => {
+                self.tasks.prespawn = match value {
+                    "auto" => None,
+                    _ => Some(number(key, value)?.min(256) as usize),
+                }
+            }
             "tasks.retain_max" => self.tasks.retain_max = number(key, value)? as usize,
             "tasks.retain_ms" => self.tasks.retain_ms = number(key, value)?,
             "tasks.cancel_grace_ms" => self.tasks.cancel_grace_ms = number(key, value)?,
@@ -674,6 +680,7 @@ mod tests {
                 "ENDPOINT" => "unix:///tmp/peer.sock",
                 "text|jsonl" => "jsonl",
                 "auto|off|PATH" => "off",
+                "auto|N" => "auto",
                 "PATH" => "/tmp",
                 "NAME=VALUE" => "A=b",
                 "LEVEL" => "debug",

@@ -34,6 +34,8 @@ pub const TASKS_MAX_RUNNING: usize = 32;
 pub const TASKS_MAX_QUEUED: usize = 1024;
 /// Wall-clock budget of one task (config: `tasks.deadline_ms`); 0 = none.
 pub const TASK_DEADLINE_MS: u64 = 0;
+/// Most idle workers `tasks.prespawn: auto` keeps ready under load.
+pub const PRESPAWN_AUTO_MAX: usize = 8;
 /// Finished tasks kept for GetTask/ListTasks (config: `tasks.retain_max`).
 pub const TASKS_RETAIN_MAX: usize = 1000;
 /// How long a finished task is kept (config: `tasks.retain_ms`).
@@ -51,6 +53,12 @@ pub const LADDER_TERM_GRACE_MS: u64 = 2_000;
 /// After the worker exits, how long its control channel may stay open
 /// before the task is finished without it.
 pub const WORKER_CHANNEL_DRAIN_MS: u64 = 1_000;
+/// After a worker reported its result, how long it has to exit by itself
+/// before its group is SIGKILLed (the result stands).
+pub const WORKER_EXIT_GRACE_MS: u64 = 1_000;
+/// How often a task's group that outlives its worker is SIGKILLed again
+/// and checked for emptiness.
+pub const GROUP_POLL_MS: u64 = 20;
 
 /// How long a task waiting for input (a warm session) may wait
 /// (config: `tasks.input_idle_ms`); past it the task FAILS with cause `idle`.
@@ -65,6 +73,9 @@ pub const SSE_KEEPALIVE_MS: u64 = 15_000;
 
 /// Largest control-channel frame, either way; a bigger one kills the worker.
 pub const CONTROL_FRAME_MAX_BYTES: usize = 8 * 1024 * 1024;
+/// Bytes procman queues for one worker that is not reading: one whole
+/// frame plus a little. Past it the worker is stopped as `stalled`.
+pub const CONTROL_OUTBOX_MAX_BYTES: usize = CONTROL_FRAME_MAX_BYTES + 64 * 1024;
 /// Bytes of a program's stderr kept to explain a failure.
 pub const STDERR_TAIL_BYTES: usize = 2048;
 /// Largest total artifact output of one task (config: `tasks.output_max_bytes`);

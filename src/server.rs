@@ -64,8 +64,8 @@ pub fn serve(cfg: Config) -> Result<(), ServeError> {
     if let Err(e) = crate::sys::set_child_subreaper() {
         log::warn!("agentd.subreaper error={e}; orphaned grandchildren will be reaped by init");
     }
-    // Signals first, so no SIGCHLD is missed once procman forks.
-    let mut signals = signal_hook::iterator::Signals::new([libc::SIGTERM, libc::SIGINT, libc::SIGCHLD, libc::SIGHUP])
+    // SIGCHLD is procman's own (a self-pipe it polls); these are ours.
+    let mut signals = signal_hook::iterator::Signals::new([libc::SIGTERM, libc::SIGINT, libc::SIGHUP])
         .map_err(|e| ServeError::Setup("installing signal handlers", e))?;
     let addresses = cfg.listeners();
     let mut listeners = Vec::new();
@@ -141,8 +141,8 @@ pub fn serve(cfg: Config) -> Result<(), ServeError> {
         cfg.tasks.max_running
     );
 
-    // The signal thread's only jobs: feed SIGCHLD to procman, turn the
-    // first SIGTERM/SIGINT into a drain and the second into SIGKILL.
+    // The signal thread's only job: turn the first SIGTERM/SIGINT into a
+    // drain and the second into SIGKILL.
     let (stop_tx, stop_rx) = crossbeam_channel::bounded::<i32>(1);
     let signal_procman = procman.clone();
     let handle = signals.handle();
@@ -152,7 +152,6 @@ pub fn serve(cfg: Config) -> Result<(), ServeError> {
             let mut terms = 0;
             for sig in signals.forever() {
                 match sig {
-                    libc::SIGCHLD => signal_procman.child_exited(),
                     libc::SIGHUP => log::info!("agentd.sighup ignored: nothing is reloaded; restart to apply config"),
                     _ => {
                         terms += 1;

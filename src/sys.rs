@@ -64,6 +64,14 @@ pub fn set_child_subreaper() -> io::Result<()> {
     cvt(unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) }).map(drop)
 }
 
+/// Names the calling thread (prctl(2) PR_SET_NAME; `ps -o comm` shows it
+/// for the main thread). The kernel keeps 15 bytes.
+pub fn set_process_name(name: &std::ffi::CStr) {
+    // SAFETY: `name` is a valid NUL-terminated string for the call's length;
+    // the kernel copies at most 16 bytes of it.
+    unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr(), 0, 0, 0) };
+}
+
 /// prctl(2) PR_SET_PDEATHSIG: `sig` is sent to us when the *thread* that
 /// forked us exits. Async-signal-safe, so usable between fork and exec.
 pub fn set_parent_death_signal(sig: libc::c_int) -> io::Result<()> {
@@ -645,6 +653,18 @@ pub fn wait_readable(fd: RawFd, timeout_ms: i32) -> io::Result<bool> {
     match cvt(unsafe { libc::poll(&mut p, 1, timeout_ms) }) {
         Ok(n) => Ok(n > 0),
         Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// poll(2) over `fds`; `timeout_ms` -1 waits for ever. EINTR is a wake-up
+/// like any other (`Ok(0)`).
+pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
+    // SAFETY: `fds` is a valid, exclusively borrowed slice of pollfds and
+    // the count passed is its length.
+    match cvt(unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) }) {
+        Ok(n) => Ok(n as usize),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
         Err(e) => Err(e),
     }
 }

@@ -6,7 +6,7 @@ mod common;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use common::{alive, children, group_members, wait_for, Daemon};
+use common::{alive, group_members, task_workers, wait_for, Daemon};
 use serde_json::Value;
 
 fn agentd(args: &[&str]) -> Output {
@@ -222,10 +222,10 @@ fn cancel_on_a_kills_the_work_on_b() {
     let r: Value = serde_json::from_str(out(&o).trim()).unwrap();
     let id = r["task"]["id"].as_str().unwrap().to_string();
     assert!(
-        wait_for(Duration::from_secs(10), || children(b.pid()).len() == 1),
+        wait_for(Duration::from_secs(10), || task_workers(b.pid()).len() == 1),
         "B runs the work"
     );
-    let b_worker = children(b.pid())[0];
+    let b_worker = task_workers(b.pid())[0];
     let o = agentd(&["cancel", &endpoint(&a), &id, "--json"]);
     assert!(o.status.success(), "{}", err(&o));
     let t: Value = serde_json::from_str(out(&o).trim()).unwrap();
@@ -238,5 +238,5 @@ fn cancel_on_a_kills_the_work_on_b() {
     let o = agentd(&["list", &endpoint(&b), "--json"]);
     let page: Value = serde_json::from_str(out(&o).trim()).unwrap();
     assert_eq!(page["tasks"][0]["status"]["state"], "TASK_STATE_CANCELED");
-    assert!(children(a.pid()).is_empty(), "A's worker is gone too");
+    assert!(task_workers(a.pid()).is_empty(), "A's worker is gone too");
 }

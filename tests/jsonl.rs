@@ -9,7 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{alive, children, group_members, user_message, wait_for, Daemon, SseEvent};
+use common::{alive, children, group_members, task_workers, user_message, wait_for, Daemon, SseEvent};
 use serde_json::{json, Value};
 
 /// Writes an executable script into `dir`; returns its path for `--exec`.
@@ -72,7 +72,7 @@ fn only_worker(d: &Daemon) -> i32 {
     let mut kids = Vec::new();
     assert!(
         wait_for(Duration::from_secs(5), || {
-            kids = children(d.pid());
+            kids = task_workers(d.pid());
             kids.len() == 1
         }),
         "expected exactly one worker, found {kids:?}"
@@ -117,7 +117,7 @@ fn trip_planner_round_trip() {
     // Between turns the same worker waits, the daemon's only child.
     assert!(alive(worker) && alive(program[0]));
     assert_eq!(
-        children(d.pid()),
+        task_workers(d.pid()),
         vec![worker],
         "still the one child before the second turn"
     );
@@ -136,7 +136,11 @@ fn trip_planner_round_trip() {
     let opening = s.next_event().expect("a snapshot");
     assert_eq!(opening.kind(), "task", "{}", opening.raw);
     assert_eq!(opening.body()["id"], id);
-    assert_eq!(children(d.pid()), vec![worker], "the follow-up went to the same worker");
+    assert_eq!(
+        task_workers(d.pid()),
+        vec![worker],
+        "the follow-up went to the same worker"
+    );
     let mut events: Vec<SseEvent> = s.collect();
     assert!(s.ended());
     let last = events.pop().expect("events after the snapshot");
@@ -328,7 +332,7 @@ fn idle_warm_session_ends() {
     let t = wait_state(&d, id, "TASK_STATE_FAILED", Duration::from_secs(3));
     assert_eq!(common::terminal_cause(&t), "idle", "{t}");
     assert!(gone(worker), "worker {worker} or its group outlived the task");
-    assert!(children(d.pid()).is_empty());
+    assert!(task_workers(d.pid()).is_empty());
 }
 
 #[test]

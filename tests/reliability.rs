@@ -37,7 +37,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use common::{
-    alive, children, descendants, read_response, thread_and_fd_counts, user_message, wait_for, zombies_of, Daemon,
+    alive, descendants, read_response, task_workers, thread_and_fd_counts, user_message, wait_for, zombies_of, Daemon,
     HttpResponse, TempDir,
 };
 use serde_json::{json, Value};
@@ -147,10 +147,18 @@ fn list_all(d: &Daemon) -> Vec<Value> {
     }
 }
 
+/// Drops the pool's idle workers from a list.
+fn not_idle(procs: Vec<common::ProcStat>) -> Vec<common::ProcStat> {
+    procs
+        .into_iter()
+        .filter(|p| !matches!(p.comm.as_str(), "agentd-idle" | "exe"))
+        .collect()
+}
+
 /// Processes of the daemon's that outlive their tasks: its children by
 /// /proc/PID/task/*/children and by a /proc scan of PPIDs (zombies too).
 fn leftovers(pid: i32) -> (Vec<i32>, Vec<common::ProcStat>) {
-    (children(pid), common::processes_with_parent(pid))
+    (task_workers(pid), not_idle(common::processes_with_parent(pid)))
 }
 
 // ---------------------------------------------------------------------------
@@ -213,7 +221,7 @@ fn slowloris_does_not_starve_a_real_client() {
     let pid = d.pid();
     // Warm up (first card, first task), then the idle baseline.
     measure_real_client(&d);
-    assert!(wait_for(Duration::from_secs(5), || children(pid).is_empty()));
+    assert!(wait_for(Duration::from_secs(5), || task_workers(pid).is_empty()));
     std::thread::sleep(Duration::from_millis(300));
     let baseline = threads(pid);
 
@@ -460,7 +468,7 @@ esac"#,
     // Warm up, then the idle baseline.
     let (warm_id, bad) = drive_one(&d, Kind::Ok);
     assert!(bad.is_none(), "{bad:?}");
-    assert!(wait_for(Duration::from_secs(5), || children(pid).is_empty()));
+    assert!(wait_for(Duration::from_secs(5), || task_workers(pid).is_empty()));
     std::thread::sleep(Duration::from_millis(300));
     let (base_threads, base_fds) = thread_and_fd_counts(pid);
 
@@ -636,10 +644,12 @@ fn cgroup_procs(dir: &Path) -> Vec<i32> {
 
 /// Task cgroups of the daemon's that hold a process.
 fn populated_task_cgroups(daemon: i32) -> Vec<(PathBuf, Vec<i32>)> {
+    // An idle worker of the pool waits in its slot already: not a leftover.
+    let idle = common::idle_workers(daemon);
     task_cgroups(daemon)
         .into_iter()
         .map(|d| {
-            let procs = cgroup_procs(&d);
+            let procs: Vec<i32> = cgroup_procs(&d).into_iter().filter(|p| !idle.contains(p)).collect();
             (d, procs)
         })
         .filter(|(_, p)| !p.is_empty())
@@ -764,12 +774,12 @@ esac"#
         // Nothing of them is left: no workers, no programs, no process in
         // any task cgroup (agentd may keep empty ones for reuse).
         let gone = wait_for(Duration::from_secs(10), || {
-            children(pid).is_empty() && populated_task_cgroups(pid).is_empty()
+            task_workers(pid).is_empty() && populated_task_cgroups(pid).is_empty()
         });
         assert!(
             gone,
             "left after the bomb and the hog: children {:?}, descendants {:?}, task cgroups holding processes {:?}",
-            children(pid),
+            task_workers(pid),
             descendants(pid),
             populated_task_cgroups(pid)
         );
@@ -875,7 +885,7 @@ fn kill9_mid_load_then_restart_replaces_the_socket() {
         let queued = tasks.iter().filter(|t| state(t) == "TASK_STATE_SUBMITTED").count();
         assert_eq!((working, queued), (running, in_flight - running), "ids {}", ids.len());
         let pids = descendants(pid);
-        let groups: Vec<i32> = children(pid);
+        let groups: Vec<i32> = task_workers(pid);
 
         d.kill9();
         let t = Instant::now();
@@ -970,7 +980,7 @@ fn orphans_are_reaped() {
     }
     let zombies = zombies_of(pid);
     assert!(zombies.is_empty(), "zombie children of agentd 2 s on: {zombies:?}");
-    let left = common::processes_with_parent(pid);
+    let left = not_idle(common::processes_with_parent(pid));
     assert!(left.is_empty(), "processes still under agentd: {left:?}");
     let reaped = d.log_text().matches("procman.reaped").count();
     eprintln!(
@@ -2041,7 +2051,7 @@ fn malformed_corpus() {
     let finished = d.ok("SendMessage", json!({"message": user_message("setup")}))["task"].clone();
     assert_eq!(state(&finished), "TASK_STATE_COMPLETED", "{finished}");
     let finished = finished["id"].as_str().unwrap().to_string();
-    assert!(wait_for(Duration::from_secs(5), || children(pid).is_empty()));
+    assert!(wait_for(Duration::from_secs(5), || task_workers(pid).is_empty()));
     std::thread::sleep(Duration::from_millis(300));
     let baseline = threads(pid);
 

@@ -322,10 +322,10 @@ fn settled_counts(d: &Daemon) -> (usize, usize) {
             let now = common::thread_and_fd_counts(d.pid());
             same = if now == last { same + 1 } else { 0 };
             last = now;
-            common::children(d.pid()).is_empty() && same >= 10
+            common::task_workers(d.pid()).is_empty() && same >= 10
         }),
         "the daemon did not settle: {last:?}, children {:?}",
-        common::children(d.pid())
+        common::task_workers(d.pid())
     );
     last
 }
@@ -358,7 +358,7 @@ fn thousand_short_streams_leak_nothing() {
     let mut now = (0, 0);
     let back = wait_for(Duration::from_secs(10), || {
         now = common::thread_and_fd_counts(d.pid());
-        now.0 <= base.0 + 3 && now.1 <= base.1 + 3 && common::children(d.pid()).is_empty()
+        now.0 <= base.0 + 3 && now.1 <= base.1 + 3 && common::task_workers(d.pid()).is_empty()
     });
     println!("after 1000 streams: threads {} fds {}", now.0, now.1);
     assert!(
@@ -368,7 +368,7 @@ fn thousand_short_streams_leak_nothing() {
         now.0,
         base.1,
         now.1,
-        common::children(d.pid())
+        common::task_workers(d.pid())
     );
 }
 

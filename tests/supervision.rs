@@ -276,7 +276,8 @@ fn sigkill_of_the_daemon_leaves_no_task_process() {
             );
         }
     }
-    let workers: Vec<i32> = common::children(d.pid());
+    let workers: Vec<i32> = common::task_workers(d.pid());
+    all.extend(common::idle_workers(d.pid()));
     assert_eq!(workers.len(), 3, "one worker per task");
     all.extend(&workers);
     d.kill9();

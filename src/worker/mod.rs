@@ -45,6 +45,11 @@ pub const INHERITED_ENV: &[&str] = &[
 pub const CONTROL_FD: i32 = 0;
 /// Exit code of a worker that found its supervisor gone at start.
 const EXIT_ORPHANED: i32 = 111;
+/// The process name (comm) of a worker waiting in the pool, and of one
+/// running a task: `ps` tells them apart (the argv of a pooled worker
+/// says `idle` for ever).
+pub const IDLE_NAME: &std::ffi::CStr = c"agentd-idle";
+pub const TASK_NAME: &std::ffi::CStr = c"agentd-task";
 
 /// The worker's half of the control channel, shared by its threads.
 pub struct Link {
@@ -84,6 +89,7 @@ pub struct Done {
 
 /// `agentd __worker`: returns the process exit code.
 pub fn main() -> i32 {
+    sys::set_process_name(IDLE_NAME);
     let supervisor: i32 = match std::env::var(SUPERVISOR_PID_ENV).ok().and_then(|s| s.parse().ok()) {
         Some(pid) => pid,
         None => {
@@ -137,6 +143,7 @@ fn run(ctrl: UnixStream) -> io::Result<()> {
             "expected a spawn frame first",
         ));
     };
+    sys::set_process_name(TASK_NAME);
     let (tx, rx) = crossbeam_channel::unbounded();
     let link = Arc::new(link);
     let reader_link = link.clone();

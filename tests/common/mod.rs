@@ -343,6 +343,35 @@ pub fn children(pid: i32) -> Vec<i32> {
     out
 }
 
+/// The daemon's children that work on a task (process name `agentd-task`,
+/// which a worker takes when its task arrives): its children minus the
+/// pool's idle workers (`agentd-idle`, or not yet named).
+pub fn task_workers(pid: i32) -> Vec<i32> {
+    children(pid).into_iter().filter(|c| is_task_worker(*c)).collect()
+}
+
+/// The idle workers of the pool (`tasks.prespawn`): named `agentd-idle`,
+/// or just exec'd and not named yet (`exe`, from /proc/self/exe).
+pub fn idle_workers(pid: i32) -> Vec<i32> {
+    children(pid)
+        .into_iter()
+        .filter(|c| matches!(comm(*c).as_deref(), Some("agentd-idle" | "exe")))
+        .collect()
+}
+
+fn is_task_worker(pid: i32) -> bool {
+    comm(pid).as_deref() == Some("agentd-task")
+}
+
+fn comm(pid: i32) -> Option<String> {
+    Some(
+        std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .ok()?
+            .trim_end()
+            .to_string(),
+    )
+}
+
 /// All live descendants of `pid`.
 pub fn descendants(pid: i32) -> Vec<i32> {
     let mut out = Vec::new();

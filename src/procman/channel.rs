@@ -1,0 +1,261 @@
+//! procman's end of one worker's control socket, non-blocking both ways.
+//!
+//! Reads are bounded per turn of the poll loop ([`READ_TURN_BYTES`]), so a
+//! worker that floods frames shares procman with every other worker instead
+//! of owning it. Writes go to a bounded outbox that is flushed when the
+//! socket is writable; a worker that stops reading fills it, and that is
+//! that worker's problem ([`Queued::Full`] → its ladder), never procman's.
+
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::UnixStream;
+
+use crate::control::{self, FrameError, FromWorker, ToWorker};
+use crate::limits::CONTROL_OUTBOX_MAX_BYTES;
+
+/// Most bytes read from one worker per turn of the poll loop.
+pub const READ_TURN_BYTES: usize = 256 * 1024;
+
+pub struct Channel {
+    sock: UnixStream,
+    inbox: Vec<u8>,
+    /// Bytes of `inbox` already decoded.
+    read_at: usize,
+    outbox: Vec<u8>,
+    /// Bytes of `outbox` already written.
+    written: usize,
+    open: bool,
+}
+
+/// What one turn of reading produced.
+#[derive(Debug, Default)]
+pub struct Turn {
+    pub frames: Vec<FromWorker>,
+    /// EOF: nothing more will come.
+    pub closed: bool,
+    /// The worker spoke nonsense (or the socket failed): it is not trusted.
+    pub broken: Option<String>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum Queued {
+    Ok,
+    /// The outbox is over its bound: the worker does not read.
+    Full,
+    /// The frame itself cannot be sent (over the frame limit).
+    Refused(FrameError),
+}
+
+impl Channel {
+    pub fn new(sock: UnixStream) -> io::Result<Channel> {
+        sock.set_nonblocking(true)?;
+        Ok(Channel {
+            sock,
+            inbox: Vec::new(),
+            read_at: 0,
+            outbox: Vec::new(),
+            written: 0,
+            open: true,
+        })
+    }
+
+    pub fn fd(&self) -> RawFd {
+        self.sock.as_raw_fd()
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.open
+    }
+
+    pub fn wants_write(&self) -> bool {
+        self.open && self.written < self.outbox.len()
+    }
+
+    /// Reads what is there (up to [`READ_TURN_BYTES`]) and decodes every
+    /// whole frame in it.
+    pub fn read_turn(&mut self) -> Turn {
+        let mut turn = Turn::default();
+        if !self.open {
+            return turn;
+        }
+        let mut budget = READ_TURN_BYTES;
+        let mut buf = [0u8; 64 * 1024];
+        while budget > 0 {
+            let want = buf.len().min(budget);
+            match self.sock.read(&mut buf[..want]) {
+                Ok(0) => {
+                    turn.closed = true;
+                    break;
+                }
+                Ok(n) => {
+                    self.inbox.extend_from_slice(&buf[..n]);
+                    budget -= n;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    turn.broken = Some(format!("reading the control socket: {e}"));
+                    break;
+                }
+            }
+        }
+        loop {
+            match control::decode::<FromWorker>(&self.inbox[self.read_at..]) {
+                Ok(Some((frame, used))) => {
+                    self.read_at += used;
+                    turn.frames.push(frame);
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    turn.broken = Some(e.to_string());
+                    break;
+                }
+            }
+        }
+        // Compact once per turn, not per frame.
+        if self.read_at > 0 {
+            self.inbox.drain(..self.read_at);
+            self.read_at = 0;
+        }
+        if turn.closed && !self.inbox.is_empty() && turn.broken.is_none() {
+            turn.broken = Some(format!(
+                "the channel ended inside a frame ({} bytes left)",
+                self.inbox.len()
+            ));
+        }
+        if turn.closed || turn.broken.is_some() {
+            self.open = false;
+        }
+        turn
+    }
+
+    /// Queues a frame and writes what the socket takes now.
+    pub fn send(&mut self, frame: &ToWorker) -> Queued {
+        if !self.open {
+            return Queued::Ok; // it is gone; its exit decides the task
+        }
+        let bytes = match control::encode(frame) {
+            Ok(b) => b,
+            Err(e) => return Queued::Refused(e),
+        };
+        let pending = self.outbox.len() - self.written;
+        if pending > 0 && pending + bytes.len() > CONTROL_OUTBOX_MAX_BYTES {
+            return Queued::Full;
+        }
+        self.outbox.extend_from_slice(&bytes);
+        self.flush();
+        Queued::Ok
+    }
+
+    /// Writes as much of the outbox as the socket takes without blocking.
+    pub fn flush(&mut self) {
+        while self.open && self.written < self.outbox.len() {
+            match self.sock.write(&self.outbox[self.written..]) {
+                Ok(0) => break,
+                Ok(n) => self.written += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // The worker closed its end: it is exiting, and whatever it
+                // said last is still queued for us. Its exit decides.
+                Err(_) => {
+                    self.outbox.clear();
+                    self.written = 0;
+                    return;
+                }
+            }
+        }
+        if self.written == self.outbox.len() {
+            self.outbox.clear();
+            self.written = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::{Cause, Outcome};
+
+    fn pair() -> (Channel, UnixStream) {
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        (Channel::new(ours).unwrap(), theirs)
+    }
+
+    #[test]
+    fn frames_split_across_reads_come_out_whole() {
+        let (mut ch, mut worker) = pair();
+        let done = FromWorker::Done {
+            outcome: Outcome::Completed,
+            cause: Cause::Completed,
+            text: None,
+        };
+        let pong = control::encode(&FromWorker::Pong).unwrap();
+        let wire = [pong.clone(), control::encode(&done).unwrap()].concat();
+        let cut = pong.len() + 7;
+        worker.write_all(&wire[..cut]).unwrap();
+        let first = ch.read_turn();
+        assert_eq!(first.frames, vec![FromWorker::Pong]);
+        worker.write_all(&wire[cut..]).unwrap();
+        assert_eq!(ch.read_turn().frames, vec![done]);
+        drop(worker);
+        let last = ch.read_turn();
+        assert!(last.closed && last.broken.is_none());
+        assert!(!ch.is_open());
+    }
+
+    #[test]
+    fn a_flood_is_read_in_bounded_turns() {
+        let (mut ch, worker) = pair();
+        let frame = control::encode(&FromWorker::Pong).unwrap();
+        let writer = std::thread::spawn(move || {
+            let mut worker = worker;
+            for _ in 0..100_000 {
+                if worker.write_all(&frame).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut total = 0;
+        let mut turns = 0;
+        while total < 100_000 {
+            let turn = ch.read_turn();
+            assert!(turn.frames.len() * 16 <= READ_TURN_BYTES + 64 * 1024);
+            total += turn.frames.len();
+            turns += 1;
+            if turn.frames.is_empty() {
+                std::thread::yield_now();
+            }
+        }
+        writer.join().unwrap();
+        assert!(turns > 1);
+    }
+
+    #[test]
+    fn nonsense_and_torn_frames_break_the_channel() {
+        let (mut ch, mut worker) = pair();
+        worker.write_all(b"\0\0\0\x02{}").unwrap();
+        assert!(ch.read_turn().broken.is_some());
+        let (mut ch, mut worker) = pair();
+        worker
+            .write_all(&control::encode(&FromWorker::Pong).unwrap()[..5])
+            .unwrap();
+        drop(worker);
+        let turn = ch.read_turn();
+        assert!(turn.closed && turn.broken.unwrap().contains("inside a frame"));
+    }
+
+    #[test]
+    fn a_worker_that_does_not_read_fills_only_its_outbox() {
+        let (mut ch, _worker) = pair();
+        let mut queued = 0;
+        let verdict = loop {
+            match ch.send(&ToWorker::Ping) {
+                Queued::Ok => queued += 1,
+                other => break other,
+            }
+            assert!(queued < 10_000_000, "the outbox must be bounded");
+        };
+        assert_eq!(verdict, Queued::Full);
+        assert!(ch.wants_write());
+    }
+}

@@ -1,0 +1,930 @@
+//! A worker's lifecycle as a type: one [`Phase`] and one pure transition,
+//! [`Life::step`]`(event, now) → actions`. procman's driver carries the
+//! actions out (frames, signals, the task's verdict); nothing here does I/O,
+//! so the table tests below walk every path without a process.
+//!
+//! ```text
+//!          assign            done                 exit
+//!   Idle ─────────▶ Running ─────▶ Reported ───────────┐
+//!                    │  ▲ input-required / input       │
+//!                    │  └──────┘ (Running{waiting})    ▼
+//!                    │ stop(cause)              Draining ──EOF or drain──▶ Emptying ──group empty──▶ Finished
+//!                    ▼                             ▲                         │ SIGKILL every group_poll
+//!                 Stopping: cancel frame ─cancel_grace─▶ SIGTERM+SIGCONT     │
+//!                           ─term_grace─▶ SIGKILL (again every group_poll) ──┘ exit
+//! ```
+//! Liveness is judged on what is read: any frame is life. After `ping_every`
+//! of silence one ping goes out; `stall_after` more of silence stops the task
+//! as `stalled`. A worker that reported its result has `exit_grace` to exit.
+//! The task's verdict is decided when the process is gone, from what came
+//! before: a result reported before any stop wins; a stop decides otherwise.
+
+use std::time::{Duration, Instant};
+
+use crate::control::{Cause, Outcome};
+use crate::sys::ExitStatus;
+use crate::wire::TaskState;
+
+/// The clocks of a lifecycle, from config.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    pub cancel_grace: Duration,
+    pub term_grace: Duration,
+    pub ping_every: Duration,
+    pub stall_after: Duration,
+    pub input_idle: Duration,
+    /// After `done`, how long the worker has to exit on its own.
+    pub exit_grace: Duration,
+    /// After the exit, how long its channel may stay open.
+    pub drain: Duration,
+    /// How often a group that outlives its worker is SIGKILLed and checked.
+    pub group_poll: Duration,
+}
+
+/// What a task ends with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ending {
+    pub state: TaskState,
+    pub cause: Cause,
+    pub text: Option<String>,
+}
+
+impl Ending {
+    /// The verdict a worker reports in its `done` frame.
+    pub fn reported(outcome: Outcome, cause: Cause, text: Option<String>) -> Ending {
+        let state = match outcome {
+            Outcome::Completed => TaskState::Completed,
+            Outcome::Failed => TaskState::Failed,
+            Outcome::Rejected => TaskState::Rejected,
+            Outcome::Canceled => TaskState::Canceled,
+        };
+        Ending { state, cause, text }
+    }
+}
+
+/// Why procman stops a worker, and the readable reason when it has one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stop {
+    pub cause: Cause,
+    pub why: Option<String>,
+}
+
+impl Stop {
+    fn ending(&self, status: ExitStatus) -> Ending {
+        let state = match self.cause {
+            Cause::Cancelled | Cause::Shutdown => TaskState::Canceled,
+            _ => TaskState::Failed,
+        };
+        let text = match (&self.why, self.cause) {
+            (Some(why), _) => Some(why.clone()),
+            (None, Cause::Crashed) => Some(crashed_text(status)),
+            (None, _) => None,
+        };
+        Ending {
+            state,
+            cause: self.cause,
+            text,
+        }
+    }
+}
+
+fn crashed_text(status: ExitStatus) -> String {
+    format!("the worker ended without a result: it {status}")
+}
+
+/// The rungs of the kill ladder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rung {
+    /// The `cancel` frame went out (or could not): SIGTERM when due.
+    Asked,
+    /// SIGTERM + SIGCONT went to the group: SIGKILL when due.
+    Terminated,
+    /// SIGKILL went out; again every group_poll until the worker is reaped.
+    Killed,
+}
+
+/// What came before the exit: it decides the task's verdict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Before {
+    Idle,
+    Running,
+    Reported(Ending),
+    Stopping(Stop),
+}
+
+impl Before {
+    fn ending(&self, status: ExitStatus) -> Option<Ending> {
+        match self {
+            Before::Idle => None,
+            Before::Running => Some(Ending {
+                state: TaskState::Failed,
+                cause: Cause::Crashed,
+                text: Some(crashed_text(status)),
+            }),
+            Before::Reported(v) => Some(v.clone()),
+            Before::Stopping(stop) => Some(stop.ending(status)),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Phase {
+    /// Spawned ahead of demand; no task yet.
+    Idle,
+    /// Working on its task; `waiting` since when it waits for input.
+    Running { waiting: Option<Instant> },
+    /// It reported its result; its exit is due by `due`.
+    Reported { verdict: Ending, due: Instant },
+    /// The kill ladder runs for `stop`; the next rung at `due`.
+    Stopping { stop: Stop, rung: Rung, due: Instant },
+    /// Reaped; its channel may still hold frames until EOF or `due`.
+    Draining {
+        before: Before,
+        status: ExitStatus,
+        due: Instant,
+    },
+    /// Channel done; whatever is left of the task is SIGKILLed until empty.
+    Emptying { ending: Option<Ending>, due: Instant },
+    /// Nothing of it is left; the task has its verdict.
+    Finished,
+}
+
+/// What happened to a worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// An idle worker got a task (its `spawn` frame is queued).
+    Assigned,
+    /// A frame arrived (any frame: liveness).
+    Heard,
+    /// It asked for input (input-required / auth-required).
+    Asked,
+    /// Input went to it, or it said it is working again.
+    Resumed,
+    /// Its `done` frame.
+    Reported(Ending),
+    /// procman wants it stopped.
+    Stop(Stop),
+    /// Straight to SIGKILL (a second SIGTERM to agentd; a broken channel).
+    KillNow(Stop),
+    /// Its control channel reached EOF (`broken`: a bad frame or I/O error).
+    ChannelClosed { broken: bool },
+    /// Frames to it could not be queued: it stopped reading.
+    Unwritable,
+    /// waitpid reported it.
+    Exited(ExitStatus),
+    /// The driver found its process group and cgroup empty.
+    GroupEmpty,
+    /// Time passed (`now` is the step's).
+    Tick,
+}
+
+/// What the driver must do, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    SendPing,
+    SendCancel,
+    /// SIGTERM + SIGCONT to the group.
+    Terminate,
+    /// SIGKILL to the group and the cgroup.
+    Kill,
+    /// See whether the group and cgroup are empty (→ `GroupEmpty`).
+    CheckGroup,
+    /// Log the rung or stop reached (for the operator).
+    Note(&'static str),
+    /// The task ends with this (None: it had no task).
+    Finish(Option<Ending>),
+}
+
+/// One worker's lifecycle: its phase plus the clocks every phase shares.
+#[derive(Debug, Clone)]
+pub struct Life {
+    pub phase: Phase,
+    deadline: Option<Instant>,
+    heard: Instant,
+    ping_sent: Option<Instant>,
+    channel_open: bool,
+    exit: Option<ExitStatus>,
+    timing: Timing,
+}
+
+impl Life {
+    pub fn idle(now: Instant, timing: Timing) -> Life {
+        Life {
+            phase: Phase::Idle,
+            deadline: None,
+            heard: now,
+            ping_sent: None,
+            channel_open: true,
+            exit: None,
+            timing,
+        }
+    }
+
+    /// The task's wall-clock budget starts when it is assigned.
+    pub fn set_deadline(&mut self, at: Option<Instant>) {
+        self.deadline = at;
+    }
+
+    /// How the worker process ended, once reaped.
+    pub fn exit_status(&self) -> Option<ExitStatus> {
+        self.exit
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.phase == Phase::Finished
+    }
+
+    /// Whether it still works for its task (not idle, not stopping, not gone).
+    pub fn is_running(&self) -> bool {
+        matches!(self.phase, Phase::Running { .. })
+    }
+
+    /// When `step(Tick)` next has something to do.
+    pub fn next_due(&self) -> Option<Instant> {
+        let t = &self.timing;
+        match &self.phase {
+            Phase::Idle | Phase::Finished => None,
+            Phase::Running { waiting } => {
+                let liveness = match self.ping_sent {
+                    Some(at) => at + t.stall_after,
+                    None => self.heard + t.ping_every,
+                };
+                [Some(liveness), self.deadline, waiting.map(|w| w + t.input_idle)]
+                    .into_iter()
+                    .flatten()
+                    .min()
+            }
+            Phase::Reported { due, .. }
+            | Phase::Stopping { due, .. }
+            | Phase::Draining { due, .. }
+            | Phase::Emptying { due, .. } => Some(*due),
+        }
+    }
+
+    /// The transition. Unexpected events in a phase change nothing.
+    pub fn step(&mut self, event: Event, now: Instant) -> Vec<Action> {
+        let t = self.timing;
+        if event == Event::Heard {
+            self.heard = now;
+            self.ping_sent = None;
+            return Vec::new();
+        }
+        match event {
+            Event::ChannelClosed { .. } => self.channel_open = false,
+            Event::Exited(status) => self.exit = Some(status),
+            _ => {}
+        }
+        let phase = std::mem::replace(&mut self.phase, Phase::Finished);
+        let (next, actions) = match (phase, event) {
+            (Phase::Idle, Event::Assigned) => {
+                self.heard = now;
+                (Phase::Running { waiting: None }, vec![])
+            }
+            (Phase::Idle, Event::Stop(_) | Event::KillNow(_) | Event::Unwritable) => (Phase::Idle, vec![Action::Kill]),
+            (Phase::Idle, Event::ChannelClosed { .. }) => (Phase::Idle, vec![Action::Kill]),
+
+            (Phase::Running { .. }, Event::Asked) => (Phase::Running { waiting: Some(now) }, vec![]),
+            (Phase::Running { .. }, Event::Resumed) => (Phase::Running { waiting: None }, vec![]),
+            (Phase::Running { .. }, Event::Reported(verdict)) => (
+                Phase::Reported {
+                    verdict,
+                    due: now + t.exit_grace,
+                },
+                vec![],
+            ),
+            (Phase::Running { .. }, Event::Stop(stop)) => self.ladder(stop, now),
+            (Phase::Running { .. }, Event::Unwritable) => Self::terminate(
+                Stop {
+                    cause: Cause::Stalled,
+                    why: Some("failed: the worker stopped reading its control channel".into()),
+                },
+                now,
+                t,
+            ),
+            (Phase::Running { .. }, Event::ChannelClosed { broken: true }) => Self::kill_now(
+                Stop {
+                    cause: Cause::Crashed,
+                    why: None,
+                },
+                now,
+                t,
+            ),
+            // A clean EOF without a result: it is on its way out. The exit
+            // says how; if it lingers, the ladder (minus the frame) ends it.
+            (Phase::Running { .. }, Event::ChannelClosed { broken: false }) => (
+                Phase::Stopping {
+                    stop: Stop {
+                        cause: Cause::Crashed,
+                        why: None,
+                    },
+                    rung: Rung::Asked,
+                    due: now + t.cancel_grace,
+                },
+                vec![],
+            ),
+            (Phase::Running { waiting }, Event::Tick) => self.running_tick(waiting, now),
+
+            // A result came: later stops change nothing, but it must exit.
+            (Phase::Reported { verdict, due }, Event::Tick) if now >= due => (
+                Phase::Reported {
+                    verdict,
+                    due: now + t.group_poll,
+                },
+                vec![Action::Note("exit_grace"), Action::Kill],
+            ),
+            (Phase::Reported { verdict, .. }, Event::KillNow(_)) => (
+                Phase::Reported {
+                    verdict,
+                    due: now + t.group_poll,
+                },
+                vec![Action::Kill],
+            ),
+            (Phase::Reported { verdict, due }, Event::ChannelClosed { broken: true }) => {
+                (Phase::Reported { verdict, due }, vec![Action::Kill])
+            }
+
+            (Phase::Stopping { stop, rung, due }, Event::Tick) if now >= due => {
+                let (rung, actions) = match rung {
+                    Rung::Asked => (Rung::Terminated, vec![Action::Note("SIGTERM"), Action::Terminate]),
+                    Rung::Terminated => (Rung::Killed, vec![Action::Note("SIGKILL"), Action::Kill]),
+                    Rung::Killed => (Rung::Killed, vec![Action::Kill]),
+                };
+                let wait = match rung {
+                    Rung::Terminated => t.term_grace,
+                    _ => t.group_poll,
+                };
+                (
+                    Phase::Stopping {
+                        stop,
+                        rung,
+                        due: now + wait,
+                    },
+                    actions,
+                )
+            }
+            (Phase::Stopping { stop, rung, .. }, Event::KillNow(_)) if rung != Rung::Killed => (
+                Phase::Stopping {
+                    stop,
+                    rung: Rung::Killed,
+                    due: now + t.group_poll,
+                },
+                vec![Action::Kill],
+            ),
+            (Phase::Stopping { stop, rung, .. }, Event::ChannelClosed { broken: true }) if rung != Rung::Killed => (
+                Phase::Stopping {
+                    stop,
+                    rung: Rung::Killed,
+                    due: now + t.group_poll,
+                },
+                vec![Action::Kill],
+            ),
+
+            (
+                phase @ (Phase::Idle | Phase::Running { .. } | Phase::Reported { .. } | Phase::Stopping { .. }),
+                Event::Exited(status),
+            ) => {
+                let before = match phase {
+                    Phase::Idle => Before::Idle,
+                    Phase::Running { .. } => Before::Running,
+                    Phase::Reported { verdict, .. } => Before::Reported(verdict),
+                    Phase::Stopping { stop, .. } => Before::Stopping(stop),
+                    _ => unreachable!("matched above"),
+                };
+                if self.channel_open {
+                    (
+                        Phase::Draining {
+                            before,
+                            status,
+                            due: now + t.drain,
+                        },
+                        vec![],
+                    )
+                } else {
+                    Self::empty(before.ending(status), now, t)
+                }
+            }
+
+            // Frames read after the exit still count: a `done` that was
+            // written before the worker died is its verdict.
+            (
+                Phase::Draining {
+                    before: Before::Running,
+                    status,
+                    due,
+                },
+                Event::Reported(verdict),
+            ) => (
+                Phase::Draining {
+                    before: Before::Reported(verdict),
+                    status,
+                    due,
+                },
+                vec![],
+            ),
+            (Phase::Draining { before, status, .. }, Event::ChannelClosed { .. }) => {
+                Self::empty(before.ending(status), now, t)
+            }
+            (Phase::Draining { before, status, due }, Event::Tick) if now >= due => {
+                Self::empty(before.ending(status), now, t)
+            }
+
+            (Phase::Emptying { ending, .. }, Event::GroupEmpty) => (Phase::Finished, vec![Action::Finish(ending)]),
+            (Phase::Emptying { ending, due }, Event::Tick) if now >= due => (
+                Phase::Emptying {
+                    ending,
+                    due: now + t.group_poll,
+                },
+                vec![Action::Kill, Action::CheckGroup],
+            ),
+
+            (phase, _) => (phase, vec![]),
+        };
+        self.phase = next;
+        actions
+    }
+
+    fn running_tick(&mut self, waiting: Option<Instant>, now: Instant) -> (Phase, Vec<Action>) {
+        let t = self.timing;
+        let stop = |cause| Stop { cause, why: None };
+        if self.deadline.is_some_and(|d| now >= d) {
+            return self.ladder(stop(Cause::Deadline), now);
+        }
+        if waiting.is_some_and(|w| now >= w + t.input_idle) {
+            return self.ladder(stop(Cause::Idle), now);
+        }
+        match self.ping_sent {
+            Some(at) if now >= at + t.stall_after => self.ladder(stop(Cause::Stalled), now),
+            None if now >= self.heard + t.ping_every => {
+                self.ping_sent = Some(now);
+                (Phase::Running { waiting }, vec![Action::SendPing])
+            }
+            _ => (Phase::Running { waiting }, vec![]),
+        }
+    }
+
+    /// The first rung: ask, then signal when due.
+    fn ladder(&self, stop: Stop, now: Instant) -> (Phase, Vec<Action>) {
+        let actions = if self.channel_open {
+            vec![Action::SendCancel]
+        } else {
+            vec![]
+        };
+        (
+            Phase::Stopping {
+                stop,
+                rung: Rung::Asked,
+                due: now + self.timing.cancel_grace,
+            },
+            actions,
+        )
+    }
+
+    /// Skips the frame: straight to SIGTERM.
+    fn terminate(stop: Stop, now: Instant, t: Timing) -> (Phase, Vec<Action>) {
+        (
+            Phase::Stopping {
+                stop,
+                rung: Rung::Terminated,
+                due: now + t.term_grace,
+            },
+            vec![Action::Note("SIGTERM"), Action::Terminate],
+        )
+    }
+
+    fn kill_now(stop: Stop, now: Instant, t: Timing) -> (Phase, Vec<Action>) {
+        (
+            Phase::Stopping {
+                stop,
+                rung: Rung::Killed,
+                due: now + t.group_poll,
+            },
+            vec![Action::Kill],
+        )
+    }
+
+    /// Whatever the program left behind goes now; the verdict waits until
+    /// the group and the cgroup are empty.
+    fn empty(ending: Option<Ending>, now: Instant, t: Timing) -> (Phase, Vec<Action>) {
+        (
+            Phase::Emptying {
+                ending,
+                due: now + t.group_poll,
+            },
+            vec![Action::Kill, Action::CheckGroup],
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn timing() -> Timing {
+        Timing {
+            cancel_grace: 1000 * MS,
+            term_grace: 2000 * MS,
+            ping_every: 5000 * MS,
+            stall_after: 15000 * MS,
+            input_idle: 60000 * MS,
+            exit_grace: 1000 * MS,
+            drain: 1000 * MS,
+            group_poll: 20 * MS,
+        }
+    }
+
+    fn ok() -> Ending {
+        Ending::reported(Outcome::Completed, Cause::Completed, None)
+    }
+
+    fn stop(cause: Cause) -> super::Stop {
+        super::Stop { cause, why: None }
+    }
+
+    fn ending(state: TaskState, cause: Cause, text: Option<&str>) -> Option<Ending> {
+        Some(Ending {
+            state,
+            cause,
+            text: text.map(String::from),
+        })
+    }
+
+    /// Walks a script of (ms after start, event) and returns every action
+    /// with the time it was asked for, plus the final phase.
+    fn walk(script: &[(u64, Event)]) -> (Vec<(u64, Action)>, Life) {
+        walk_with_deadline(script, None)
+    }
+
+    fn walk_with_deadline(script: &[(u64, Event)], deadline_ms: Option<u64>) -> (Vec<(u64, Action)>, Life) {
+        let t0 = Instant::now();
+        let mut life = Life::idle(t0, timing());
+        life.set_deadline(deadline_ms.map(|ms| t0 + Duration::from_millis(ms)));
+        let mut out = Vec::new();
+        for (ms, ev) in script {
+            let now = t0 + Duration::from_millis(*ms);
+            for a in life.step(ev.clone(), now) {
+                out.push((*ms, a));
+            }
+        }
+        (out, life)
+    }
+
+    /// The `Finish` the script ends with, if any.
+    fn finish_of(actions: &[(u64, Action)]) -> Option<Option<Ending>> {
+        actions.iter().find_map(|(_, a)| match a {
+            Action::Finish(e) => Some(e.clone()),
+            _ => None,
+        })
+    }
+
+    use Event::*;
+
+    #[test]
+    fn every_path_ends_with_the_right_verdict() {
+        let exit0 = Exited(ExitStatus::Code(0));
+        let closed = ChannelClosed { broken: false };
+        type Row = (&'static str, Vec<(u64, Event)>, Option<Ending>);
+        let rows: Vec<Row> = vec![
+            (
+                "completed",
+                vec![
+                    (0, Assigned),
+                    (5, Reported(ok())),
+                    (6, closed.clone()),
+                    (7, exit0.clone()),
+                    (8, GroupEmpty),
+                ],
+                Some(ok()),
+            ),
+            (
+                "failed, reported",
+                vec![
+                    (0, Assigned),
+                    (
+                        5,
+                        Reported(Ending::reported(Outcome::Failed, Cause::Failed, Some("no".into()))),
+                    ),
+                    (7, Exited(ExitStatus::Code(0))),
+                    (8, closed.clone()),
+                    (9, GroupEmpty),
+                ],
+                ending(TaskState::Failed, Cause::Failed, Some("no")),
+            ),
+            (
+                "rejected",
+                vec![
+                    (0, Assigned),
+                    (1, Reported(Ending::reported(Outcome::Rejected, Cause::Refused, None))),
+                    (2, closed.clone()),
+                    (3, exit0.clone()),
+                    (4, GroupEmpty),
+                ],
+                ending(TaskState::Rejected, Cause::Refused, None),
+            ),
+            (
+                "cancelled at the first rung (the worker obeys the frame)",
+                vec![
+                    (0, Assigned),
+                    (10, Stop(stop(Cause::Cancelled))),
+                    (
+                        20,
+                        Reported(Ending::reported(Outcome::Canceled, Cause::Cancelled, None)),
+                    ),
+                    (21, closed.clone()),
+                    (22, exit0.clone()),
+                    (23, GroupEmpty),
+                ],
+                ending(TaskState::Canceled, Cause::Cancelled, None),
+            ),
+            (
+                "cancelled at SIGTERM",
+                vec![
+                    (0, Assigned),
+                    (10, Stop(stop(Cause::Cancelled))),
+                    (1010, Tick),
+                    (1500, Exited(ExitStatus::Signal(15))),
+                    (1501, closed.clone()),
+                    (1502, GroupEmpty),
+                ],
+                ending(TaskState::Canceled, Cause::Cancelled, None),
+            ),
+            (
+                "cancelled at SIGKILL",
+                vec![
+                    (0, Assigned),
+                    (10, Stop(stop(Cause::Cancelled))),
+                    (1010, Tick),
+                    (3010, Tick),
+                    (3011, Exited(ExitStatus::Signal(9))),
+                    (3012, closed.clone()),
+                    (3013, GroupEmpty),
+                ],
+                ending(TaskState::Canceled, Cause::Cancelled, None),
+            ),
+            (
+                "deadline",
+                vec![
+                    (0, Assigned),
+                    (100, Tick),
+                    (101, exit0.clone()),
+                    (102, closed.clone()),
+                    (103, GroupEmpty),
+                ],
+                ending(TaskState::Failed, Cause::Deadline, None),
+            ),
+            (
+                "stalled: a ping, then silence",
+                vec![
+                    (0, Assigned),
+                    (5000, Tick),
+                    (20000, Tick),
+                    (20001, closed.clone()),
+                    (20002, Exited(ExitStatus::Signal(9))),
+                    (20003, GroupEmpty),
+                ],
+                ending(TaskState::Failed, Cause::Stalled, None),
+            ),
+            (
+                "crashed: exit without a result",
+                vec![
+                    (0, Assigned),
+                    (5, Exited(ExitStatus::Signal(11))),
+                    (6, closed.clone()),
+                    (7, GroupEmpty),
+                ],
+                ending(
+                    TaskState::Failed,
+                    Cause::Crashed,
+                    Some("the worker ended without a result: it was killed by signal 11 (SIGSEGV; exit status 139)"),
+                ),
+            ),
+            (
+                "exhausted (the cgroup said so)",
+                vec![
+                    (0, Assigned),
+                    (
+                        9,
+                        Stop(super::Stop {
+                            cause: Cause::Exhausted,
+                            why: Some("hit tasks.pids_max".into()),
+                        }),
+                    ),
+                    (10, exit0.clone()),
+                    (11, closed.clone()),
+                    (12, GroupEmpty),
+                ],
+                ending(TaskState::Failed, Cause::Exhausted, Some("hit tasks.pids_max")),
+            ),
+            (
+                "shutdown",
+                vec![
+                    (0, Assigned),
+                    (1, Stop(stop(Cause::Shutdown))),
+                    (2, exit0.clone()),
+                    (3, closed.clone()),
+                    (4, GroupEmpty),
+                ],
+                ending(TaskState::Canceled, Cause::Shutdown, None),
+            ),
+            (
+                "broken channel: killed at once, crashed",
+                vec![
+                    (0, Assigned),
+                    (3, ChannelClosed { broken: true }),
+                    (4, Exited(ExitStatus::Signal(9))),
+                    (5, GroupEmpty),
+                ],
+                ending(
+                    TaskState::Failed,
+                    Cause::Crashed,
+                    Some("the worker ended without a result: it was killed by signal 9 (SIGKILL; exit status 137)"),
+                ),
+            ),
+            (
+                "exit before done: the done still read from the channel wins",
+                vec![
+                    (0, Assigned),
+                    (5, exit0.clone()),
+                    (6, Reported(ok())),
+                    (7, closed.clone()),
+                    (8, GroupEmpty),
+                ],
+                Some(ok()),
+            ),
+            (
+                "exit after done, channel never closes: drained by time",
+                vec![
+                    (0, Assigned),
+                    (5, Reported(ok())),
+                    (6, exit0.clone()),
+                    (1006, Tick),
+                    (1007, GroupEmpty),
+                ],
+                Some(ok()),
+            ),
+            (
+                "a stop after done changes nothing",
+                vec![
+                    (0, Assigned),
+                    (5, Reported(ok())),
+                    (6, Stop(stop(Cause::Cancelled))),
+                    (7, exit0.clone()),
+                    (8, closed.clone()),
+                    (9, GroupEmpty),
+                ],
+                Some(ok()),
+            ),
+            (
+                "input-required, a follow-up, then completed",
+                vec![
+                    (0, Assigned),
+                    (5, Asked),
+                    (59000, Tick),
+                    (59001, Resumed),
+                    (59002, Reported(ok())),
+                    (59003, closed.clone()),
+                    (59004, exit0.clone()),
+                    (59005, GroupEmpty),
+                ],
+                Some(ok()),
+            ),
+            (
+                "nobody answers the question: idle",
+                vec![
+                    (0, Assigned),
+                    (5, Asked),
+                    (60005, Tick),
+                    (60006, exit0.clone()),
+                    (60007, closed.clone()),
+                    (60008, GroupEmpty),
+                ],
+                ending(TaskState::Failed, Cause::Idle, None),
+            ),
+            (
+                "it stops reading its channel: stalled, SIGTERM at once",
+                vec![
+                    (0, Assigned),
+                    (1, Unwritable),
+                    (2, Exited(ExitStatus::Signal(15))),
+                    (3, closed.clone()),
+                    (4, GroupEmpty),
+                ],
+                ending(
+                    TaskState::Failed,
+                    Cause::Stalled,
+                    Some("failed: the worker stopped reading its control channel"),
+                ),
+            ),
+            (
+                "an idle worker that dies has no task",
+                vec![(0, Exited(ExitStatus::Code(1))), (1, closed.clone()), (2, GroupEmpty)],
+                None,
+            ),
+        ];
+        for (name, script, want) in rows {
+            let mut script = script;
+            script.insert(0, (0, Tick)); // an idle tick is a no-op
+                                         // The deadline row's budget is 100 ms; the others have none.
+            let deadline = (name == "deadline").then_some(100);
+            let (actions, life) = walk_with_deadline(&script, deadline);
+            assert_eq!(finish_of(&actions), Some(want), "{name}: actions {actions:?}");
+            assert!(life.is_finished(), "{name}: ends Finished, is {:?}", life.phase);
+        }
+    }
+
+    #[test]
+    fn the_ladder_climbs_on_time() {
+        let (actions, _) = walk(&[
+            (0, Assigned),
+            (10, Stop(stop(Cause::Cancelled))),
+            (500, Tick),
+            (1010, Tick),
+            (2000, Tick),
+            (3010, Tick),
+            (3030, Tick),
+        ]);
+        let rungs: Vec<(u64, Action)> = actions
+            .into_iter()
+            .filter(|(_, a)| !matches!(a, Action::Note(_)))
+            .collect();
+        assert_eq!(
+            rungs,
+            vec![
+                (10, Action::SendCancel),
+                (1010, Action::Terminate),
+                (3010, Action::Kill),
+                (3030, Action::Kill),
+            ]
+        );
+    }
+
+    #[test]
+    fn any_frame_is_life() {
+        let t0 = Instant::now();
+        let mut life = Life::idle(t0, timing());
+        life.step(Assigned, t0);
+        // A busy worker whose pong is late but whose artifacts keep coming
+        // is never stalled.
+        assert_eq!(life.step(Tick, t0 + 5000 * MS), vec![Action::SendPing]);
+        for s in 6..40 {
+            life.step(Heard, t0 + s * 1000 * MS);
+            assert!(!life
+                .step(Tick, t0 + s * 1000 * MS + 500 * MS)
+                .contains(&Action::SendCancel));
+        }
+        assert!(life.is_running());
+        // One ping per silence, not one per tick.
+        let mut life = Life::idle(t0, timing());
+        life.step(Assigned, t0);
+        assert_eq!(life.step(Tick, t0 + 5000 * MS), vec![Action::SendPing]);
+        assert_eq!(life.step(Tick, t0 + 6000 * MS), vec![]);
+        assert_eq!(life.next_due(), Some(t0 + 20000 * MS));
+    }
+
+    #[test]
+    fn a_second_sigterm_skips_to_sigkill() {
+        let (actions, life) = walk(&[
+            (0, Assigned),
+            (1, Stop(stop(Cause::Shutdown))),
+            (2, KillNow(stop(Cause::Shutdown))),
+        ]);
+        assert_eq!(actions.last(), Some(&(2, Action::Kill)));
+        assert!(matches!(life.phase, Phase::Stopping { rung: Rung::Killed, .. }));
+    }
+
+    #[test]
+    fn a_lingering_group_is_killed_until_empty() {
+        let (actions, life) = walk(&[
+            (0, Assigned),
+            (1, Reported(ok())),
+            (2, ChannelClosed { broken: false }),
+            (3, Exited(ExitStatus::Code(0))),
+            (23, Tick),
+            (43, Tick),
+        ]);
+        let kills = actions.iter().filter(|(_, a)| *a == Action::Kill).count();
+        let checks = actions.iter().filter(|(_, a)| *a == Action::CheckGroup).count();
+        assert_eq!((kills, checks), (3, 3));
+        assert!(matches!(life.phase, Phase::Emptying { .. }));
+    }
+
+    #[test]
+    fn a_worker_that_reports_but_never_exits_is_killed() {
+        let (actions, _) = walk(&[(0, Assigned), (1, Reported(ok())), (500, Tick), (1001, Tick)]);
+        assert_eq!(actions, vec![(1001, Action::Note("exit_grace")), (1001, Action::Kill)]);
+    }
+
+    #[test]
+    fn next_due_follows_the_phase() {
+        let t0 = Instant::now();
+        let mut life = Life::idle(t0, timing());
+        assert_eq!(life.next_due(), None);
+        life.step(Assigned, t0);
+        assert_eq!(life.next_due(), Some(t0 + 5000 * MS));
+        life.set_deadline(Some(t0 + 100 * MS));
+        assert_eq!(life.next_due(), Some(t0 + 100 * MS));
+        life.step(Stop(stop(Cause::Cancelled)), t0 + 10 * MS);
+        assert_eq!(life.next_due(), Some(t0 + 1010 * MS));
+    }
+}

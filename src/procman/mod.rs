@@ -1,0 +1,821 @@
+//! procman: the one thread that spawns, reaps, times and kills workers.
+//!
+//! Why one thread: PR_SET_PDEATHSIG fires when the *thread* that forked a
+//! child exits, so a child forked on a connection thread would die when its
+//! client hung up. procman lives as long as the daemon.
+//!
+//! It is one `poll(2)` loop, as tini and s6-supervise wait on their
+//! children: every worker's control socket, a wake socket for requests from
+//! the rest of agentd, and a self-pipe for SIGCHLD; its timers are the poll
+//! timeout. There is no thread per worker, and nothing here blocks: reads
+//! are bounded per turn ([`channel`]), writes go to a bounded outbox. Each
+//! worker's lifecycle is a [`lifecycle::Life`]; this file only feeds it
+//! events and carries out its actions.
+
+mod channel;
+pub mod lifecycle;
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use serde_json::json;
+
+use self::channel::{Channel, Queued};
+use self::lifecycle::{Action, Ending, Event, Life, Stop, Timing};
+use crate::cgroup::{Isolation, TaskCgroups};
+use crate::config::{Config, Runner};
+use crate::control::{Cause, FromWorker, Progress, Rlimits, RunnerSpec, ToWorker};
+use crate::limits;
+use crate::sys;
+use crate::tasks::TaskTable;
+use crate::wire::{Message, TaskState};
+use crate::worker;
+
+/// How often a running task's cgroup counters are read (fork bombs).
+const CGROUP_CHECK: Duration = Duration::from_millis(250);
+/// How far back task starts count as demand for idle workers.
+const DEMAND_WINDOW: Duration = Duration::from_millis(250);
+/// Most idle workers spawned per turn of the loop, so refilling the pool
+/// never holds up frames that are waiting.
+const SPAWNS_PER_TURN: usize = 2;
+
+/// What the rest of agentd asks of procman.
+enum Msg {
+    Start(String),
+    Input(String, Message),
+    Cancel(String),
+    Shutdown(Sender<()>),
+    KillAll,
+    /// Something changed (the running cap): look at the queue again.
+    Wake,
+}
+
+/// The handle the rest of agentd holds. Cheap to clone.
+#[derive(Clone)]
+pub struct Procman {
+    tx: Sender<Msg>,
+    waker: Arc<UnixStream>,
+}
+
+impl Procman {
+    fn send(&self, msg: Msg) {
+        if self.tx.send(msg).is_ok() {
+            // One byte wakes the poll; a full socket means a wake is
+            // already pending, which is just as good.
+            let _ = (&*self.waker).write(&[1]);
+        }
+    }
+
+    /// A task was created in SUBMITTED: run it when there is room.
+    pub fn start(&self, task_id: &str) {
+        self.send(Msg::Start(task_id.to_string()));
+    }
+
+    /// A follow-up message for a task waiting on input.
+    pub fn input(&self, task_id: &str, message: Message) {
+        self.send(Msg::Input(task_id.to_string(), message));
+    }
+
+    /// Runs the kill ladder on a task (or drops it from the queue).
+    pub fn cancel(&self, task_id: &str) {
+        self.send(Msg::Cancel(task_id.to_string()));
+    }
+
+    /// Ladders every task; `done` gets a message when no worker is left.
+    pub fn shutdown(&self, done: Sender<()>) {
+        self.send(Msg::Shutdown(done));
+    }
+
+    /// The second SIGTERM: SIGKILL every task group now.
+    pub fn kill_all(&self) {
+        self.send(Msg::KillAll);
+    }
+
+    /// The running cap changed: start what now fits.
+    pub fn wake(&self) {
+        self.send(Msg::Wake);
+    }
+}
+
+struct Worker {
+    pid: i32,
+    /// None while it waits in the pool.
+    task: Option<String>,
+    chan: Channel,
+    life: Life,
+    cgroups: Option<TaskCgroups>,
+    assigned: Instant,
+}
+
+struct State {
+    cfg: Arc<Config>,
+    tasks: Arc<TaskTable>,
+    isolation: Isolation,
+    timing: Timing,
+    rx: Receiver<Msg>,
+    wake: UnixStream,
+    sigchld: UnixStream,
+    workers: HashMap<i32, Worker>,
+    by_task: HashMap<String, i32>,
+    queue: VecDeque<String>,
+    shutdown: Option<Sender<()>>,
+    /// When recent tasks started: the demand the pool is sized to.
+    starts: VecDeque<Instant>,
+    next_cgroup_check: Instant,
+}
+
+/// Starts the procman thread.
+pub fn spawn(
+    cfg: Arc<Config>,
+    tasks: Arc<TaskTable>,
+    isolation: Isolation,
+) -> std::io::Result<(Procman, std::thread::JoinHandle<()>)> {
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let (wake, waker) = UnixStream::pair()?;
+    wake.set_nonblocking(true)?;
+    waker.set_nonblocking(true)?;
+    let (sigchld, sigchld_writer) = UnixStream::pair()?;
+    sigchld.set_nonblocking(true)?;
+    sigchld_writer.set_nonblocking(true)?;
+    signal_hook::low_level::pipe::register(libc::SIGCHLD, sigchld_writer)?;
+    let t = &cfg.tasks;
+    let timing = Timing {
+        cancel_grace: Duration::from_millis(t.cancel_grace_ms),
+        term_grace: Duration::from_millis(t.term_grace_ms),
+        ping_every: Duration::from_millis(t.ping_interval_ms),
+        stall_after: Duration::from_millis(t.stall_timeout_ms),
+        input_idle: Duration::from_millis(t.input_idle_ms),
+        exit_grace: Duration::from_millis(limits::WORKER_EXIT_GRACE_MS),
+        drain: Duration::from_millis(limits::WORKER_CHANNEL_DRAIN_MS),
+        group_poll: Duration::from_millis(limits::GROUP_POLL_MS),
+    };
+    let mut state = State {
+        cfg,
+        tasks,
+        isolation,
+        timing,
+        rx,
+        wake,
+        sigchld,
+        workers: HashMap::new(),
+        by_task: HashMap::new(),
+        queue: VecDeque::new(),
+        shutdown: None,
+        starts: VecDeque::new(),
+        next_cgroup_check: Instant::now(),
+    };
+    let handle = std::thread::Builder::new()
+        .name("procman".into())
+        .spawn(move || state.run())?;
+    Ok((
+        Procman {
+            tx,
+            waker: Arc::new(waker),
+        },
+        handle,
+    ))
+}
+
+impl State {
+    fn run(&mut self) {
+        self.fill_pool();
+        loop {
+            let timeout_ms = match self.next_due() {
+                Some(at) => {
+                    let left = at.saturating_duration_since(Instant::now());
+                    // Round up: waking a hair early only spins.
+                    left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
+                }
+                None => -1,
+            };
+            let mut fds = vec![pollin(self.wake.as_raw_fd()), pollin(self.sigchld.as_raw_fd())];
+            let mut pids = Vec::with_capacity(self.workers.len());
+            for w in self.workers.values().filter(|w| w.chan.is_open()) {
+                let mut p = pollin(w.chan.fd());
+                if w.chan.wants_write() {
+                    p.events |= libc::POLLOUT;
+                }
+                fds.push(p);
+                pids.push(w.pid);
+            }
+            if let Err(e) = sys::poll(&mut fds, timeout_ms) {
+                log::error!("procman.poll error={e}");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if fds[0].revents != 0 {
+                drain(&mut self.wake);
+            }
+            if !self.take_requests() {
+                return; // every handle is gone: the daemon is exiting
+            }
+            if fds[1].revents != 0 {
+                drain(&mut self.sigchld);
+                self.reap();
+            }
+            for (p, pid) in fds[2..].iter().zip(pids) {
+                if p.revents & libc::POLLOUT != 0 {
+                    if let Some(w) = self.workers.get_mut(&pid) {
+                        w.chan.flush();
+                    }
+                }
+                if p.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
+                    self.read_from(pid);
+                }
+            }
+            self.tick();
+            self.start_queued();
+            self.fill_pool();
+            if self.workers.is_empty() {
+                if let Some(done) = self.shutdown.as_ref() {
+                    self.isolation.remove();
+                    let _ = done.send(());
+                }
+            }
+        }
+    }
+
+    fn next_due(&self) -> Option<Instant> {
+        let cgroup_check = self
+            .workers
+            .values()
+            .any(|w| w.cgroups.is_some() && w.life.is_running())
+            .then_some(self.next_cgroup_check);
+        // A pool grown by a burst is looked at again until it has shrunk.
+        let idle = self.workers.values().filter(|w| w.task.is_none()).count();
+        let pool_review = (self.cfg.tasks.prespawn.is_none() && idle > 1).then(|| Instant::now() + DEMAND_WINDOW);
+        self.workers
+            .values()
+            .filter_map(|w| w.life.next_due())
+            .chain(cgroup_check)
+            .chain(pool_review)
+            .min()
+    }
+
+    /// Handles every queued request; false once the handles are all gone.
+    fn take_requests(&mut self) -> bool {
+        loop {
+            match self.rx.try_recv() {
+                Ok(msg) => self.handle(msg),
+                Err(crossbeam_channel::TryRecvError::Empty) => return true,
+                Err(crossbeam_channel::TryRecvError::Disconnected) => return self.shutdown.is_some(),
+            }
+        }
+    }
+
+    fn handle(&mut self, msg: Msg) {
+        match msg {
+            Msg::Start(id) => {
+                if self.shutdown.is_some() {
+                    self.tasks.finish(&id, TaskState::Canceled, Cause::Shutdown, None);
+                } else {
+                    self.queue.push_back(id);
+                }
+            }
+            Msg::Input(id, message) => match self.by_task.get(&id).copied() {
+                Some(pid) => {
+                    self.send(pid, &ToWorker::Input { message });
+                    self.event(pid, Event::Resumed);
+                }
+                None => log::warn!("procman.input task={id} has no live worker; dropping the message"),
+            },
+            Msg::Cancel(id) => self.stop_task(&id, Cause::Cancelled),
+            Msg::Shutdown(done) => {
+                log::info!(
+                    "procman.shutdown workers={} queued={}",
+                    self.workers.len(),
+                    self.queue.len()
+                );
+                self.shutdown = Some(done);
+                for id in std::mem::take(&mut self.queue) {
+                    self.tasks.finish(&id, TaskState::Canceled, Cause::Shutdown, None);
+                }
+                let pids: Vec<i32> = self.workers.keys().copied().collect();
+                for pid in pids {
+                    let stop = Stop {
+                        cause: Cause::Shutdown,
+                        why: None,
+                    };
+                    self.event(pid, Event::Stop(stop));
+                }
+            }
+            Msg::KillAll => {
+                let pids: Vec<i32> = self.workers.keys().copied().collect();
+                for pid in pids {
+                    let stop = Stop {
+                        cause: Cause::Shutdown,
+                        why: None,
+                    };
+                    self.event(pid, Event::KillNow(stop));
+                }
+            }
+            Msg::Wake => {}
+        }
+    }
+
+    /// Feeds one event to a worker's lifecycle and carries out its actions.
+    fn event(&mut self, pid: i32, event: Event) {
+        let Some(w) = self.workers.get_mut(&pid) else { return };
+        let actions = w.life.step(event, Instant::now());
+        for action in actions {
+            self.act(pid, action);
+        }
+    }
+
+    fn act(&mut self, pid: i32, action: Action) {
+        let Some(w) = self.workers.get_mut(&pid) else { return };
+        match action {
+            Action::SendPing => self.send(pid, &ToWorker::Ping),
+            Action::SendCancel => self.send(pid, &ToWorker::Cancel),
+            Action::Terminate => {
+                let _ = sys::kill_group(pid, libc::SIGTERM);
+                let _ = sys::kill_group(pid, libc::SIGCONT);
+            }
+            Action::Kill => kill(w),
+            Action::Note(what) => log::info!(
+                "task.ladder task={} pid={pid} rung={what}",
+                w.task.as_deref().unwrap_or("-")
+            ),
+            Action::CheckGroup => {
+                // Leftovers of the group re-parent to us (a subreaper):
+                // reap them first, or their zombies keep the group alive.
+                self.reap();
+                let Some(w) = self.workers.get(&pid) else { return };
+                let alive = sys::group_alive(pid) || w.cgroups.as_ref().is_some_and(TaskCgroups::populated);
+                if !alive {
+                    self.event(pid, Event::GroupEmpty);
+                }
+            }
+            Action::Finish(ending) => self.finish(pid, ending),
+        }
+    }
+
+    /// Queues a frame; a worker that does not read is stopped for it.
+    fn send(&mut self, pid: i32, frame: &ToWorker) {
+        let Some(w) = self.workers.get_mut(&pid) else { return };
+        match w.chan.send(frame) {
+            Queued::Ok => {}
+            Queued::Full => {
+                log::warn!(
+                    "procman.control task={} pid={pid} outbox full: the worker stopped reading",
+                    w.task.as_deref().unwrap_or("-")
+                );
+                self.event(pid, Event::Unwritable);
+            }
+            Queued::Refused(e) => {
+                log::warn!(
+                    "procman.control task={} pid={pid} error={e}",
+                    w.task.as_deref().unwrap_or("-")
+                );
+                let stop = Stop {
+                    cause: Cause::Failed,
+                    why: Some(format!("failed: {e}")),
+                };
+                self.event(pid, Event::Stop(stop));
+            }
+        }
+    }
+
+    fn read_from(&mut self, pid: i32) {
+        let Some(w) = self.workers.get_mut(&pid) else { return };
+        let turn = w.chan.read_turn();
+        for frame in turn.frames {
+            self.on_frame(pid, frame);
+        }
+        if let Some(why) = &turn.broken {
+            log::warn!("procman.control pid={pid} error={why}; killing the worker");
+        }
+        if turn.closed || turn.broken.is_some() {
+            self.event(
+                pid,
+                Event::ChannelClosed {
+                    broken: turn.broken.is_some(),
+                },
+            );
+        }
+    }
+
+    fn on_frame(&mut self, pid: i32, frame: FromWorker) {
+        self.event(pid, Event::Heard);
+        let Some(w) = self.workers.get(&pid) else { return };
+        let Some(id) = w.task.clone() else { return };
+        let running = w.life.is_running();
+        // A reply marks the task as spoken itself, atomically with the
+        // message: a stream waking in between would open as a task.
+        if !matches!(
+            frame,
+            FromWorker::Ready { .. } | FromWorker::Pong | FromWorker::Reply { .. }
+        ) {
+            self.tasks.mark_spoke(&id);
+        }
+        match frame {
+            FromWorker::Ready { .. } | FromWorker::Pong => {}
+            FromWorker::Status { state, text } => {
+                let state = match state {
+                    Progress::Working => TaskState::Working,
+                    Progress::InputRequired => TaskState::InputRequired,
+                    Progress::AuthRequired => TaskState::AuthRequired,
+                };
+                if running {
+                    self.tasks.set_progress(&id, state, text);
+                }
+                let event = if state.is_interrupted() {
+                    Event::Asked
+                } else {
+                    Event::Resumed
+                };
+                self.event(pid, event);
+            }
+            FromWorker::Artifact {
+                artifact,
+                append,
+                last_chunk,
+            } => self.tasks.add_artifact(&id, artifact, append, last_chunk),
+            FromWorker::Reply { message } => self.tasks.set_direct_reply(&id, message),
+            FromWorker::Done { outcome, cause, text } => {
+                self.event(pid, Event::Reported(Ending::reported(outcome, cause, text)));
+            }
+        }
+    }
+
+    /// Stops a task wherever it is: queued, about to start, or running.
+    fn stop_task(&mut self, task_id: &str, cause: Cause) {
+        if let Some(pos) = self.queue.iter().position(|id| id == task_id) {
+            self.queue.remove(pos);
+            self.tasks.finish(task_id, TaskState::Canceled, cause, None);
+            return;
+        }
+        match self.by_task.get(task_id).copied() {
+            Some(pid) => {
+                log::info!("task.stop task={task_id} pid={pid} cause={}", cause.as_str());
+                self.event(pid, Event::Stop(Stop { cause, why: None }));
+            }
+            // The Start message is still in flight, or the task ended.
+            None if self.tasks.state(task_id) == Some(TaskState::Submitted) => {
+                self.tasks.finish(task_id, TaskState::Canceled, cause, None)
+            }
+            None => {}
+        }
+    }
+
+    /// Every timer that is due, and the cgroup counters now and then.
+    fn tick(&mut self) {
+        let now = Instant::now();
+        let due: Vec<i32> = self
+            .workers
+            .values()
+            .filter(|w| w.life.next_due().is_some_and(|d| d <= now))
+            .map(|w| w.pid)
+            .collect();
+        for pid in due {
+            self.event(pid, Event::Tick);
+        }
+        if now >= self.next_cgroup_check {
+            self.next_cgroup_check = now + CGROUP_CHECK;
+            let exhausted: Vec<(i32, u64)> = self
+                .workers
+                .values()
+                .filter(|w| w.life.is_running())
+                .filter_map(|w| Some((w.pid, w.cgroups.as_ref()?.pids_exhausted())))
+                .filter(|(_, n)| *n > 0)
+                .collect();
+            for (pid, n) in exhausted {
+                let why = format!(
+                    "the task hit tasks.pids_max ({} processes) {n} time(s): a fork bomb?",
+                    self.cfg.tasks.pids_max
+                );
+                log::info!("task.exhausted pid={pid} {why}");
+                self.event(
+                    pid,
+                    Event::Stop(Stop {
+                        cause: Cause::Exhausted,
+                        why: Some(why),
+                    }),
+                );
+            }
+        }
+        let finished: Vec<i32> = self
+            .workers
+            .values()
+            .filter(|w| w.life.is_finished())
+            .map(|w| w.pid)
+            .collect();
+        for pid in finished {
+            self.workers.remove(&pid);
+        }
+    }
+
+    /// waitpid(-1, WNOHANG) until nothing is left: known pids go to their
+    /// lifecycle, anything else (an adopted orphan) is reaped and logged.
+    fn reap(&mut self) {
+        loop {
+            match sys::reap_any() {
+                Ok(Some((pid, status))) => {
+                    if self.workers.contains_key(&pid) {
+                        log::debug!("task.exit pid={pid} {status}");
+                        self.event(pid, Event::Exited(status));
+                    } else {
+                        log::debug!("procman.reaped pid={pid} {status} (not a worker)");
+                    }
+                }
+                Ok(None) => return,
+                Err(e) => {
+                    log::error!("procman.waitpid error={e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The task gets its verdict: nothing of it is left.
+    fn finish(&mut self, pid: i32, ending: Option<Ending>) {
+        let Some(w) = self.workers.get_mut(&pid) else { return };
+        let Some(id) = w.task.take() else {
+            if let Some(cg) = w.cgroups.take() {
+                self.isolation.release(cg);
+            }
+            return; // an idle worker: no task to tell
+        };
+        self.by_task.remove(&id);
+        let mut ending = ending.unwrap_or(Ending {
+            state: TaskState::Failed,
+            cause: Cause::Crashed,
+            text: None,
+        });
+        if let Some(cg) = w.cgroups.take() {
+            let forks_refused = cg.pids_exhausted();
+            if forks_refused > 0 && ending.state != TaskState::Canceled {
+                ending = Ending {
+                    state: TaskState::Failed,
+                    cause: Cause::Exhausted,
+                    text: Some(format!(
+                        "the task hit tasks.pids_max ({} processes) {forks_refused} time(s): a fork bomb?",
+                        self.cfg.tasks.pids_max
+                    )),
+                };
+            }
+            if cg.out_of_memory() {
+                ending = Ending {
+                    state: TaskState::Failed,
+                    cause: Cause::Exhausted,
+                    text: Some("out of memory: the task went over tasks.memory_max_bytes".into()),
+                };
+            }
+            self.isolation.release(cg);
+        }
+        let ms = w.assigned.elapsed().as_millis();
+        let exit = w.life.exit_status().unwrap_or(sys::ExitStatus::Code(1));
+        self.publish(
+            &id,
+            "worker.exit",
+            &[
+                ("pid", json!(pid)),
+                ("exitCode", json!(exit.shell_code())),
+                ("exit", json!(exit.to_string())),
+                ("cause", json!(ending.cause.as_str())),
+            ],
+        );
+        log::info!(
+            "task.end task={id} pid={pid} state={} cause={} ms={ms}",
+            ending.state.short_name(),
+            ending.cause.as_str()
+        );
+        self.tasks.finish(&id, ending.state, ending.cause, ending.text);
+    }
+
+    /// A worker record in the daemon-wide events feed.
+    fn publish(&self, task_id: &str, kind: &str, extra: &[(&str, serde_json::Value)]) {
+        let principal = self.tasks.principal_of(task_id).unwrap_or_default();
+        let mut fields = crate::tasks::fields(&[("taskId", json!(task_id))]);
+        fields.extend(extra.iter().map(|(k, v)| (k.to_string(), v.clone())));
+        self.tasks.feed().publish(&principal, kind, fields);
+    }
+
+    fn busy(&self) -> usize {
+        self.by_task.len()
+    }
+
+    /// Starts queued tasks while there is room under tasks.max_running.
+    fn start_queued(&mut self) {
+        while self.busy() < self.tasks.max_running() && self.shutdown.is_none() {
+            let Some(id) = self.queue.pop_front() else { return };
+            if self.tasks.state(&id) != Some(TaskState::Submitted) {
+                continue; // cancelled while queued, or pruned
+            }
+            let Some((context_id, message)) = self.tasks.start_info(&id) else {
+                continue;
+            };
+            let now = Instant::now();
+            self.starts.push_back(now);
+            let idle = self
+                .workers
+                .values()
+                .filter(|w| w.task.is_none() && w.life.phase == lifecycle::Phase::Idle && w.chan.is_open())
+                .map(|w| w.pid)
+                .min();
+            let pid = match idle {
+                Some(pid) => pid,
+                None => match self.spawn_worker(&id) {
+                    Ok(pid) => pid,
+                    Err(e) => {
+                        log::error!("task.spawn_failed task={id} error={e}");
+                        self.tasks.finish(
+                            &id,
+                            TaskState::Failed,
+                            Cause::Crashed,
+                            Some(format!("agentd could not start a worker: {e}")),
+                        );
+                        continue;
+                    }
+                },
+            };
+            self.assign(pid, id, context_id, message, now);
+        }
+    }
+
+    fn assign(&mut self, pid: i32, id: String, context_id: String, message: Message, now: Instant) {
+        let deadline_ms = self.cfg.tasks.deadline_ms;
+        let runner = self.runner_spec();
+        let Some(w) = self.workers.get_mut(&pid) else { return };
+        w.task = Some(id.clone());
+        w.assigned = now;
+        w.life
+            .set_deadline((deadline_ms > 0).then(|| now + Duration::from_millis(deadline_ms)));
+        self.by_task.insert(id.clone(), pid);
+        self.event(pid, Event::Assigned);
+        self.publish(&id, "worker.spawn", &[("pid", json!(pid))]);
+        self.tasks.set_progress(&id, TaskState::Working, None);
+        log::info!("task.start task={id} pid={pid}");
+        let spawn = ToWorker::Spawn {
+            task_id: id,
+            context_id,
+            message,
+            runner,
+        };
+        self.send(pid, &spawn);
+    }
+
+    /// Keeps idle workers ready, so a task's start does not wait for a
+    /// process to be spawned and exec'd: tasks.prespawn of them, or with
+    /// `auto` as many as tasks started within DEMAND_WINDOW (at least one,
+    /// at most PRESPAWN_AUTO_MAX).
+    fn fill_pool(&mut self) {
+        let now = Instant::now();
+        while self
+            .starts
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > DEMAND_WINDOW)
+        {
+            self.starts.pop_front();
+        }
+        let want = match self.cfg.tasks.prespawn {
+            Some(n) => n,
+            None => self.starts.len().clamp(1, limits::PRESPAWN_AUTO_MAX),
+        };
+        if self.shutdown.is_some() || want == 0 {
+            return;
+        }
+        let idle: Vec<(Instant, i32)> = self
+            .workers
+            .values()
+            .filter(|w| w.task.is_none() && w.life.phase == lifecycle::Phase::Idle)
+            .map(|w| (w.assigned, w.pid))
+            .collect();
+        if idle.len() > want {
+            // Demand fell: retire the oldest surplus worker once it has
+            // waited a whole window, one per turn (no churn under bursts).
+            if let Some((since, pid)) = idle.iter().min().copied() {
+                if now.duration_since(since) > DEMAND_WINDOW * 4 {
+                    self.event(
+                        pid,
+                        Event::Stop(Stop {
+                            cause: Cause::Shutdown,
+                            why: None,
+                        }),
+                    );
+                }
+            }
+            return;
+        }
+        let idle = idle.len();
+        for _ in idle..want.min(idle + SPAWNS_PER_TURN) {
+            if let Err(e) = self.spawn_worker("idle") {
+                log::warn!("procman.prespawn error={e}");
+                return;
+            }
+        }
+    }
+
+    /// Starts a worker process, `agentd __worker`, in its cgroups when
+    /// agentd has them; it waits for a `spawn` frame.
+    fn spawn_worker(&mut self, label: &str) -> std::io::Result<i32> {
+        let (ours, theirs) = UnixStream::pair()?;
+        let mut cmd = Command::new("/proc/self/exe");
+        // No pre_exec hook: without one, std spawns with posix_spawn
+        // (vfork-like), whose cost does not grow with agentd's memory the
+        // way fork(2)'s does. The worker arms PDEATHSIG itself and then
+        // checks getppid(), which closes the window (see worker::main).
+        // The control socket rides in as the worker's stdin.
+        cmd.arg("__worker")
+            .arg(label)
+            .env_clear()
+            .env(worker::SUPERVISOR_PID_ENV, sys::getpid().to_string())
+            .env(worker::LOG_LEVEL_ENV, &self.cfg.log_level)
+            .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .process_group(0);
+        for name in worker::INHERITED_ENV {
+            if let Some(v) = std::env::var_os(name) {
+                cmd.env(name, v);
+            }
+        }
+        let child = cmd.spawn()?;
+        let pid = child.id() as i32;
+        // The child is reaped by reap() via waitpid(-1), never by Child::wait.
+        drop(child);
+        // Into its cgroups before it hears `spawn`: everything the task
+        // forks is inside from the start.
+        let cgroups = if self.isolation.is_cgroup() {
+            match self.isolation.enter(pid) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    log::warn!("task.cgroup pid={pid} error={e}; process group only");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let now = Instant::now();
+        let chan = match Channel::new(ours) {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = sys::kill_group(pid, libc::SIGKILL);
+                return Err(e);
+            }
+        };
+        self.workers.insert(
+            pid,
+            Worker {
+                pid,
+                task: None,
+                chan,
+                life: Life::idle(now, self.timing),
+                cgroups,
+                assigned: now,
+            },
+        );
+        Ok(pid)
+    }
+
+    fn runner_spec(&self) -> RunnerSpec {
+        match &self.cfg.runner {
+            Runner::Echo => RunnerSpec::Echo,
+            Runner::Peer { address } => RunnerSpec::Peer {
+                address: address.to_string(),
+            },
+            Runner::Exec { argv } => RunnerSpec::Exec {
+                argv: argv.clone(),
+                protocol: self.cfg.exec_protocol.clone(),
+                workdir: self.cfg.workdir.as_ref().map(|p| p.display().to_string()),
+                env: self.cfg.env.clone(),
+                rlimits: Rlimits {
+                    as_bytes: self.cfg.tasks.rlimit_as_bytes,
+                    cpu_secs: self.cfg.tasks.rlimit_cpu_secs,
+                    nofile: self.cfg.tasks.rlimit_nofile,
+                },
+                output_max_bytes: self.cfg.tasks.output_max_bytes,
+            },
+        }
+    }
+}
+
+/// SIGKILL to the whole task: its process group and its cgroups (which
+/// also hold anything that left the group with setsid).
+fn kill(w: &Worker) {
+    let _ = sys::kill_group(w.pid, libc::SIGKILL);
+    if let Some(cg) = &w.cgroups {
+        cg.kill();
+    }
+}
+
+fn pollin(fd: std::os::fd::RawFd) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }
+}
+
+/// Empties a non-blocking wake socket.
+fn drain(sock: &mut UnixStream) {
+    let mut buf = [0u8; 256];
+    while matches!(sock.read(&mut buf), Ok(n) if n > 0) {}
+}
