@@ -17,6 +17,7 @@ pub mod http;
 pub mod ids;
 pub mod init;
 pub mod limits;
+pub mod mcp;
 pub mod procman;
 pub mod rpc;
 pub mod server;
