@@ -31,6 +31,7 @@
 //! ```
 
 mod resources;
+mod schemas;
 mod tools;
 
 use std::collections::HashMap;
@@ -263,7 +264,7 @@ impl Bridge {
                 self.reply(&id, r);
             }
             "ping" => self.reply(&id, Ok(json!({}))),
-            "tools/list" => self.reply(&id, Ok(tools::list(self.version()))),
+            "tools/list" => self.reply(&id, Ok(schemas::list(self.version()))),
             "resources/templates/list" => self.reply(&id, Ok(resources::templates())),
             "tools/call" | "resources/list" | "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
                 self.start_call(id, method.to_string(), params)

@@ -83,7 +83,7 @@ fn version_negotiation() {
 
 #[test]
 fn the_five_tools_have_legal_names_and_schemas() {
-    let tools = tools::list("2025-11-25")["tools"].as_array().unwrap().clone();
+    let tools = schemas::list("2025-11-25")["tools"].as_array().unwrap().clone();
     let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
     assert_eq!(
         names,
