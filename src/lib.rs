@@ -18,6 +18,7 @@ pub mod ids;
 pub mod init;
 pub mod limits;
 pub mod logging;
+pub mod mcp;
 pub mod principal;
 pub mod procman;
 pub mod rpc;

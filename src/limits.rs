@@ -96,3 +96,17 @@ pub const SSE_LINE_MAX_BYTES: usize = 8 * 1024 * 1024;
 /// Largest `data` of one SSE event (all its `data:` lines joined); over it →
 /// `SseError::EventTooLarge`.
 pub const SSE_EVENT_MAX_BYTES: usize = 16 * 1024 * 1024;
+
+/// Longest line `agentd mcp` reads from stdin (one JSON-RPC message); a
+/// longer one is skipped up to its newline and answered with -32700.
+pub const MCP_LINE_MAX_BYTES: usize = 16 * 1024 * 1024;
+/// Requests `agentd mcp` works on at once (one thread each); past it a
+/// request is answered at once with -32603 and nothing is started.
+pub const MCP_INFLIGHT_MAX: usize = 64;
+/// Resource subscriptions `agentd mcp` holds at once (one thread and one
+/// stream each); past it `resources/subscribe` is answered with -32603.
+pub const MCP_SUBSCRIPTIONS_MAX: usize = 64;
+/// Messages of history a tool result or resource carries unless asked
+/// otherwise, and the most it carries when asked.
+pub const MCP_HISTORY_DEFAULT: u64 = 10;
+pub const MCP_HISTORY_MAX: u64 = 100;

@@ -114,6 +114,46 @@ fn every_client_flag_is_documented() {
     );
 }
 
+#[test]
+fn the_mcp_bridge_its_flags_and_its_tools_are_documented() {
+    let help = agentd(&["help", "mcp"]);
+    let man = man_text();
+    let raw = std::fs::read_to_string(man_path()).unwrap();
+    assert!(
+        raw.contains("\n.SH MCP BRIDGE\n"),
+        "man/agentd.8 has no MCP BRIDGE section"
+    );
+    let flags = long_flags(&help);
+    assert!(flags.contains(&"--log-level".to_string()), "{flags:?}");
+    let missing = missing_from_man(&flags, &man);
+    assert!(
+        missing.is_empty(),
+        "flags of `agentd help mcp` not in man/agentd.8: {missing:?}"
+    );
+    // Every tool the bridge serves has its own `.B subagent.NAME` entry.
+    let (bridge, out) = agentd::mcp::Bridge::in_memory("unix:///nonexistent.sock");
+    bridge.serve(&br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#[..]);
+    let tools = out.messages()[0]["result"]["tools"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(tools.len(), 5, "{tools:?}");
+    for t in tools {
+        let name = t["name"].as_str().unwrap();
+        assert!(help.contains(name), "`agentd help mcp` does not name {name}");
+        assert!(
+            raw.contains(&format!("\n.B {name}\nArguments:")),
+            "no `.B {name}` entry with its arguments in man/agentd.8"
+        );
+    }
+    for v in agentd::mcp::PROTOCOL_VERSIONS {
+        assert!(
+            man.contains(v) && help.contains(v),
+            "MCP revision {v} is not documented"
+        );
+    }
+}
+
 /// The client commands of the usage line `agentd card|send|… ENDPOINT …`.
 fn client_commands(usage: &str) -> Vec<String> {
     usage

@@ -5,6 +5,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 mod client;
+mod mcp;
 
 use crate::config::{self, Config};
 
@@ -19,8 +20,10 @@ Usage:
   agentd serve [OPTIONS]                 run the daemon (the built-in echo agent by default)
   agentd card|send|get|list|cancel|subscribe|events|command ENDPOINT …
                                          talk to an agent (see `agentd help client`)
-  agentd help [serve|client|config]      this text, the daemon's options, the client's,
-                                         or every config key
+  agentd mcp [ENDPOINT]                  an MCP server on stdio driving the daemon's tasks
+                                         (see `agentd help mcp`)
+  agentd help [serve|client|mcp|config]  this text, the daemon's options, the client's,
+                                         the MCP bridge's, or every config key
   agentd version                         print the version
 
 Run `agentd help serve` for the daemon's options and `man agentd` for the manual.
@@ -68,6 +71,7 @@ pub fn main() -> i32 {
     match cmd.as_str() {
         "serve" => serve(rest),
         "card" | "send" | "get" | "list" | "cancel" | "subscribe" | "events" | "command" => client::run(cmd, rest),
+        "mcp" => mcp::run(rest),
         "__worker" => crate::worker::main_with_logging(),
         "help" | "-h" | "--help" => help(rest.first().map(String::as_str)),
         "version" | "-V" | "--version" => {
@@ -87,9 +91,12 @@ fn help(topic: Option<&str>) -> i32 {
         None => write!(out, "{USAGE}"),
         Some("serve") => write!(out, "{SERVE_HELP}"),
         Some("client") => write!(out, "{}", client::HELP),
+        Some("mcp") => write!(out, "{}", mcp::HELP),
         Some("config") => write!(out, "{}", config_help()),
         Some(other) => {
-            eprintln!("agentd: no help on `{other}`; try `agentd help serve`, `help client` or `help config`");
+            eprintln!(
+                "agentd: no help on `{other}`; try `agentd help serve`, `help client`, `help mcp` or `help config`"
+            );
             return EXIT_USAGE;
         }
     };

@@ -1,0 +1,113 @@
+//! `agentd mcp [ENDPOINT]`: argv for the MCP bridge (the bridge is
+//! `crate::mcp`). Exit codes: 0 at EOF on stdin, 2 usage.
+
+use super::{EXIT_OK, EXIT_USAGE};
+use crate::transport::Address;
+
+pub const HELP: &str = "\
+Usage: agentd mcp [ENDPOINT] [OPTIONS]
+
+An MCP server on stdio (newline-delimited JSON-RPC 2.0 on stdin/stdout, logs on
+stderr) that is an A2A client of the agentd daemon at ENDPOINT: any MCP client
+drives the daemon's supervised tasks. It keeps no task state; MCP and A2A
+clients see the same tasks. Exits 0 when stdin ends (tasks live on in the daemon).
+
+ENDPOINT is unix:///PATH, vsock://CID:PORT or vsock+uds:///PATH:PORT; without it,
+the socket `agentd serve` listens on by default ($XDG_RUNTIME_DIR/agentd/agentd.sock,
+or /run/agentd/agentd.sock as root, or /tmp/agentd-UID/agentd.sock).
+
+MCP protocol revisions: 2025-11-25, 2025-06-18, 2025-03-26.
+Tools: subagent.spawn, subagent.send, subagent.status, subagent.cancel, subagent.list.
+Resources: agentd://task/{id} (list, read, subscribe).
+
+Options:
+      --log-level LEVEL    error, warn, info, debug, trace, off (default warn; RUST_LOG wins)
+  -h, --help               this text
+
+An MCP client's configuration:
+  {\"mcpServers\": {\"agentd\": {\"command\": \"agentd\",
+                               \"args\": [\"mcp\", \"unix:///run/user/1000/agentd/agentd.sock\"]}}}
+";
+
+/// What argv asked for.
+#[derive(Debug, PartialEq)]
+enum Parsed {
+    Help,
+    Run { addr: Address, log_level: String },
+}
+
+fn parse(args: &[String]) -> Result<Parsed, String> {
+    let mut endpoint: Option<&str> = None;
+    let mut log_level = "warn".to_string();
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
+            _ => (arg.as_str(), None),
+        };
+        match flag {
+            "-h" | "--help" => return Ok(Parsed::Help),
+            "--log-level" => {
+                log_level = inline
+                    .or_else(|| it.next().cloned())
+                    .ok_or("--log-level needs a value")?;
+            }
+            f if f.starts_with('-') => return Err(format!("unknown option `{f}`")),
+            e if endpoint.is_none() => endpoint = Some(e),
+            e => return Err(format!("unexpected argument `{e}`: `mcp` takes one ENDPOINT")),
+        }
+    }
+    let addr = match endpoint {
+        Some(e) => Address::parse(e).map_err(|e| e.to_string())?,
+        None => Address::Unix(crate::config::default_socket_path()),
+    };
+    Ok(Parsed::Run { addr, log_level })
+}
+
+pub fn run(args: &[String]) -> i32 {
+    match parse(args) {
+        Ok(Parsed::Help) => {
+            print!("{HELP}");
+            EXIT_OK
+        }
+        Ok(Parsed::Run { addr, log_level }) => {
+            crate::logging::init(&log_level, "agentd mcp");
+            crate::mcp::run(addr)
+        }
+        Err(e) => {
+            eprintln!("agentd: mcp: {e} (see `agentd help mcp`)");
+            EXIT_USAGE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &[&str]) -> Vec<String> {
+        s.iter().map(|a| a.to_string()).collect()
+    }
+
+    #[test]
+    fn endpoint_defaults_to_the_serve_socket() {
+        let Ok(Parsed::Run { addr, log_level }) = parse(&[]) else {
+            panic!("no endpoint is fine")
+        };
+        assert_eq!(addr, Address::Unix(crate::config::default_socket_path()));
+        assert_eq!(log_level, "warn");
+        assert_eq!(
+            parse(&args(&["unix:///tmp/x.sock", "--log-level=debug"])),
+            Ok(Parsed::Run {
+                addr: Address::Unix("/tmp/x.sock".into()),
+                log_level: "debug".into()
+            })
+        );
+        assert_eq!(parse(&args(&["-h"])), Ok(Parsed::Help));
+        assert!(parse(&args(&["tcp://x"])).unwrap_err().contains("expected unix://"));
+        assert!(parse(&args(&["--bogus"])).unwrap_err().contains("unknown option"));
+        assert!(parse(&args(&["unix:///a", "unix:///b"]))
+            .unwrap_err()
+            .contains("one ENDPOINT"));
+    }
+}

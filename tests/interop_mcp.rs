@@ -1,0 +1,139 @@
+//! Interop with the official MCP Python SDK (`mcp` on PyPI): its
+//! `stdio_client` starts `agentd mcp unix://SOCKET` and its `ClientSession`
+//! lists tools and resources, spawns tasks (blocking with progress, and
+//! returnImmediately), answers an input-required turn, subscribes to a task,
+//! and cancels a program that ignores SIGTERM and forks. The checks are in
+//! `tests/interop/mcp_client.py`, one line each; this side then checks that
+//! no process of the cancelled task is left.
+//!
+//! The SDK is installed once into a venv under `target/mcp-venv` and reused.
+//! If it cannot be installed the test fails under CI (`CI` set) and
+//! otherwise skips loudly.
+
+mod common;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{alive, group_members, Daemon};
+
+/// What pip installs: an SDK that speaks the 2025-11-25 handshake.
+const SDK_REQUIREMENT: &str = "mcp>=1.23";
+
+fn manifest_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The venv's python with the SDK importable, installing it on first use.
+fn sdk_python() -> Result<PathBuf, String> {
+    let venv = common::target_dir().join("mcp-venv");
+    let python = venv.join("bin").join("python");
+    let usable = |python: &Path| {
+        common::run_to_completion(Command::new(python).args(["-c", "import mcp.client.stdio, mcp.types"])).is_ok()
+    };
+    if python.exists() && usable(&python) {
+        return Ok(python);
+    }
+    eprintln!(
+        "interop_mcp: installing `{SDK_REQUIREMENT}` into {} (once)",
+        venv.display()
+    );
+    common::run_to_completion(Command::new("python3").args(["-m", "venv", "--clear"]).arg(&venv))?;
+    common::run_to_completion(Command::new(&python).args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        SDK_REQUIREMENT,
+    ]))?;
+    if !usable(&python) {
+        return Err(format!(
+            "{SDK_REQUIREMENT} installed but `import mcp.client.stdio` fails"
+        ));
+    }
+    Ok(python)
+}
+
+#[test]
+fn python_mcp_sdk_drives_tasks_through_the_bridge() {
+    let python = match sdk_python() {
+        Ok(p) => p,
+        Err(e) if std::env::var_os("CI").is_some() => panic!("cannot install the MCP Python SDK under CI: {e}"),
+        Err(e) => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n\
+                 !! SKIPPED interop_mcp: the MCP Python SDK could not be installed.\n\
+                 !! (Under CI this is a failure.) Reason:\n{e}\n\
+                 !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n"
+            );
+            return;
+        }
+    };
+
+    let agent = manifest_dir().join("tests/interop/mcp_agent.py");
+    let d = Daemon::start(&[
+        "--exec",
+        &format!("python3 {}", agent.display()),
+        "--exec-protocol",
+        "jsonl",
+        "--set",
+        "tasks.cancel_grace_ms=200",
+        "--set",
+        "tasks.term_grace_ms=300",
+    ]);
+    let pidfile = d.dir.0.join("stubborn.pids");
+    let script = manifest_dir().join("tests/interop/mcp_client.py");
+    let out_path = d.dir.0.join("mcp-client.out");
+    let out = std::fs::File::create(&out_path).unwrap();
+    let mut child = Command::new(&python)
+        .arg(&script)
+        .arg(common::BIN)
+        .arg(&d.socket)
+        .arg(&pidfile)
+        .env("PYTHONUNBUFFERED", "1")
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .expect("start the python driver");
+
+    let started = Instant::now();
+    let status = common::wait_child(&mut child, Duration::from_secs(120));
+    let output = std::fs::read_to_string(&out_path).unwrap_or_default();
+    eprintln!(
+        "--- {} ({:.1} s) ---\n{output}",
+        script.display(),
+        started.elapsed().as_secs_f64()
+    );
+    match status {
+        Some(s) if s.success() => {}
+        Some(s) => panic!(
+            "the MCP SDK driver failed ({s}):\n{output}\n--- daemon log ---\n{}",
+            d.log_text()
+        ),
+        None => panic!("the MCP SDK driver did not finish within 120 s:\n{output}"),
+    }
+    assert!(output.contains("all checks passed"), "{output}");
+
+    // subagent.cancel answered CANCELED: by then nothing of the task may be
+    // left — the program, its two SIGTERM-ignoring children, its worker.
+    let pids: Vec<i32> = std::fs::read_to_string(&pidfile)
+        .expect("the stubborn program wrote its pids")
+        .split_whitespace()
+        .map(|p| p.parse().expect("a pid"))
+        .collect();
+    let (pgid, processes) = (pids[1], [pids[0], pids[2], pids[3]]);
+    assert_eq!(
+        group_members(pgid),
+        Vec::<i32>::new(),
+        "group {pgid} still has processes"
+    );
+    for p in processes {
+        assert!(!alive(p), "pid {p} of the cancelled task survived");
+    }
+}
