@@ -146,10 +146,15 @@ fn run(ctrl: UnixStream) -> io::Result<()> {
     sys::set_process_name(TASK_NAME);
     let (tx, rx) = crossbeam_channel::unbounded();
     let link = Arc::new(link);
-    let reader_link = link.clone();
-    std::thread::Builder::new()
-        .name("control".into())
-        .spawn(move || read_control(reader, &reader_link, tx))?;
+    // A runner that can block needs someone to answer pings and hear a
+    // cancel meanwhile. The echo runner answers at once: no thread for it
+    // (a thread is a clone, a stack and a sigaltstack per task).
+    if !matches!(runner, RunnerSpec::Echo) {
+        let reader_link = link.clone();
+        std::thread::Builder::new()
+            .name("control".into())
+            .spawn(move || read_control(reader, &reader_link, tx))?;
+    }
     log::debug!("worker.spawn task={task_id} pid={} runner={runner:?}", sys::getpid());
     let done = match runner {
         RunnerSpec::Echo => echo::run(&task_id, &context_id, &message, &link, &rx),
