@@ -25,6 +25,12 @@ pub const MAX_CONNECTIONS: usize = 1024;
 /// caps nesting at 128, so a small stack holds; 1,024 idle connections then
 /// cost 256 MiB of address space, not 2 GiB.
 pub const CONN_THREAD_STACK_BYTES: usize = 256 * 1024;
+/// Deepest nesting of arrays and objects in a JSON-RPC request body, the
+/// envelope included; deeper → -32700 before anything is parsed. Well below
+/// serde_json's own limit (128), so a request's values stay parseable when
+/// re-embedded in a task, an event or a worker frame, and so every handler
+/// on a connection thread (debug builds too) stays within its stack.
+pub const JSON_DEPTH_MAX: usize = 64;
 
 /// Tasks whose worker runs at once (config: `tasks.max_running`); more wait
 /// in SUBMITTED.

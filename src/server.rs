@@ -13,8 +13,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
 use crate::a2a::card::{Card, PROTOCOL_VERSION};
 use crate::a2a::{stream, Agent, Answer, Call, Daemon};
 use crate::cgroup::Isolation;
@@ -233,24 +231,62 @@ fn accept_loop(listener: &AcceptHandle, shared: &Arc<Shared>, name: &str) {
             }
         };
         let conn_id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
-        if shared.conns.fetch_add(1, Ordering::SeqCst) >= shared.agent.cfg.max_connections {
-            shared.conns.fetch_sub(1, Ordering::SeqCst);
+        let Some(slot) = Slot::take(shared, shared.agent.cfg.max_connections) else {
             refuse_busy(stream, conn_id);
             continue;
-        }
+        };
         let shared2 = shared.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("conn-{conn_id}"))
             .stack_size(limits::CONN_THREAD_STACK_BYTES)
             .spawn(move || {
+                // Dropped however the thread ends, a panic included.
+                let _slot = slot;
                 let reason = serve_connection(stream, &principal, &shared2);
                 log::debug!("a2a.conn.close conn={conn_id} reason={reason}");
-                shared2.conns.fetch_sub(1, Ordering::SeqCst);
             });
+        // A failed spawn dropped the closure, and the slot with it.
         if let Err(e) = spawned {
-            shared.conns.fetch_sub(1, Ordering::SeqCst);
             log::warn!("a2a.conn.thread conn={conn_id} error={e}");
         }
+    }
+}
+
+/// A connection slot, given back on drop: however a connection thread
+/// ends, a panic included, its slot is free again.
+struct Slot(Arc<Shared>);
+
+impl Slot {
+    /// A slot, unless `max` are taken.
+    fn take(shared: &Arc<Shared>, max: usize) -> Option<Slot> {
+        if shared.conns.fetch_add(1, Ordering::SeqCst) >= max {
+            shared.conns.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        Some(Slot(shared.clone()))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.conns.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// One request being answered (the drain waits for these), counted until
+/// drop for the same reason.
+struct Busy<'a>(&'a AtomicUsize);
+
+impl<'a> Busy<'a> {
+    fn enter(count: &'a AtomicUsize) -> Busy<'a> {
+        count.fetch_add(1, Ordering::SeqCst);
+        Busy(count)
+    }
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -306,7 +342,7 @@ fn serve_connection(mut stream: Stream, principal: &Principal, shared: &Shared) 
             }
             Err(ReadError::Io(e)) => return CloseReason::Io(e),
         };
-        shared.busy.fetch_add(1, Ordering::SeqCst);
+        let busy = Busy::enter(&shared.busy);
         let written = match route(&req, principal, shared) {
             Reply::Full(resp) => {
                 let keep_alive = req.keep_alive && !shared.stopping.load(Ordering::SeqCst);
@@ -314,7 +350,7 @@ fn serve_connection(mut stream: Stream, principal: &Principal, shared: &Shared) 
             }
             Reply::Stream { id, source, active } => write_stream(&mut stream, principal, shared, &id, source, &active),
         };
-        shared.busy.fetch_sub(1, Ordering::SeqCst);
+        drop(busy);
         if let Err(e) = written {
             return CloseReason::Io(e);
         }
@@ -331,7 +367,7 @@ fn serve_connection(mut stream: Stream, principal: &Principal, shared: &Shared) 
 enum Reply {
     Full(Response),
     Stream {
-        id: Value,
+        id: rpc::Id,
         source: Source,
         active: ext::Active,
     },
@@ -370,7 +406,7 @@ fn write_stream(
     stream: &mut Stream,
     principal: &Principal,
     shared: &Shared,
-    id: &Value,
+    id: &rpc::Id,
     source: Source,
     active: &ext::Active,
 ) -> std::io::Result<()> {
@@ -455,7 +491,7 @@ fn rpc_response(req: &Request, principal: &Principal, shared: &Shared) -> Reply 
                 rpc::CONTENT_TYPE_NOT_SUPPORTED,
                 format!("Content-Type `{ct}` is not supported: send `Content-Type: application/json`"),
             );
-            return full(err.http_status(), rpc::failure(&Value::Null, &err));
+            return full(err.http_status(), rpc::failure(&rpc::Id::null(), &err));
         }
     }
     let call = match rpc::decode(&req.body) {
