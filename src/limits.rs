@@ -66,6 +66,10 @@ pub const WORKER_PING_INTERVAL_MS: u64 = 5_000;
 /// Heartbeat: a ping unanswered this long means the worker is stalled
 /// (config: `tasks.stall_timeout_ms`): kill ladder, FAILED, cause `stalled`.
 pub const WORKER_STALL_TIMEOUT_MS: u64 = 15_000;
+/// A blocking SendMessage waits on its task in slices this long and, between
+/// them, looks whether its client hung up; a gone client frees its
+/// connection within about this long, and the task goes on.
+pub const BLOCKING_WAIT_SLICE_MS: u64 = 200;
 /// SSE comment sent on an idle stream (config: `http.sse_keepalive_ms`).
 pub const SSE_KEEPALIVE_MS: u64 = 15_000;
 

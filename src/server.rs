@@ -302,6 +302,8 @@ fn refuse_busy(mut stream: Stream, conn_id: usize) {
 /// Why a connection ended, for the log.
 enum CloseReason {
     PeerClosed,
+    /// Hung up while its blocking call waited.
+    PeerGone,
     Idle,
     Rejected(u16),
     ClientAskedClose,
@@ -313,6 +315,7 @@ impl fmt::Display for CloseReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CloseReason::PeerClosed => f.write_str("peer closed"),
+            CloseReason::PeerGone => f.write_str("peer hung up while its call waited"),
             CloseReason::Idle => f.write_str("idle timeout"),
             CloseReason::Rejected(s) => write!(f, "bad request ({s})"),
             CloseReason::ClientAskedClose => f.write_str("Connection: close"),
@@ -343,7 +346,9 @@ fn serve_connection(mut stream: Stream, principal: &Principal, shared: &Shared) 
             Err(ReadError::Io(e)) => return CloseReason::Io(e),
         };
         let busy = Busy::enter(&shared.busy);
-        let written = match route(&req, principal, shared) {
+        let peer_gone = || stream.peer_gone();
+        let written = match route(&req, principal, shared, &peer_gone) {
+            Reply::Gone => return CloseReason::PeerGone,
             Reply::Full(resp) => {
                 let keep_alive = req.keep_alive && !shared.stopping.load(Ordering::SeqCst);
                 http::write_response(&mut stream, &resp, keep_alive)
@@ -366,6 +371,8 @@ fn serve_connection(mut stream: Stream, principal: &Principal, shared: &Shared) 
 /// What a request gets: a whole response, or an SSE stream.
 enum Reply {
     Full(Response),
+    /// The client hung up while its call waited: close, answer nothing.
+    Gone,
     Stream {
         id: rpc::Id,
         source: Source,
@@ -380,7 +387,7 @@ enum Source {
     Events(Option<u64>),
 }
 
-fn route(req: &Request, principal: &Principal, shared: &Shared) -> Reply {
+fn route(req: &Request, principal: &Principal, shared: &Shared, peer_gone: &dyn Fn() -> bool) -> Reply {
     let path = req.path.as_str();
     if path == CARD_PATH {
         return Reply::Full(match req.method.as_str() {
@@ -390,7 +397,7 @@ fn route(req: &Request, principal: &Principal, shared: &Shared) -> Reply {
     }
     if path == "/" || path.is_empty() {
         return match req.method.as_str() {
-            "POST" => rpc_response(req, principal, shared),
+            "POST" => rpc_response(req, principal, shared, peer_gone),
             _ => Reply::Full(Response::error(405, "JSON-RPC requests are POSTed to /").header("Allow", "POST")),
         };
     }
@@ -479,7 +486,7 @@ fn json_response(status: u16, body: Vec<u8>, extensions: &[String]) -> Response 
     resp
 }
 
-fn rpc_response(req: &Request, principal: &Principal, shared: &Shared) -> Reply {
+fn rpc_response(req: &Request, principal: &Principal, shared: &Shared, peer_gone: &dyn Fn() -> bool) -> Reply {
     // Extensions: activated = requested ∩ declared; unknown ones are
     // ignored, never an error. The activated ones are echoed.
     let active = ext::Active::from_header(req.header("A2A-Extensions"));
@@ -502,6 +509,7 @@ fn rpc_response(req: &Request, principal: &Principal, shared: &Shared) -> Reply 
         principal,
         active: &active,
         last_event_id: req.header("Last-Event-ID").and_then(|v| v.trim().parse().ok()),
+        peer_gone,
     };
     let result = check_version(req, shared.agent.cfg.version_required)
         .and_then(|()| shared.agent.call(&ctx, &call.method, call.params));
@@ -522,6 +530,7 @@ fn rpc_response(req: &Request, principal: &Principal, shared: &Shared) -> Reply 
             source: Source::Events(from),
             active,
         },
+        Err(err) if crate::a2a::client_gone(&err) => Reply::Gone,
         Err(err) => {
             log::debug!(
                 "a2a.rpc.error method={} code={} message={}",

@@ -633,6 +633,21 @@ pub fn default_sigpipe() {
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
 }
 
+/// Whether the peer of the connected stream socket `fd` is gone: closed
+/// (POLLHUP) or the socket failed (POLLERR). A peer that only shut down its
+/// writing side (POLLRDHUP alone, a legal HTTP half-close) may still read
+/// an answer, so it does not count. Never blocks (poll timeout 0).
+pub fn peer_hung_up(fd: RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, count 1, timeout 0.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n > 0 && p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0
+}
+
 /// Waits up to `timeout_ms` for `fd` to become readable (for a listening
 /// socket: a connection to accept). `Ok(false)` on timeout.
 pub fn wait_readable(fd: RawFd, timeout_ms: i32) -> io::Result<bool> {

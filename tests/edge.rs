@@ -5,7 +5,10 @@
 
 mod common;
 
-use common::{user_message, Daemon};
+use std::io::{BufReader, Read, Write};
+use std::time::{Duration, Instant};
+
+use common::{read_response, user_message, Daemon};
 use serde_json::{json, Value};
 
 /// POSTs `body` raw (no re-serialization on our side) and returns the body text.
@@ -79,4 +82,126 @@ fn the_deepest_accepted_nesting_is_served_and_one_more_is_a_clean_parse_error() 
     }
     let v = d.ok("SendMessage", json!({"message": user_message("still here")}));
     assert_eq!(v["task"]["status"]["state"], "TASK_STATE_COMPLETED", "{v}");
+}
+
+/// Writes a POST of `body` on a fresh connection and leaves it open.
+fn send_and_hold(d: &Daemon, method: &str, params: Value) -> std::os::unix::net::UnixStream {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string();
+    let mut s = d.connect();
+    let req = format!(
+        "POST / HTTP/1.1\r\nHost: a\r\nA2A-Version: 1.0\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    s
+}
+
+/// How many `sleep` programs run below `pid`.
+fn sleepers(pid: i32) -> usize {
+    common::descendants(pid)
+        .into_iter()
+        .filter(|p| std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.starts_with(b"sleep\0")))
+        .count()
+}
+
+/// Threads of `pid` named `conn-…` (one per connection).
+fn conn_threads(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.flatten()
+                .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with("conn-")))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// The status a new connection gets for GET `path`; `None` when the
+/// connection failed (a refused peer may see its write fail).
+fn try_get(d: &Daemon, path: &str) -> Option<u16> {
+    let mut s = std::os::unix::net::UnixStream::connect(&d.socket).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").as_bytes())
+        .ok()?;
+    read_response(&mut BufReader::new(s)).ok().map(|r| r.status)
+}
+
+/// Polls until a new connection is served; how long that took.
+fn time_until_served(d: &Daemon, timeout: Duration) -> Option<Duration> {
+    let t0 = Instant::now();
+    common::wait_for(timeout, || try_get(d, "/.well-known/agent-card.json") == Some(200)).then(|| t0.elapsed())
+}
+
+#[test]
+fn clients_that_give_up_on_blocking_calls_free_their_slots_at_once_and_the_tasks_go_on() {
+    let d = Daemon::start(&["--exec", "sleep 30", "--set", "a2a.max_connections=3"]);
+    let held: Vec<_> = (0..3)
+        .map(|_| send_and_hold(&d, "SendMessage", json!({"message": user_message("wait")})))
+        .collect();
+    // The cap is full: a fourth client is turned away.
+    assert!(common::wait_for(Duration::from_secs(5), || try_get(
+        &d,
+        "/.well-known/agent-card.json"
+    ) == Some(503)));
+    // Every call is waiting on its task, not on its request.
+    assert!(
+        common::wait_for(Duration::from_secs(10), || sleepers(d.pid()) == 3),
+        "three tasks running; log:\n{}",
+        d.log_text()
+    );
+    drop(held);
+    let took = time_until_served(&d, Duration::from_secs(5));
+    let took = took.unwrap_or_else(|| panic!("abandoned blocking calls still hold the cap; log:\n{}", d.log_text()));
+    eprintln!("slots free again {took:?} after the clients hung up");
+    let tasks = d.ok("ListTasks", json!({}));
+    let tasks = tasks["tasks"].as_array().unwrap();
+    assert_eq!(tasks.len(), 3, "{tasks:?}");
+    for t in tasks {
+        assert_eq!(t["status"]["state"], "TASK_STATE_WORKING", "the task goes on: {t}");
+    }
+    // The connections' threads are gone too.
+    assert!(
+        common::wait_for(Duration::from_secs(5), || conn_threads(d.pid()) == 0),
+        "{} connection threads left",
+        conn_threads(d.pid())
+    );
+}
+
+#[test]
+fn abandoned_streams_free_their_slots_too() {
+    let d = Daemon::start(&[
+        "--exec",
+        "sleep 30",
+        "--set",
+        "a2a.max_connections=3",
+        "--set",
+        "http.sse_keepalive_ms=200",
+    ]);
+    let mut held: Vec<_> = (0..3)
+        .map(|_| send_and_hold(&d, "SendStreamingMessage", json!({"message": user_message("wait")})))
+        .collect();
+    for s in &mut held {
+        let mut first = [0u8; 12];
+        s.read_exact(&mut first).unwrap();
+        assert_eq!(&first, b"HTTP/1.1 200");
+    }
+    assert_eq!(try_get(&d, "/.well-known/agent-card.json"), Some(503));
+    drop(held);
+    let took = time_until_served(&d, Duration::from_secs(5));
+    assert!(
+        took.is_some(),
+        "abandoned streams still hold the cap; log:\n{}",
+        d.log_text()
+    );
+}
+
+#[test]
+fn a_client_that_only_half_closes_still_gets_its_blocking_answer() {
+    // Shutting down the writing side after the request is legal HTTP
+    // (nc -N, socat): the client still reads. Only a full hangup abandons.
+    let d = Daemon::start(&["--exec", "sh -c 'sleep 0.6; echo done'"]);
+    let s = send_and_hold(&d, "SendMessage", json!({"message": user_message("x")}));
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let resp = read_response(&mut BufReader::new(s)).unwrap();
+    let v = resp.json();
+    assert_eq!(v["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED", "{v}");
 }
