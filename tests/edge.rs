@@ -205,3 +205,101 @@ fn a_client_that_only_half_closes_still_gets_its_blocking_answer() {
     let v = resp.json();
     assert_eq!(v["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED", "{v}");
 }
+
+/// Runs `agentd serve ARGS…` to its exit (it should refuse to start) as
+/// `uid` (when given), without XDG_RUNTIME_DIR; returns (exit code, stderr).
+fn serve_refused(uid: Option<u32>, args: &[&str]) -> (Option<i32>, String) {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new(common::BIN);
+    cmd.arg("serve")
+        .args(args)
+        .env_remove("XDG_RUNTIME_DIR")
+        .stdin(std::process::Stdio::null());
+    if let Some(uid) = uid {
+        cmd.uid(uid).gid(uid);
+    }
+    let mut child = cmd.stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let exited = common::wait_for(Duration::from_secs(10), || child.try_wait().unwrap().is_some());
+    if !exited {
+        let _ = child.kill();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        exited,
+        "agentd served instead of refusing: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// A directory made by "another user" (uid 65534), mode 0777, as a squatter
+/// would leave it.
+fn squat(dir: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::os::unix::fs::chown(dir, Some(65534), Some(65534)).unwrap();
+}
+
+#[test]
+fn a_squatted_socket_directory_is_refused_with_the_reason() {
+    if unsafe_geteuid() != 0 {
+        eprintln!("skipped: needs root to play two users");
+        return;
+    }
+    // The default path of a non-root agentd without XDG_RUNTIME_DIR.
+    let uid = 65533;
+    let default_dir = std::path::PathBuf::from(format!("/tmp/agentd-{uid}"));
+    let _ = std::fs::remove_dir_all(&default_dir);
+    squat(&default_dir);
+    let (code, stderr) = serve_refused(Some(uid), &[]);
+    let listed: Vec<_> = std::fs::read_dir(&default_dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    std::fs::remove_dir_all(&default_dir).unwrap();
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot listen in /tmp/agentd-{uid}: it is owned by uid 65534")),
+        "{stderr}"
+    );
+    assert!(listed.is_empty(), "agentd left {listed:?} in the squatter's directory");
+
+    // An explicit --listen into someone else's 0777 directory.
+    let tmp = common::TempDir::new("squat");
+    let squatted = tmp.0.join("squatted");
+    squat(&squatted);
+    let listen = format!("unix://{}/agentd.sock", squatted.display());
+    let (code, stderr) = serve_refused(None, &["--listen", &listen]);
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("owned by uid 65534") && stderr.contains("XDG_RUNTIME_DIR"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_dir(&squatted).unwrap().count(), 0);
+
+    // Ours, but world-writable: refused too.
+    std::os::unix::fs::chown(&squatted, Some(0), Some(0)).unwrap();
+    let (_, stderr) = serve_refused(None, &["--listen", &listen]);
+    assert!(stderr.contains("writable by every user (mode 0777)"), "{stderr}");
+}
+
+fn unsafe_geteuid() -> u32 {
+    std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+        .unwrap_or(u32::MAX)
+}
+
+#[test]
+fn a_socket_path_of_the_full_107_bytes_is_served() {
+    let dir = common::TempDir::new("long");
+    let fill = 107 - dir.0.as_os_str().len() - "/".len() - "/a.sock".len();
+    let parent = dir.0.join("p".repeat(fill));
+    std::fs::create_dir(&parent).unwrap();
+    let socket = parent.join("a.sock");
+    assert_eq!(socket.as_os_str().len(), 107);
+    let d = Daemon::start_at(dir, socket, &[]);
+    let v = d.ok("SendMessage", json!({"message": user_message("long")}));
+    assert_eq!(v["task"]["status"]["state"], "TASK_STATE_COMPLETED", "{v}");
+}
