@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!  accept ─▶ SO_PEERCRED gate ─▶ cap ─▶ thread: loop { read request ─▶ route ─▶ write }
-//!   GET  /.well-known/agent-card.json  → the card (ETag, Cache-Control)
+//!   GET  /.well-known/agent-card.json  → the card (ETag, Last-Modified, Cache-Control)
 //!   POST / (or "")                     → Content-Type ─▶ JSON-RPC ─▶ A2A-Version ─▶ method
 //!   anything else                      → 404 / 405
 //! ```
@@ -307,6 +307,8 @@ enum CloseReason {
     Idle,
     Rejected(u16),
     ClientAskedClose,
+    /// A close-delimited (HTTP/1.0) stream ended: closing is its end.
+    StreamEnded,
     Stopping,
     Io(std::io::Error),
 }
@@ -319,6 +321,7 @@ impl fmt::Display for CloseReason {
             CloseReason::Idle => f.write_str("idle timeout"),
             CloseReason::Rejected(s) => write!(f, "bad request ({s})"),
             CloseReason::ClientAskedClose => f.write_str("Connection: close"),
+            CloseReason::StreamEnded => f.write_str("close-delimited stream ended"),
             CloseReason::Stopping => f.write_str("daemon stopping"),
             CloseReason::Io(e) => write!(f, "i/o error: {e}"),
         }
@@ -353,7 +356,15 @@ fn serve_connection(mut stream: Stream, principal: &Principal, shared: &Shared) 
                 let keep_alive = req.keep_alive && !shared.stopping.load(Ordering::SeqCst);
                 http::write_response(&mut stream, &resp, keep_alive)
             }
-            Reply::Stream { id, source, active } => write_stream(&mut stream, principal, shared, &id, source, &active),
+            Reply::Stream { id, source, active } => {
+                // HTTP/1.0 knows no chunked coding: its stream ends with the connection.
+                let close_delimited = !req.http11;
+                let written = write_stream(&mut stream, principal, shared, &id, source, &active, close_delimited);
+                if close_delimited && written.is_ok() {
+                    return CloseReason::StreamEnded;
+                }
+                written
+            }
         };
         drop(busy);
         if let Err(e) = written {
@@ -416,6 +427,7 @@ fn write_stream(
     id: &rpc::Id,
     source: Source,
     active: &ext::Active,
+    close_delimited: bool,
 ) -> std::io::Result<()> {
     let mut headers = vec![
         ("Content-Type".to_string(), "text/event-stream".to_string()),
@@ -431,7 +443,11 @@ fn write_stream(
         Source::Events(_) => "events".to_string(),
     };
     let strip_labels = !active.has(ext::ANNOTATIONS);
-    let mut out = http::ChunkedWriter::start(stream, 200, &headers)?;
+    let mut out = if close_delimited {
+        http::ChunkedWriter::start_close_delimited(stream, 200, &headers)?
+    } else {
+        http::ChunkedWriter::start(stream, 200, &headers)?
+    };
     let keepalive = Duration::from_millis(shared.agent.cfg.sse_keepalive_ms);
     let mut events = 0u64;
     let mut sink = |emit: Emit| match emit {
@@ -462,20 +478,28 @@ fn write_stream(
     }
 }
 
+/// The card, or 304 when the client's copy is current: If-None-Match
+/// decides when present; otherwise If-Modified-Since (RFC 9110 §13.2.2).
 fn card_response(req: &Request, card: &Card) -> Response {
     let cache = format!("public, max-age={}", limits::CARD_MAX_AGE_SECS);
-    let matches = req
-        .header("If-None-Match")
-        .is_some_and(|v| v.split(',').any(|t| t.trim() == card.etag || t.trim() == "*"));
-    if matches {
-        return Response::new(304)
-            .header("ETag", &card.etag)
-            .header("Cache-Control", &cache);
-    }
-    Response::new(200)
+    let built_secs = card.built_ms / 1000;
+    let last_modified = http::date::format(built_secs);
+    let fresh = match req.header("If-None-Match") {
+        Some(v) => v.split(',').any(|t| t.trim() == card.etag || t.trim() == "*"),
+        // An invalid date, or more than one, is ignored (RFC 9110 §13.1.3).
+        None => req
+            .header("If-Modified-Since")
+            .and_then(http::date::parse)
+            .is_some_and(|since| built_secs <= since),
+    };
+    let resp = Response::new(if fresh { 304 } else { 200 })
         .header("ETag", &card.etag)
-        .header("Cache-Control", &cache)
-        .body("application/json", card.json.clone())
+        .header("Last-Modified", &last_modified)
+        .header("Cache-Control", &cache);
+    if fresh {
+        return resp;
+    }
+    resp.body("application/json", card.json.clone())
 }
 
 fn json_response(status: u16, body: Vec<u8>, extensions: &[String]) -> Response {

@@ -303,3 +303,125 @@ fn a_socket_path_of_the_full_107_bytes_is_served() {
     let v = d.ok("SendMessage", json!({"message": user_message("long")}));
     assert_eq!(v["task"]["status"]["state"], "TASK_STATE_COMPLETED", "{v}");
 }
+
+/// Sends raw bytes, half-closes nothing, reads until the daemon closes.
+fn raw_until_close(d: &Daemon, bytes: &[u8]) -> Vec<u8> {
+    let mut s = d.connect();
+    s.write_all(bytes).unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap();
+    out
+}
+
+fn rpc_body(method: &str, params: Value) -> String {
+    json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string()
+}
+
+#[test]
+fn absolute_form_targets_and_higher_minor_versions_are_served() {
+    let d = Daemon::start(&[]);
+    let body = rpc_body("SendMessage", json!({"message": user_message("abs")}));
+    for (target, version) in [
+        ("http://agentd/", "HTTP/1.1"),
+        ("HTTP://agentd", "HTTP/1.1"),
+        ("/", "HTTP/1.2"),
+        ("http://agentd/", "HTTP/1.9"),
+    ] {
+        let req = format!(
+            "POST {target} {version}\r\nHost: agentd\r\nA2A-Version: 1.0\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let resp = d.raw(req.as_bytes());
+        assert_eq!(resp.status, 200, "{target} {version}: {}", resp.text());
+        assert_eq!(resp.json()["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED");
+    }
+    let card = d.raw(b"GET http://agentd/.well-known/agent-card.json HTTP/1.2\r\nHost: a\r\nConnection: close\r\n\r\n");
+    assert_eq!(card.status, 200, "{}", card.text());
+    // Other major versions stay 505.
+    for v in ["HTTP/2.0", "HTTP/0.9", "HTTP/3.1"] {
+        let resp = d.raw(format!("GET / {v}\r\nHost: a\r\n\r\n").as_bytes());
+        assert_eq!(resp.status, 505, "{v}");
+    }
+}
+
+#[test]
+fn a_stream_to_an_http_1_0_client_is_close_delimited() {
+    let d = Daemon::start(&["--exec", "sh -c 'echo one; sleep 0.2; echo two'"]);
+    let body = rpc_body("SendStreamingMessage", json!({"message": user_message("x")}));
+    for connection in ["", "Connection: keep-alive\r\n"] {
+        let req = format!(
+            "POST / HTTP/1.0\r\nA2A-Version: 1.0\r\nContent-Type: application/json\r\n{connection}\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let out = raw_until_close(&d, req.as_bytes());
+        let text = String::from_utf8(out).unwrap();
+        // A strict HTTP/1.0 reader: head, blank line, then the body is
+        // everything until the close. No Transfer-Encoding, no chunk sizes.
+        let (head, body) = text.split_once("\r\n\r\n").expect("a head");
+        let head_lower = head.to_ascii_lowercase();
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert!(!head_lower.contains("transfer-encoding"), "{head}");
+        assert!(!head_lower.contains("content-length"), "{head}");
+        assert!(head_lower.contains("content-type: text/event-stream"), "{head}");
+        assert!(head_lower.contains("connection: close"), "{head}");
+        let events: Vec<Value> = body
+            .split("\n\n")
+            .filter(|e| !e.is_empty() && !e.starts_with(':'))
+            .map(|e| {
+                let data = e
+                    .lines()
+                    .find_map(|l| l.strip_prefix("data: "))
+                    .unwrap_or_else(|| panic!("{e:?}"));
+                serde_json::from_str(data).unwrap_or_else(|err| panic!("{err}: {data:?} in {body:?}"))
+            })
+            .collect();
+        assert!(events.len() >= 3, "{body}");
+        let last = &events.last().unwrap()["result"];
+        assert_eq!(
+            last["statusUpdate"]["status"]["state"], "TASK_STATE_COMPLETED",
+            "{body}"
+        );
+    }
+}
+
+#[test]
+fn the_card_has_last_modified_and_honours_if_modified_since() {
+    let d = Daemon::start(&[]);
+    let resp = d.get("/.well-known/agent-card.json");
+    let lm = resp.header("Last-Modified").expect("Last-Modified").to_string();
+    assert!(lm.ends_with(" GMT") && lm.len() == 29, "IMF-fixdate: {lm}");
+    let etag = resp.header("ETag").unwrap().to_string();
+    let get = |headers: &str| {
+        d.raw(
+            format!("GET /.well-known/agent-card.json HTTP/1.1\r\nHost: a\r\n{headers}Connection: close\r\n\r\n")
+                .as_bytes(),
+        )
+    };
+    let not_modified = get(&format!("If-Modified-Since: {lm}\r\n"));
+    assert_eq!(not_modified.status, 304);
+    assert!(not_modified.body.is_empty());
+    assert_eq!(not_modified.header("Last-Modified"), Some(lm.as_str()));
+    assert_eq!(not_modified.header("ETag"), Some(etag.as_str()));
+    // Later than the card: still current. Long ago: modified since.
+    assert_eq!(get("If-Modified-Since: Fri, 01 Jan 2100 00:00:00 GMT\r\n").status, 304);
+    assert_eq!(get("If-Modified-Since: Sun, 06 Nov 1994 08:49:37 GMT\r\n").status, 200);
+    // The obsolete forms are read too.
+    assert_eq!(get("If-Modified-Since: Friday, 01-Jan-60 00:00:00 GMT\r\n").status, 304);
+    assert_eq!(get("If-Modified-Since: Sun Nov  6 08:49:37 1994\r\n").status, 200);
+    // Not a date: ignored.
+    assert_eq!(get("If-Modified-Since: yesterday\r\n").status, 200);
+    // If-None-Match takes precedence over If-Modified-Since (RFC 9110 §13.2.2).
+    assert_eq!(
+        get(&format!("If-None-Match: \"other\"\r\nIf-Modified-Since: {lm}\r\n")).status,
+        200
+    );
+    assert_eq!(
+        get(&format!(
+            "If-None-Match: {etag}\r\nIf-Modified-Since: Sun, 06 Nov 1994 08:49:37 GMT\r\n"
+        ))
+        .status,
+        304
+    );
+}
