@@ -35,6 +35,9 @@ struct Shared {
     gate: Gate,
     http_limits: http::Limits,
     conns: AtomicUsize,
+    /// The connection cap: a2a.max_connections, or less when RLIMIT_NOFILE
+    /// cannot hold that many beside the fds kept for workers.
+    max_conns: usize,
     busy: AtomicUsize,
     stopping: AtomicBool,
     next_conn: AtomicUsize,
@@ -115,6 +118,7 @@ pub fn serve(cfg: Config) -> Result<(), ServeError> {
             vsock_operators: cfg.vsock_operator_cids.clone(),
         },
         conns: AtomicUsize::new(0),
+        max_conns: connection_cap(&cfg),
         busy: AtomicUsize::new(0),
         stopping: AtomicBool::new(false),
         next_conn: AtomicUsize::new(1),
@@ -204,6 +208,8 @@ pub fn serve(cfg: Config) -> Result<(), ServeError> {
 }
 
 fn accept_loop(listener: &AcceptHandle, shared: &Arc<Shared>, name: &str) {
+    let mut accept_errors = Throttle::default();
+    let mut refusals = Throttle::default();
     loop {
         let peer = match listener.accept() {
             Ok(Some(p)) => p,
@@ -213,9 +219,11 @@ fn accept_loop(listener: &AcceptHandle, shared: &Arc<Shared>, name: &str) {
                 if shared.stopping.load(Ordering::SeqCst) {
                     return;
                 }
-                // EMFILE and friends: log, breathe, go on. One bad accept
-                // must not take the listener down.
-                log::warn!("a2a.accept listener={name} error={e}");
+                // EMFILE and friends: log (once per interval), breathe, go
+                // on. One bad accept must not take the listener down.
+                if let Some(suppressed) = accept_errors.due() {
+                    log::warn!("a2a.accept listener={name} error={e} repeats_unlogged={suppressed}");
+                }
                 std::thread::sleep(Duration::from_millis(50));
                 continue;
             }
@@ -231,8 +239,14 @@ fn accept_loop(listener: &AcceptHandle, shared: &Arc<Shared>, name: &str) {
             }
         };
         let conn_id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
-        let Some(slot) = Slot::take(shared, shared.agent.cfg.max_connections) else {
-            refuse_busy(stream, conn_id);
+        let Some(slot) = Slot::take(shared, shared.max_conns) else {
+            if let Some(suppressed) = refusals.due() {
+                log::warn!(
+                    "a2a.conn.refused conn={conn_id} reason=connection cap {} reached repeats_unlogged={suppressed}",
+                    shared.max_conns
+                );
+            }
+            refuse_busy(stream);
             continue;
         };
         let shared2 = shared.clone();
@@ -250,6 +264,60 @@ fn accept_loop(listener: &AcceptHandle, shared: &Arc<Shared>, name: &str) {
             log::warn!("a2a.conn.thread conn={conn_id} error={e}");
         }
     }
+}
+
+/// Logs a repeating condition once per [`limits::LOG_REPEAT_INTERVAL_MS`].
+#[derive(Default)]
+struct Throttle {
+    last: Option<Instant>,
+    suppressed: u64,
+}
+
+impl Throttle {
+    /// `Some(times not logged since the last line)` when a line is due.
+    fn due(&mut self) -> Option<u64> {
+        let interval = Duration::from_millis(limits::LOG_REPEAT_INTERVAL_MS);
+        if self.last.is_some_and(|t| t.elapsed() < interval) {
+            self.suppressed += 1;
+            return None;
+        }
+        self.last = Some(Instant::now());
+        Some(std::mem::take(&mut self.suppressed))
+    }
+}
+
+/// Raises RLIMIT_NOFILE's soft limit as far as connections and the
+/// workers' reserve need (at most to the hard limit) and returns the
+/// connection cap that fits under it: a2a.max_connections, or less — said
+/// once in the log — so a client over the cap gets its 503 before accept
+/// could fail with EMFILE, and a task's worker always finds its fds.
+fn connection_cap(cfg: &Config) -> usize {
+    let reserve = limits::FD_RESERVE_BASE + limits::FD_RESERVE_PER_TASK * cfg.tasks.max_running as u64;
+    let wanted = cfg.max_connections as u64 + reserve;
+    let Ok((mut soft, hard)) = crate::sys::nofile_limit() else {
+        return cfg.max_connections;
+    };
+    if soft < wanted {
+        let raised = wanted.min(hard);
+        match crate::sys::set_nofile_soft(raised, hard) {
+            Ok(()) => {
+                log::info!("agentd.nofile soft={raised} was={soft} hard={hard}");
+                soft = raised;
+            }
+            Err(e) => log::warn!("agentd.nofile cannot raise soft={soft} to {raised}: {e}"),
+        }
+    }
+    let fits = usize::try_from(soft.saturating_sub(reserve))
+        .unwrap_or(usize::MAX)
+        .max(1);
+    if fits < cfg.max_connections {
+        log::warn!(
+            "a2a.max_connections lowered to {fits} (configured {}): RLIMIT_NOFILE is {soft} (hard {hard}) and {reserve} \
+             fds are kept for workers; raise the hard limit (ulimit -Hn, systemd LimitNOFILE=) to serve more",
+            cfg.max_connections
+        );
+    }
+    fits.min(cfg.max_connections)
 }
 
 /// A connection slot, given back on drop: however a connection thread
@@ -291,8 +359,7 @@ impl Drop for Busy<'_> {
 }
 
 /// Over the connection cap: a short 503, then close.
-fn refuse_busy(mut stream: Stream, conn_id: usize) {
-    log::warn!("a2a.conn.refused conn={conn_id} reason=connection cap reached");
+fn refuse_busy(mut stream: Stream) {
     let _ = stream.set_write_timeout(Some(Duration::from_millis(500)));
     let resp =
         Response::error(503, "too many connections (a2a.max_connections); retry later").header("Retry-After", "1");

@@ -120,6 +120,27 @@ pub enum Rlimit {
     CoreSize,
 }
 
+/// RLIMIT_NOFILE as (soft, hard); RLIM_INFINITY reads as u64::MAX.
+pub fn nofile_limit() -> io::Result<(u64, u64)> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid rlimit the kernel writes.
+    cvt(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) })?;
+    Ok((lim.rlim_cur as u64, lim.rlim_max as u64))
+}
+
+/// Sets RLIMIT_NOFILE's soft limit, keeping the hard one.
+pub fn set_nofile_soft(soft: u64, hard: u64) -> io::Result<()> {
+    let lim = libc::rlimit {
+        rlim_cur: soft as libc::rlim_t,
+        rlim_max: hard as libc::rlim_t,
+    };
+    // SAFETY: `lim` is a valid rlimit read by the kernel.
+    cvt(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) }).map(drop)
+}
+
 /// Sets both soft and hard limit. Async-signal-safe.
 pub fn set_rlimit(which: Rlimit, value: u64) -> io::Result<()> {
     let resource = match which {

@@ -425,3 +425,90 @@ fn the_card_has_last_modified_and_honours_if_modified_since() {
         304
     );
 }
+
+#[test]
+fn a_low_fd_limit_means_503_never_silence_and_tasks_unharmed() {
+    use std::os::unix::process::CommandExt;
+    const LIMIT: u64 = 256;
+    let dir = common::TempDir::new("nofile");
+    let socket = dir.0.join("a.sock");
+    let log = dir.0.join("agentd.log");
+    let mut cmd = std::process::Command::new(common::BIN);
+    cmd.args(["serve", "--listen", &format!("unix://{}", socket.display())])
+        .args(["--exec", "sh -c 'sleep 0.3; cat'"])
+        .env("RUST_LOG", "debug")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    #[allow(unsafe_code)]
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs in the child.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: LIMIT,
+                rlim_max: LIMIT,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    assert!(common::wait_for(Duration::from_secs(10), || {
+        std::os::unix::net::UnixStream::connect(&socket).is_ok()
+    }));
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+
+    // 300 clients, each asking for the card and then staying: every one is
+    // answered, 200 (and held) or 503 (and closed) — none is left silent.
+    let (mut held, mut refused) = (Vec::new(), 0);
+    for i in 0..300 {
+        let mut s = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let _ = s.write_all(b"GET /.well-known/agent-card.json HTTP/1.1\r\nHost: a\r\n\r\n");
+        let mut r = BufReader::new(s);
+        match read_response(&mut r).map(|resp| resp.status) {
+            Ok(200) => held.push(r),
+            Ok(503) => refused += 1,
+            other => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("client {i} got {other:?}; log:\n{}", log_text());
+            }
+        }
+    }
+    assert!(refused > 0 && !held.is_empty(), "held {} refused {refused}", held.len());
+    // The admitted clients' tasks start their workers: no "Too many open files".
+    for r in held.iter_mut().take(8) {
+        let body = rpc_body("SendMessage", json!({"message": user_message("fds")}));
+        let req = format!(
+            "POST / HTTP/1.1\r\nHost: a\r\nA2A-Version: 1.0\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        r.get_mut().write_all(req.as_bytes()).unwrap();
+    }
+    for r in held.iter_mut().take(8) {
+        let v = read_response(r).unwrap().json();
+        assert_eq!(
+            v["result"]["task"]["status"]["state"],
+            "TASK_STATE_COMPLETED",
+            "{v}\n{}",
+            log_text()
+        );
+    }
+    let text = log_text();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(text.contains("a2a.max_connections lowered to"), "{text}");
+    assert_eq!(
+        text.matches("a2a.accept ").count(),
+        0,
+        "accept never hit EMFILE:\n{text}"
+    );
+    assert!(
+        text.matches("a2a.conn.refused").count() <= 2,
+        "refusals are logged once per interval:\n{text}"
+    );
+    eprintln!("soft limit {LIMIT}: held {}, refused {refused}", held.len());
+}
