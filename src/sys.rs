@@ -128,7 +128,7 @@ pub fn nofile_limit() -> io::Result<(u64, u64)> {
     };
     // SAFETY: `lim` is a valid rlimit the kernel writes.
     cvt(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) })?;
-    Ok((lim.rlim_cur as u64, lim.rlim_max as u64))
+    Ok((u64::from(lim.rlim_cur), u64::from(lim.rlim_max)))
 }
 
 /// Sets RLIMIT_NOFILE's soft limit, keeping the hard one.
