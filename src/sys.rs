@@ -120,7 +120,8 @@ pub enum Rlimit {
     CoreSize,
 }
 
-/// RLIMIT_NOFILE as (soft, hard); RLIM_INFINITY reads as u64::MAX.
+/// RLIMIT_NOFILE as (soft, hard); RLIM_INFINITY reads as u64::MAX (rlim_t
+/// is 64-bit on every Linux target agentd builds for, glibc and musl).
 pub fn nofile_limit() -> io::Result<(u64, u64)> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
@@ -128,7 +129,7 @@ pub fn nofile_limit() -> io::Result<(u64, u64)> {
     };
     // SAFETY: `lim` is a valid rlimit the kernel writes.
     cvt(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) })?;
-    Ok((u64::from(lim.rlim_cur), u64::from(lim.rlim_max)))
+    Ok((lim.rlim_cur, lim.rlim_max))
 }
 
 /// Sets RLIMIT_NOFILE's soft limit, keeping the hard one.
