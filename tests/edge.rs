@@ -84,6 +84,14 @@ fn the_deepest_accepted_nesting_is_served_and_one_more_is_a_clean_parse_error() 
     assert_eq!(v["task"]["status"]["state"], "TASK_STATE_COMPLETED", "{v}");
 }
 
+/// Waits until the daemon serves no connection: the harness's readiness
+/// probe holds a slot until its thread sees the close. One answered request
+/// first, so the probe (accepted before it) has its thread.
+fn settle(d: &Daemon) {
+    assert_eq!(try_get(d, "/.well-known/agent-card.json"), Some(200));
+    assert!(common::wait_for(Duration::from_secs(5), || conn_threads(d.pid()) == 0));
+}
+
 /// Writes a POST of `body` on a fresh connection and leaves it open.
 fn send_and_hold(d: &Daemon, method: &str, params: Value) -> std::os::unix::net::UnixStream {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string();
@@ -134,6 +142,7 @@ fn time_until_served(d: &Daemon, timeout: Duration) -> Option<Duration> {
 #[test]
 fn clients_that_give_up_on_blocking_calls_free_their_slots_at_once_and_the_tasks_go_on() {
     let d = Daemon::start(&["--exec", "sleep 30", "--set", "a2a.max_connections=3"]);
+    settle(&d);
     let held: Vec<_> = (0..3)
         .map(|_| send_and_hold(&d, "SendMessage", json!({"message": user_message("wait")})))
         .collect();
@@ -176,6 +185,7 @@ fn abandoned_streams_free_their_slots_too() {
         "--set",
         "http.sse_keepalive_ms=200",
     ]);
+    settle(&d);
     let mut held: Vec<_> = (0..3)
         .map(|_| send_and_hold(&d, "SendStreamingMessage", json!({"message": user_message("wait")})))
         .collect();
