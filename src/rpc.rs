@@ -262,6 +262,12 @@ pub fn decode(body: &[u8]) -> Result<Request, (Id, RpcError)> {
         None => return Err(invalid(Id::null(), "`id` is missing (notifications are not supported)")),
         Some(raw) => Id(raw),
     };
+    // The raw text skipped what a full parse checks (a lone surrogate in a
+    // string, a number beyond f64): such an id is as unreadable as before,
+    // and could not be echoed as JSON every client parses.
+    if let Err(e) = serde_json::from_str::<Value>(id.as_json()) {
+        return Err(parse_error(format!("the id: {e}")));
+    }
     if !id.is_valid() {
         return Err(invalid(Id::null(), "`id` must be a string, a number or null"));
     }
@@ -410,6 +416,18 @@ mod tests {
         "null"
     );
     bad!(truncated, br#"{"jsonrpc":"2.0","id":1"#, PARSE_ERROR, "null");
+    bad!(
+        lone_surrogate_id,
+        br#"{"jsonrpc":"2.0","id":"\ud800","method":"x"}"#,
+        PARSE_ERROR,
+        "null"
+    );
+    bad!(
+        out_of_range_id,
+        br#"{"jsonrpc":"2.0","id":1e999,"method":"x"}"#,
+        PARSE_ERROR,
+        "null"
+    );
 
     #[test]
     fn ids_come_back_as_their_very_text() {
@@ -417,7 +435,7 @@ mod tests {
         for id in [
             hundred.as_str(),
             "123456789012345678901234567890",
-            "-0.10e+999",
+            "-0.10e+99",
             r#""x\u00e9""#,
             "null",
         ] {
