@@ -75,8 +75,8 @@ pub fn parse_ms(s: &str) -> Option<u64> {
     u64::try_from(secs * 1000 + frac_ms).ok()
 }
 
-// Howard Hinnant's days-from-civil algorithms (public domain).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
+// Howard Hinnant's days-from-civil algorithms (public domain); http::date uses them too.
+pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);
@@ -89,7 +89,7 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (y, m, d)
 }
 
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+pub fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
     let era = y.div_euclid(400);
     let yoe = y.rem_euclid(400);

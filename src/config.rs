@@ -29,7 +29,7 @@ keys! {
     "a2a.vsock_operator_cids", "CID,…", "", "vsock peers that see every task (others see only the tasks they created).";
     "a2a.advertise", "BINDING URL", "", "Add an interface to the card after the listeners' own, e.g. `JSONRPC http://127.0.0.1:8080/` for a proxy that fronts the socket. Repeatable.";
     "a2a.tls", "-", "", "Not supported: the kernel authenticates peers (SO_PEERCRED on unix sockets, the CID on vsock). Setting it is an error; put TLS in a proxy that fronts the socket.";
-    "a2a.max_connections", "N", "1024", "Concurrent connections; a connection over the cap gets 503 and is closed.";
+    "a2a.max_connections", "N", "1024", "Concurrent connections; a connection over the cap gets 503 and is closed. Lowered at start, with a log line, when RLIMIT_NOFILE cannot hold it beside the fds kept for workers.";
     "a2a.version_required", "BOOL", "true", "Refuse requests without an A2A-Version header (which means 0.3) with -32009. `false` treats a missing header as 1.0.";
     "card.name", "TEXT", "agentd", "The card's name.";
     "card.description", "TEXT", "(depends on the runner)", "The card's description.";

@@ -25,6 +25,22 @@ pub const MAX_CONNECTIONS: usize = 1024;
 /// caps nesting at 128, so a small stack holds; 1,024 idle connections then
 /// cost 256 MiB of address space, not 2 GiB.
 pub const CONN_THREAD_STACK_BYTES: usize = 256 * 1024;
+/// File descriptors kept back from connections for the daemon itself
+/// (listeners, procman, logs, a 503 to a client over the cap) ...
+pub const FD_RESERVE_BASE: u64 = 64;
+/// ... and for each task that may run at once (`tasks.max_running`): its
+/// worker's control socket and what spawning it takes. Connections get the
+/// rest of RLIMIT_NOFILE, so a task never fails because clients used the fds.
+pub const FD_RESERVE_PER_TASK: u64 = 4;
+/// A condition that repeats (accept failing with EMFILE, say) is logged at
+/// most once per this interval, with the count of what was not logged.
+pub const LOG_REPEAT_INTERVAL_MS: u64 = 10_000;
+/// Deepest nesting of arrays and objects in a JSON-RPC request body, the
+/// envelope included; deeper → -32700 before anything is parsed. Well below
+/// serde_json's own limit (128), so a request's values stay parseable when
+/// re-embedded in a task, an event or a worker frame, and so every handler
+/// on a connection thread (debug builds too) stays within its stack.
+pub const JSON_DEPTH_MAX: usize = 64;
 
 /// Tasks whose worker runs at once (config: `tasks.max_running`); more wait
 /// in SUBMITTED.
@@ -68,6 +84,10 @@ pub const WORKER_PING_INTERVAL_MS: u64 = 5_000;
 /// Heartbeat: a ping unanswered this long means the worker is stalled
 /// (config: `tasks.stall_timeout_ms`): kill ladder, FAILED, cause `stalled`.
 pub const WORKER_STALL_TIMEOUT_MS: u64 = 15_000;
+/// A blocking SendMessage waits on its task in slices this long and, between
+/// them, looks whether its client hung up; a gone client frees its
+/// connection within about this long, and the task goes on.
+pub const BLOCKING_WAIT_SLICE_MS: u64 = 200;
 /// SSE comment sent on an idle stream (config: `http.sse_keepalive_ms`).
 pub const SSE_KEEPALIVE_MS: u64 = 15_000;
 

@@ -3,7 +3,11 @@
 //! HTTP status each error travels with (the binding text: -31401 → 401,
 //! -31403 → 403, everything else 200).
 
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
+
+use crate::limits;
 
 pub const PARSE_ERROR: i32 = -32700;
 pub const INVALID_REQUEST: i32 = -32600;
@@ -136,54 +140,145 @@ pub fn standard_reason(code: i32) -> &'static str {
     }
 }
 
+/// A request id exactly as the client wrote it: a string, a number or
+/// null, kept as its JSON text so that a 30- or 100-digit number comes back
+/// byte for byte (JSON-RPC 2.0 §5: "the same value"), never rounded through
+/// an `f64`.
+#[derive(Debug, Clone)]
+pub struct Id(Box<RawValue>);
+
+impl Id {
+    /// `null`: the id of errors found before the id could be read.
+    pub fn null() -> Id {
+        Id(RawValue::from_string("null".into()).unwrap_or_else(|_| unreachable!("null is JSON")))
+    }
+
+    /// The id's JSON text, as received.
+    pub fn as_json(&self) -> &str {
+        self.0.get()
+    }
+
+    pub fn is_null(&self) -> bool {
+        self.as_json() == "null"
+    }
+
+    pub fn is_string(&self) -> bool {
+        self.as_json().starts_with('"')
+    }
+
+    pub fn is_number(&self) -> bool {
+        self.as_json().starts_with(|c: char| c == '-' || c.is_ascii_digit())
+    }
+
+    /// Whether JSON-RPC allows this value as an id (string, number, null).
+    fn is_valid(&self) -> bool {
+        self.is_null() || self.is_string() || self.is_number()
+    }
+}
+
+impl PartialEq for Id {
+    fn eq(&self, other: &Id) -> bool {
+        self.as_json() == other.as_json()
+    }
+}
+
+impl Serialize for Id {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
 /// One decoded JSON-RPC request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Request {
-    /// String, number or null, echoed unchanged (type preserved).
-    pub id: Value,
+    /// String, number or null, echoed unchanged (its very text).
+    pub id: Id,
     pub method: String,
     /// Always an object; an absent `params` is `{}`.
     pub params: Value,
 }
 
+/// The request object's members, as read in one pass. `id` keeps its raw
+/// text; a present `null` id is `Some(null)`, an absent one `None`.
+#[derive(Deserialize)]
+struct Envelope {
+    #[serde(default, deserialize_with = "present")]
+    id: Option<Box<RawValue>>,
+    #[serde(default)]
+    jsonrpc: Option<Value>,
+    #[serde(default)]
+    method: Option<Value>,
+    #[serde(default)]
+    params: Option<Value>,
+}
+
+/// Deserializes a present member as `Some`, even when it is `null`.
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
+    Box::<RawValue>::deserialize(d).map(Some)
+}
+
 /// Decodes a request body. On failure returns the id to answer with (null
 /// when it could not be read) and the error.
-pub fn decode(body: &[u8]) -> Result<Request, (Value, RpcError)> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| {
+///
+/// Nesting is bounded before anything is built: a body deeper than
+/// [`limits::JSON_DEPTH_MAX`] is a -32700, so no handler, task or worker
+/// frame ever holds a value that is near serde_json's own recursion limit
+/// or deep enough to exhaust a connection thread's stack.
+pub fn decode(body: &[u8]) -> Result<Request, (Id, RpcError)> {
+    let parse_error = |why: String| {
         (
-            Value::Null,
-            RpcError::new(PARSE_ERROR, format!("Invalid JSON payload: {e}")),
+            Id::null(),
+            RpcError::new(PARSE_ERROR, format!("Invalid JSON payload: {why}")),
         )
-    })?;
-    let invalid = |id: Value, why: &str| {
+    };
+    if let Some(at) = too_deep(body, limits::JSON_DEPTH_MAX) {
+        return Err(parse_error(format!(
+            "nested deeper than {} levels (at byte {at})",
+            limits::JSON_DEPTH_MAX
+        )));
+    }
+    let invalid = |id: Id, why: &str| {
         (
             id,
             RpcError::new(INVALID_REQUEST, format!("Request payload validation error: {why}")),
         )
     };
-    let mut obj = match value {
-        Value::Object(o) => o,
-        Value::Array(_) => return Err(invalid(Value::Null, "batch requests are not supported")),
-        _ => return Err(invalid(Value::Null, "the request must be a JSON object")),
+    let first = body.iter().find(|b| !b.is_ascii_whitespace());
+    if first != Some(&b'{') {
+        // Not an object: say what it is, if it is JSON at all.
+        return match serde_json::from_slice::<Value>(body) {
+            Err(e) => Err(parse_error(e.to_string())),
+            Ok(Value::Array(_)) => Err(invalid(Id::null(), "batch requests are not supported")),
+            Ok(_) => Err(invalid(Id::null(), "the request must be a JSON object")),
+        };
+    }
+    let env: Envelope = serde_json::from_slice(body).map_err(|e| match e.classify() {
+        // Well-formed JSON with a member of the wrong shape (a duplicate
+        // `id`, say): the request is invalid, not the JSON.
+        serde_json::error::Category::Data => invalid(Id::null(), &e.to_string()),
+        _ => parse_error(e.to_string()),
+    })?;
+    let id = match env.id {
+        None => return Err(invalid(Id::null(), "`id` is missing (notifications are not supported)")),
+        Some(raw) => Id(raw),
     };
-    let id = match obj.remove("id") {
-        None => {
-            return Err(invalid(
-                Value::Null,
-                "`id` is missing (notifications are not supported)",
-            ))
-        }
-        Some(id @ (Value::String(_) | Value::Number(_) | Value::Null)) => id,
-        Some(_) => return Err(invalid(Value::Null, "`id` must be a string, a number or null")),
-    };
-    if obj.get("jsonrpc") != Some(&Value::String("2.0".into())) {
+    // The raw text skipped what a full parse checks (a lone surrogate in a
+    // string, a number beyond f64): such an id is as unreadable as before,
+    // and could not be echoed as JSON every client parses.
+    if let Err(e) = serde_json::from_str::<Value>(id.as_json()) {
+        return Err(parse_error(format!("the id: {e}")));
+    }
+    if !id.is_valid() {
+        return Err(invalid(Id::null(), "`id` must be a string, a number or null"));
+    }
+    if env.jsonrpc != Some(Value::String("2.0".into())) {
         return Err(invalid(id, "`jsonrpc` must be \"2.0\""));
     }
-    let method = match obj.remove("method") {
+    let method = match env.method {
         Some(Value::String(m)) if !m.is_empty() => m,
         _ => return Err(invalid(id, "`method` must be a non-empty string")),
     };
-    let params = match obj.remove("params") {
+    let params = match env.params {
         None | Some(Value::Null) => Value::Object(Map::new()),
         Some(p @ Value::Object(_)) => p,
         Some(_) => return Err((id, RpcError::invalid_params("params", "must be an object"))),
@@ -191,14 +286,68 @@ pub fn decode(body: &[u8]) -> Result<Request, (Value, RpcError)> {
     Ok(Request { id, method, params })
 }
 
+/// The byte offset where `body` first opens more than `max` arrays and
+/// objects at once, strings skipped; `None` if it never does. A scan, not a
+/// parse: malformed JSON within the bound is left to serde_json to explain.
+fn too_deep(body: &[u8], max: usize) -> Option<usize> {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for (i, &b) in body.iter().enumerate() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return Some(i);
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    None
+}
+
+#[derive(Serialize)]
+struct Success<'a> {
+    jsonrpc: &'static str,
+    id: &'a Id,
+    result: Value,
+}
+
+#[derive(Serialize)]
+struct Failure<'a> {
+    jsonrpc: &'static str,
+    id: &'a Id,
+    error: Value,
+}
+
 /// `{"jsonrpc":"2.0","id":…,"result":…}` as compact bytes.
-pub fn success(id: &Value, result: Value) -> Vec<u8> {
-    serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id, "result": result})).unwrap_or_else(|_| b"{}".to_vec())
+pub fn success(id: &Id, result: Value) -> Vec<u8> {
+    serde_json::to_vec(&Success {
+        jsonrpc: "2.0",
+        id,
+        result,
+    })
+    .unwrap_or_else(|_| b"{}".to_vec())
 }
 
 /// `{"jsonrpc":"2.0","id":…,"error":…}` as compact bytes.
-pub fn failure(id: &Value, err: &RpcError) -> Vec<u8> {
-    serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id, "error": err.to_value()})).unwrap_or_else(|_| b"{}".to_vec())
+pub fn failure(id: &Id, err: &RpcError) -> Vec<u8> {
+    serde_json::to_vec(&Failure {
+        jsonrpc: "2.0",
+        id,
+        error: err.to_value(),
+    })
+    .unwrap_or_else(|_| b"{}".to_vec())
 }
 
 #[cfg(test)]
@@ -211,47 +360,115 @@ mod tests {
             fn $name() {
                 let (id, err) = decode($body).unwrap_err();
                 assert_eq!(err.code, $code, "{}", err.message);
-                assert_eq!(id, $id);
+                assert_eq!(id.as_json(), $id);
                 assert_eq!(err.data[0]["@type"], ERROR_INFO);
             }
         };
     }
 
-    bad!(not_json, b"{'a':1}", PARSE_ERROR, Value::Null);
-    bad!(empty_body, b"", PARSE_ERROR, Value::Null);
-    bad!(batch, b"[]", INVALID_REQUEST, Value::Null);
-    bad!(scalar, b"7", INVALID_REQUEST, Value::Null);
+    bad!(not_json, b"{'a':1}", PARSE_ERROR, "null");
+    bad!(empty_body, b"", PARSE_ERROR, "null");
+    bad!(batch, b"[]", INVALID_REQUEST, "null");
+    bad!(scalar, b"7", INVALID_REQUEST, "null");
     bad!(
         no_id,
         br#"{"jsonrpc":"2.0","method":"GetTask"}"#,
         INVALID_REQUEST,
-        Value::Null
+        "null"
     );
     bad!(
         object_id,
         br#"{"jsonrpc":"2.0","id":{},"method":"x"}"#,
         INVALID_REQUEST,
-        Value::Null
+        "null"
     );
     bad!(
         wrong_version,
         br#"{"jsonrpc":"1.0","id":3,"method":"x"}"#,
         INVALID_REQUEST,
-        json!(3)
+        "3"
     );
-    bad!(no_method, br#"{"jsonrpc":"2.0","id":"a"}"#, INVALID_REQUEST, json!("a"));
+    bad!(no_method, br#"{"jsonrpc":"2.0","id":"a"}"#, INVALID_REQUEST, r#""a""#);
     bad!(
         array_params,
         br#"{"jsonrpc":"2.0","id":1,"method":"x","params":[]}"#,
         INVALID_PARAMS,
-        json!(1)
+        "1"
     );
 
     #[test]
     fn decodes_and_defaults_params() {
         let r = decode(br#"{"jsonrpc":"2.0","id":7,"method":"GetExtendedAgentCard"}"#).unwrap();
-        assert_eq!(r.id, json!(7));
+        assert_eq!(r.id.as_json(), "7");
         assert_eq!(r.params, json!({}));
+    }
+
+    bad!(
+        duplicate_id,
+        br#"{"jsonrpc":"2.0","id":1,"id":2,"method":"x"}"#,
+        INVALID_REQUEST,
+        "null"
+    );
+    bad!(
+        bool_id,
+        br#"{"jsonrpc":"2.0","id":true,"method":"x"}"#,
+        INVALID_REQUEST,
+        "null"
+    );
+    bad!(truncated, br#"{"jsonrpc":"2.0","id":1"#, PARSE_ERROR, "null");
+    bad!(
+        lone_surrogate_id,
+        br#"{"jsonrpc":"2.0","id":"\ud800","method":"x"}"#,
+        PARSE_ERROR,
+        "null"
+    );
+    bad!(
+        out_of_range_id,
+        br#"{"jsonrpc":"2.0","id":1e999,"method":"x"}"#,
+        PARSE_ERROR,
+        "null"
+    );
+
+    #[test]
+    fn ids_come_back_as_their_very_text() {
+        let hundred = "1".repeat(100);
+        for id in [
+            hundred.as_str(),
+            "123456789012345678901234567890",
+            "-0.10e+99",
+            r#""x\u00e9""#,
+            "null",
+        ] {
+            let body = format!(r#"{{"jsonrpc":"2.0", "id": {id} ,"method":"m"}}"#);
+            let r = decode(body.as_bytes()).unwrap();
+            assert_eq!(r.id.as_json(), id);
+            let out = String::from_utf8(success(&r.id, json!(1))).unwrap();
+            assert_eq!(out, format!(r#"{{"jsonrpc":"2.0","id":{id},"result":1}}"#));
+        }
+    }
+
+    #[test]
+    fn nesting_is_bounded_before_parsing() {
+        let nest = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        let at = |n: usize| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"m","params":{{"a":{}}}}}"#,
+                nest(n)
+            )
+        };
+        // Two levels are the envelope and params.
+        let max = limits::JSON_DEPTH_MAX - 2;
+        assert!(decode(at(max).as_bytes()).is_ok());
+        let (id, err) = decode(at(max + 1).as_bytes()).unwrap_err();
+        assert_eq!((id.as_json(), err.code), ("null", PARSE_ERROR));
+        assert!(err.message.contains("nested deeper"), "{}", err.message);
+        // Brackets inside strings do not count.
+        let quoted = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"m","params":{{"a":"{}\"{}"}}}}"#,
+            "[".repeat(500),
+            "{".repeat(500)
+        );
+        assert!(decode(quoted.as_bytes()).is_ok());
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!  accept ─▶ SO_PEERCRED gate ─▶ cap ─▶ thread: loop { read request ─▶ route ─▶ write }
-//!   GET  /.well-known/agent-card.json  → the card (ETag, Cache-Control)
+//!   GET  /.well-known/agent-card.json  → the card (ETag, Last-Modified, Cache-Control)
 //!   POST / (or "")                     → Content-Type ─▶ JSON-RPC ─▶ A2A-Version ─▶ method
 //!   anything else                      → 404 / 405
 //! ```
@@ -12,8 +12,6 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-use serde_json::Value;
 
 use crate::a2a::card::{Card, PROTOCOL_VERSION};
 use crate::a2a::{stream, Agent, Answer, Call, Daemon};
@@ -37,6 +35,9 @@ struct Shared {
     gate: Gate,
     http_limits: http::Limits,
     conns: AtomicUsize,
+    /// The connection cap: a2a.max_connections, or less when RLIMIT_NOFILE
+    /// cannot hold that many beside the fds kept for workers.
+    max_conns: usize,
     busy: AtomicUsize,
     stopping: AtomicBool,
     next_conn: AtomicUsize,
@@ -117,6 +118,7 @@ pub fn serve(cfg: Config) -> Result<(), ServeError> {
             vsock_operators: cfg.vsock_operator_cids.clone(),
         },
         conns: AtomicUsize::new(0),
+        max_conns: connection_cap(&cfg),
         busy: AtomicUsize::new(0),
         stopping: AtomicBool::new(false),
         next_conn: AtomicUsize::new(1),
@@ -205,6 +207,8 @@ pub fn serve(cfg: Config) -> Result<(), ServeError> {
 }
 
 fn accept_loop(listener: &AcceptHandle, shared: &Arc<Shared>, name: &str) {
+    let mut accept_errors = Throttle::default();
+    let mut refusals = Throttle::default();
     loop {
         let peer = match listener.accept() {
             Ok(Some(p)) => p,
@@ -214,9 +218,11 @@ fn accept_loop(listener: &AcceptHandle, shared: &Arc<Shared>, name: &str) {
                 if shared.stopping.load(Ordering::SeqCst) {
                     return;
                 }
-                // EMFILE and friends: log, breathe, go on. One bad accept
-                // must not take the listener down.
-                log::warn!("a2a.accept listener={name} error={e}");
+                // EMFILE and friends: log (once per interval), breathe, go
+                // on. One bad accept must not take the listener down.
+                if let Some(suppressed) = accept_errors.due() {
+                    log::warn!("a2a.accept listener={name} error={e} repeats_unlogged={suppressed}");
+                }
                 std::thread::sleep(Duration::from_millis(50));
                 continue;
             }
@@ -232,30 +238,127 @@ fn accept_loop(listener: &AcceptHandle, shared: &Arc<Shared>, name: &str) {
             }
         };
         let conn_id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
-        if shared.conns.fetch_add(1, Ordering::SeqCst) >= shared.agent.cfg.max_connections {
-            shared.conns.fetch_sub(1, Ordering::SeqCst);
-            refuse_busy(stream, conn_id);
+        let Some(slot) = Slot::take(shared, shared.max_conns) else {
+            if let Some(suppressed) = refusals.due() {
+                log::warn!(
+                    "a2a.conn.refused conn={conn_id} reason=connection cap {} reached repeats_unlogged={suppressed}",
+                    shared.max_conns
+                );
+            }
+            refuse_busy(stream);
             continue;
-        }
+        };
         let shared2 = shared.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("conn-{conn_id}"))
             .stack_size(limits::CONN_THREAD_STACK_BYTES)
             .spawn(move || {
+                // Dropped however the thread ends, a panic included.
+                let _slot = slot;
                 let reason = serve_connection(stream, &principal, &shared2);
                 log::debug!("a2a.conn.close conn={conn_id} reason={reason}");
-                shared2.conns.fetch_sub(1, Ordering::SeqCst);
             });
+        // A failed spawn dropped the closure, and the slot with it.
         if let Err(e) = spawned {
-            shared.conns.fetch_sub(1, Ordering::SeqCst);
             log::warn!("a2a.conn.thread conn={conn_id} error={e}");
         }
     }
 }
 
+/// Logs a repeating condition once per [`limits::LOG_REPEAT_INTERVAL_MS`].
+#[derive(Default)]
+struct Throttle {
+    last: Option<Instant>,
+    suppressed: u64,
+}
+
+impl Throttle {
+    /// `Some(times not logged since the last line)` when a line is due.
+    fn due(&mut self) -> Option<u64> {
+        let interval = Duration::from_millis(limits::LOG_REPEAT_INTERVAL_MS);
+        if self.last.is_some_and(|t| t.elapsed() < interval) {
+            self.suppressed += 1;
+            return None;
+        }
+        self.last = Some(Instant::now());
+        Some(std::mem::take(&mut self.suppressed))
+    }
+}
+
+/// Raises RLIMIT_NOFILE's soft limit as far as connections and the
+/// workers' reserve need (at most to the hard limit) and returns the
+/// connection cap that fits under it: a2a.max_connections, or less — said
+/// once in the log — so a client over the cap gets its 503 before accept
+/// could fail with EMFILE, and a task's worker always finds its fds.
+fn connection_cap(cfg: &Config) -> usize {
+    let reserve = limits::FD_RESERVE_BASE + limits::FD_RESERVE_PER_TASK * cfg.tasks.max_running as u64;
+    let wanted = cfg.max_connections as u64 + reserve;
+    let Ok((mut soft, hard)) = crate::sys::nofile_limit() else {
+        return cfg.max_connections;
+    };
+    if soft < wanted {
+        let raised = wanted.min(hard);
+        match crate::sys::set_nofile_soft(raised, hard) {
+            Ok(()) => {
+                log::info!("agentd.nofile soft={raised} was={soft} hard={hard}");
+                soft = raised;
+            }
+            Err(e) => log::warn!("agentd.nofile cannot raise soft={soft} to {raised}: {e}"),
+        }
+    }
+    let fits = usize::try_from(soft.saturating_sub(reserve))
+        .unwrap_or(usize::MAX)
+        .max(1);
+    if fits < cfg.max_connections {
+        log::warn!(
+            "a2a.max_connections lowered to {fits} (configured {}): RLIMIT_NOFILE is {soft} (hard {hard}) and {reserve} \
+             fds are kept for workers; raise the hard limit (ulimit -Hn, systemd LimitNOFILE=) to serve more",
+            cfg.max_connections
+        );
+    }
+    fits.min(cfg.max_connections)
+}
+
+/// A connection slot, given back on drop: however a connection thread
+/// ends, a panic included, its slot is free again.
+struct Slot(Arc<Shared>);
+
+impl Slot {
+    /// A slot, unless `max` are taken.
+    fn take(shared: &Arc<Shared>, max: usize) -> Option<Slot> {
+        if shared.conns.fetch_add(1, Ordering::SeqCst) >= max {
+            shared.conns.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        Some(Slot(shared.clone()))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.conns.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// One request being answered (the drain waits for these), counted until
+/// drop for the same reason.
+struct Busy<'a>(&'a AtomicUsize);
+
+impl<'a> Busy<'a> {
+    fn enter(count: &'a AtomicUsize) -> Busy<'a> {
+        count.fetch_add(1, Ordering::SeqCst);
+        Busy(count)
+    }
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// Over the connection cap: a short 503, then close.
-fn refuse_busy(mut stream: Stream, conn_id: usize) {
-    log::warn!("a2a.conn.refused conn={conn_id} reason=connection cap reached");
+fn refuse_busy(mut stream: Stream) {
     let _ = stream.set_write_timeout(Some(Duration::from_millis(500)));
     let resp =
         Response::error(503, "too many connections (a2a.max_connections); retry later").header("Retry-After", "1");
@@ -265,9 +368,13 @@ fn refuse_busy(mut stream: Stream, conn_id: usize) {
 /// Why a connection ended, for the log.
 enum CloseReason {
     PeerClosed,
+    /// Hung up while its blocking call waited.
+    PeerGone,
     Idle,
     Rejected(u16),
     ClientAskedClose,
+    /// A close-delimited (HTTP/1.0) stream ended: closing is its end.
+    StreamEnded,
     Stopping,
     Io(std::io::Error),
 }
@@ -276,9 +383,11 @@ impl fmt::Display for CloseReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CloseReason::PeerClosed => f.write_str("peer closed"),
+            CloseReason::PeerGone => f.write_str("peer hung up while its call waited"),
             CloseReason::Idle => f.write_str("idle timeout"),
             CloseReason::Rejected(s) => write!(f, "bad request ({s})"),
             CloseReason::ClientAskedClose => f.write_str("Connection: close"),
+            CloseReason::StreamEnded => f.write_str("close-delimited stream ended"),
             CloseReason::Stopping => f.write_str("daemon stopping"),
             CloseReason::Io(e) => write!(f, "i/o error: {e}"),
         }
@@ -305,15 +414,25 @@ fn serve_connection(mut stream: Stream, principal: &Principal, shared: &Shared) 
             }
             Err(ReadError::Io(e)) => return CloseReason::Io(e),
         };
-        shared.busy.fetch_add(1, Ordering::SeqCst);
-        let written = match route(&req, principal, shared) {
+        let busy = Busy::enter(&shared.busy);
+        let peer_gone = || stream.peer_gone();
+        let written = match route(&req, principal, shared, &peer_gone) {
+            Reply::Gone => return CloseReason::PeerGone,
             Reply::Full(resp) => {
                 let keep_alive = req.keep_alive && !shared.stopping.load(Ordering::SeqCst);
                 http::write_response(&mut stream, &resp, keep_alive)
             }
-            Reply::Stream { id, source, active } => write_stream(&mut stream, principal, shared, &id, source, &active),
+            Reply::Stream { id, source, active } => {
+                // HTTP/1.0 knows no chunked coding: its stream ends with the connection.
+                let close_delimited = !req.http11;
+                let written = write_stream(&mut stream, principal, shared, &id, source, &active, close_delimited);
+                if close_delimited && written.is_ok() {
+                    return CloseReason::StreamEnded;
+                }
+                written
+            }
         };
-        shared.busy.fetch_sub(1, Ordering::SeqCst);
+        drop(busy);
         if let Err(e) = written {
             return CloseReason::Io(e);
         }
@@ -329,8 +448,10 @@ fn serve_connection(mut stream: Stream, principal: &Principal, shared: &Shared) 
 /// What a request gets: a whole response, or an SSE stream.
 enum Reply {
     Full(Response),
+    /// The client hung up while its call waited: close, answer nothing.
+    Gone,
     Stream {
-        id: Value,
+        id: rpc::Id,
         source: Source,
         active: ext::Active,
     },
@@ -343,7 +464,7 @@ enum Source {
     Events(Option<u64>),
 }
 
-fn route(req: &Request, principal: &Principal, shared: &Shared) -> Reply {
+fn route(req: &Request, principal: &Principal, shared: &Shared, peer_gone: &dyn Fn() -> bool) -> Reply {
     let path = req.path.as_str();
     if path == CARD_PATH {
         return Reply::Full(match req.method.as_str() {
@@ -353,7 +474,7 @@ fn route(req: &Request, principal: &Principal, shared: &Shared) -> Reply {
     }
     if path == "/" || path.is_empty() {
         return match req.method.as_str() {
-            "POST" => rpc_response(req, principal, shared),
+            "POST" => rpc_response(req, principal, shared, peer_gone),
             _ => Reply::Full(Response::error(405, "JSON-RPC requests are POSTed to /").header("Allow", "POST")),
         };
     }
@@ -369,9 +490,10 @@ fn write_stream(
     stream: &mut Stream,
     principal: &Principal,
     shared: &Shared,
-    id: &Value,
+    id: &rpc::Id,
     source: Source,
     active: &ext::Active,
+    close_delimited: bool,
 ) -> std::io::Result<()> {
     let mut headers = vec![
         ("Content-Type".to_string(), "text/event-stream".to_string()),
@@ -387,7 +509,11 @@ fn write_stream(
         Source::Events(_) => "events".to_string(),
     };
     let strip_labels = !active.has(ext::ANNOTATIONS);
-    let mut out = http::ChunkedWriter::start(stream, 200, &headers)?;
+    let mut out = if close_delimited {
+        http::ChunkedWriter::start_close_delimited(stream, 200, &headers)?
+    } else {
+        http::ChunkedWriter::start(stream, 200, &headers)?
+    };
     let keepalive = Duration::from_millis(shared.agent.cfg.sse_keepalive_ms);
     let mut events = 0u64;
     let mut sink = |emit: Emit| match emit {
@@ -418,20 +544,28 @@ fn write_stream(
     }
 }
 
+/// The card, or 304 when the client's copy is current: If-None-Match
+/// decides when present; otherwise If-Modified-Since (RFC 9110 §13.2.2).
 fn card_response(req: &Request, card: &Card) -> Response {
     let cache = format!("public, max-age={}", limits::CARD_MAX_AGE_SECS);
-    let matches = req
-        .header("If-None-Match")
-        .is_some_and(|v| v.split(',').any(|t| t.trim() == card.etag || t.trim() == "*"));
-    if matches {
-        return Response::new(304)
-            .header("ETag", &card.etag)
-            .header("Cache-Control", &cache);
-    }
-    Response::new(200)
+    let built_secs = card.built_ms / 1000;
+    let last_modified = http::date::format(built_secs);
+    let fresh = match req.header("If-None-Match") {
+        Some(v) => v.split(',').any(|t| t.trim() == card.etag || t.trim() == "*"),
+        // An invalid date, or more than one, is ignored (RFC 9110 §13.1.3).
+        None => req
+            .header("If-Modified-Since")
+            .and_then(http::date::parse)
+            .is_some_and(|since| built_secs <= since),
+    };
+    let resp = Response::new(if fresh { 304 } else { 200 })
         .header("ETag", &card.etag)
-        .header("Cache-Control", &cache)
-        .body("application/json", card.json.clone())
+        .header("Last-Modified", &last_modified)
+        .header("Cache-Control", &cache);
+    if fresh {
+        return resp;
+    }
+    resp.body("application/json", card.json.clone())
 }
 
 fn json_response(status: u16, body: Vec<u8>, extensions: &[String]) -> Response {
@@ -442,7 +576,7 @@ fn json_response(status: u16, body: Vec<u8>, extensions: &[String]) -> Response 
     resp
 }
 
-fn rpc_response(req: &Request, principal: &Principal, shared: &Shared) -> Reply {
+fn rpc_response(req: &Request, principal: &Principal, shared: &Shared, peer_gone: &dyn Fn() -> bool) -> Reply {
     // Extensions: activated = requested ∩ declared; unknown ones are
     // ignored, never an error. The activated ones are echoed.
     let active = ext::Active::from_header(req.header("A2A-Extensions"));
@@ -454,7 +588,7 @@ fn rpc_response(req: &Request, principal: &Principal, shared: &Shared) -> Reply 
                 rpc::CONTENT_TYPE_NOT_SUPPORTED,
                 format!("Content-Type `{ct}` is not supported: send `Content-Type: application/json`"),
             );
-            return full(err.http_status(), rpc::failure(&Value::Null, &err));
+            return full(err.http_status(), rpc::failure(&rpc::Id::null(), &err));
         }
     }
     let call = match rpc::decode(&req.body) {
@@ -465,6 +599,7 @@ fn rpc_response(req: &Request, principal: &Principal, shared: &Shared) -> Reply 
         principal,
         active: &active,
         last_event_id: req.header("Last-Event-ID").and_then(|v| v.trim().parse().ok()),
+        peer_gone,
     };
     let result = check_version(req, shared.agent.cfg.version_required)
         .and_then(|()| shared.agent.call(&ctx, &call.method, call.params));
@@ -485,6 +620,7 @@ fn rpc_response(req: &Request, principal: &Principal, shared: &Shared) -> Reply 
             source: Source::Events(from),
             active,
         },
+        Err(err) if crate::a2a::client_gone(&err) => Reply::Gone,
         Err(err) => {
             log::debug!(
                 "a2a.rpc.error method={} code={} message={}",

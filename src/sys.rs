@@ -128,6 +128,28 @@ pub enum Rlimit {
     CoreSize,
 }
 
+/// RLIMIT_NOFILE as (soft, hard); RLIM_INFINITY reads as u64::MAX (rlim_t
+/// is 64-bit on every Linux target agentd builds for, glibc and musl).
+pub fn nofile_limit() -> io::Result<(u64, u64)> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid rlimit the kernel writes.
+    cvt(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) })?;
+    Ok((lim.rlim_cur, lim.rlim_max))
+}
+
+/// Sets RLIMIT_NOFILE's soft limit, keeping the hard one.
+pub fn set_nofile_soft(soft: u64, hard: u64) -> io::Result<()> {
+    let lim = libc::rlimit {
+        rlim_cur: soft as libc::rlim_t,
+        rlim_max: hard as libc::rlim_t,
+    };
+    // SAFETY: `lim` is a valid rlimit read by the kernel.
+    cvt(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) }).map(drop)
+}
+
 /// Sets both soft and hard limit. Async-signal-safe.
 pub fn set_rlimit(which: Rlimit, value: u64) -> io::Result<()> {
     let resource = match which {
@@ -639,6 +661,78 @@ pub fn console_on_missing_stdio() -> io::Result<()> {
 pub fn default_sigpipe() {
     // SAFETY: installing SIG_DFL for SIGPIPE touches no memory.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}
+
+// --- directories by fd: the unix listener works inside a directory it has
+// opened and checked, never re-resolving its path (see transport/unix.rs).
+
+fn c_name(name: &str) -> io::Result<std::ffi::CString> {
+    std::ffi::CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
+}
+
+/// Opens `path` as a directory, refusing a symlink in its last component
+/// (ELOOP) and anything that is not a directory (ENOTDIR).
+pub fn open_dir_nofollow(path: &std::path::Path) -> io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
+/// `openat(dir, name, O_DIRECTORY|O_NOFOLLOW)`: the directory `name` inside `dir`.
+pub fn open_dir_at(dir: &impl AsRawFd, name: &str) -> io::Result<std::fs::File> {
+    use std::os::fd::FromRawFd;
+    let name = c_name(name)?;
+    let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: a valid dir fd and a NUL-terminated name that outlives the call.
+    let fd = cvt(unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags) })?;
+    // SAFETY: openat just returned this fd; nothing else owns it.
+    Ok(unsafe { std::fs::File::from_raw_fd(fd) })
+}
+
+/// `mkdirat(dir, name, mode)`.
+pub fn mkdir_at(dir: &impl AsRawFd, name: &str, mode: u32) -> io::Result<()> {
+    let name = c_name(name)?;
+    // SAFETY: a valid dir fd and a NUL-terminated name that outlives the call.
+    cvt(unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), mode as libc::mode_t) }).map(drop)
+}
+
+/// `renameat(from_dir, from, to_dir, to)`: atomic, within one filesystem.
+pub fn rename_at(from_dir: &impl AsRawFd, from: &str, to_dir: &impl AsRawFd, to: &str) -> io::Result<()> {
+    let (from, to) = (c_name(from)?, c_name(to)?);
+    // SAFETY: valid dir fds and NUL-terminated names that outlive the call.
+    cvt(unsafe { libc::renameat(from_dir.as_raw_fd(), from.as_ptr(), to_dir.as_raw_fd(), to.as_ptr()) }).map(drop)
+}
+
+/// `unlinkat(dir, name)`, with AT_REMOVEDIR when `is_dir`.
+pub fn unlink_at(dir: &impl AsRawFd, name: &str, is_dir: bool) -> io::Result<()> {
+    let name = c_name(name)?;
+    let flags = if is_dir { libc::AT_REMOVEDIR } else { 0 };
+    // SAFETY: a valid dir fd and a NUL-terminated name that outlives the call.
+    cvt(unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), flags) }).map(drop)
+}
+
+/// `fchmodat(dir, name, mode)`.
+pub fn chmod_at(dir: &impl AsRawFd, name: &str, mode: u32) -> io::Result<()> {
+    let name = c_name(name)?;
+    // SAFETY: a valid dir fd and a NUL-terminated name that outlives the call.
+    cvt(unsafe { libc::fchmodat(dir.as_raw_fd(), name.as_ptr(), mode as libc::mode_t, 0) }).map(drop)
+}
+
+/// Whether the peer of the connected stream socket `fd` is gone: closed
+/// (POLLHUP) or the socket failed (POLLERR). A peer that only shut down its
+/// writing side (POLLRDHUP alone, a legal HTTP half-close) may still read
+/// an answer, so it does not count. Never blocks (poll timeout 0).
+pub fn peer_hung_up(fd: RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, count 1, timeout 0.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n > 0 && p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0
 }
 
 /// Waits up to `timeout_ms` for `fd` to become readable (for a listening

@@ -1,15 +1,19 @@
 //! The public agent card, built once at start-up from the config and the
-//! listeners, and served with an `ETag` and `Cache-Control`.
+//! listeners, and served with an `ETag`, a `Last-Modified` (its build time)
+//! and `Cache-Control`.
 
 use serde_json::{json, Map, Value};
 
 use crate::config::{Config, Runner};
 use crate::transport::Address;
 
-/// The card as served: its bytes and their validator.
+/// The card as served: its bytes and their validators.
 pub struct Card {
     pub json: Vec<u8>,
     pub etag: String,
+    /// When it was built (the daemon's start, when the config was read):
+    /// its `Last-Modified`, in ms since the epoch.
+    pub built_ms: u64,
 }
 
 /// The A2A protocol version every interface of ours speaks.
@@ -20,7 +24,11 @@ impl Card {
         let value = card_value(cfg, listeners, streaming);
         let json = serde_json::to_vec(&value).unwrap_or_default();
         let etag = format!("\"{:016x}\"", fnv1a(&json));
-        Card { json, etag }
+        Card {
+            json,
+            etag,
+            built_ms: crate::clock::now_ms(),
+        }
     }
 }
 

@@ -53,6 +53,18 @@ pub struct Call<'a> {
     pub active: &'a ext::Active,
     /// The SSE `Last-Event-ID` header.
     pub last_event_id: Option<u64>,
+    /// Whether the client has hung up. A blocking call asks between slices
+    /// of its wait, and gives up with [`client_gone`] when it has.
+    pub peer_gone: &'a dyn Fn() -> bool,
+}
+
+/// The reason of the error a blocking call returns when its client hung up
+/// while it waited. Nobody reads it: the connection is closed unanswered.
+pub const CLIENT_GONE: &str = "CLIENT_GONE";
+
+/// Whether `err` says the client went away (see [`Call::peer_gone`]).
+pub fn client_gone(err: &RpcError) -> bool {
+    err.data.first().and_then(|d| d.get("reason")).and_then(Value::as_str) == Some(CLIENT_GONE)
 }
 
 /// Daemon-wide facts and switches the command extension reads and sets.
@@ -221,16 +233,45 @@ impl Agent {
             let task = self.tasks.get(principal, &task.id, history_length).unwrap_or(task);
             return to_value(&StreamResponse::Task(task));
         }
-        let task = self
-            .tasks
-            .wait_until(principal, &task.id, history_length, None, |s| {
-                s.is_terminal() || s.is_interrupted()
-            })
-            .ok_or_else(|| RpcError::task_not_found(&task.id))?;
+        let task = self.wait_for_turn(call, &task.id, history_length)?;
         match self.tasks.direct_reply(&task.id) {
             Some(m) => to_value(&StreamResponse::Message(m)),
             None => to_value(&StreamResponse::Task(task)),
         }
+    }
+
+    /// Waits until the task's turn is over (terminal, interrupted, or a
+    /// direct reply), in slices, looking between them whether the client
+    /// is still there. A client that hung up gets [`CLIENT_GONE`]; the task
+    /// goes on as if it had been sent with `returnImmediately`.
+    fn wait_for_turn(&self, call: &Call<'_>, id: &str, history_length: Option<usize>) -> Result<Task, RpcError> {
+        let turn_over = |s: TaskState| s.is_terminal() || s.is_interrupted();
+        let slice = Duration::from_millis(crate::limits::BLOCKING_WAIT_SLICE_MS);
+        loop {
+            let now = self
+                .tasks
+                .wait_until(call.principal, id, Some(0), Some(slice), turn_over)
+                .ok_or_else(|| RpcError::task_not_found(id))?;
+            if turn_over(now.status.state) || self.tasks.direct_reply(id).is_some() {
+                break;
+            }
+            if (call.peer_gone)() {
+                log::info!(
+                    "a2a.send.abandoned task={id} principal={} the client hung up; the task goes on",
+                    call.principal.name()
+                );
+                return Err(RpcError::with_reason(
+                    rpc::INTERNAL_ERROR,
+                    CLIENT_GONE,
+                    rpc::AGENTD_DOMAIN,
+                    "the client hung up",
+                    &[("taskId", id)],
+                ));
+            }
+        }
+        self.tasks
+            .get(call.principal, id, history_length)
+            .ok_or_else(|| RpcError::task_not_found(id))
     }
 
     fn send_streaming(&self, call: &Call<'_>, req: SendMessageRequest) -> Result<stream::Plan, RpcError> {

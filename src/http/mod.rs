@@ -44,6 +44,7 @@
 
 pub mod chunked;
 pub mod client;
+pub mod date;
 mod response;
 pub mod sse;
 
@@ -157,6 +158,9 @@ pub struct Request {
     /// HTTP/1.1: true unless `Connection: close`. HTTP/1.0: false unless
     /// `Connection: keep-alive`. `close` wins over `keep-alive`.
     pub keep_alive: bool,
+    /// HTTP/1.1 (or a higher 1.x, served as 1.1); false for HTTP/1.0, whose
+    /// streamed answers are close-delimited, never chunked.
+    pub http11: bool,
 }
 
 impl Request {
@@ -351,9 +355,10 @@ impl Reader {
 
         let head = self.read_head(conn)?;
         self.start = head.len;
-        let (path, query) = match head.target.split_once('?') {
+        let (path, query) = match origin_form(&head.target).split_once('?') {
+            Some(("", q)) => ("/".to_string(), Some(q.to_string())),
             Some((p, q)) => (p.to_string(), Some(q.to_string())),
-            None => (head.target.clone(), None),
+            None => (origin_form(&head.target).to_string(), None),
         };
         let keep_alive = keep_alive(head.http11, &head.headers);
         let framing = framing(head.http11, &head.headers, self.limits.body_max_bytes)?;
@@ -383,6 +388,7 @@ impl Reader {
             headers: head.headers,
             body,
             keep_alive,
+            http11: head.http11,
         })
     }
 
@@ -397,12 +403,19 @@ impl Reader {
                 Ok(httparse::Status::Complete(len)) => return head_from(&req, len),
                 Ok(httparse::Status::Partial) => {}
                 Err(httparse::Error::TooManyHeaders) => return Err(ReadError::reject(431, "too many header fields")),
-                Err(httparse::Error::Version) => {
-                    // `None`: the version may still turn out well-formed.
-                    if let Some(e) = version_error(&self.buf[..self.end]) {
-                        return Err(e);
+                Err(httparse::Error::Version) => match version_check(&self.buf[..self.end]) {
+                    // HTTP/1.x, x > 1: served as HTTP/1.1 (RFC 9110 §2.5).
+                    // httparse knows only 1.0 and 1.1, so the minor digit
+                    // is rewritten in place and the same head parsed again,
+                    // by the same strict parser.
+                    Version::HigherMinor(at) => {
+                        self.buf[at] = b'1';
+                        continue;
                     }
-                }
+                    Version::Reject(e) => return Err(e),
+                    // The version may still turn out well-formed.
+                    Version::Partial => {}
+                },
                 Err(e) => return Err(ReadError::reject(400, e.to_string())),
             }
             if self.end == self.buf.len() {
@@ -476,14 +489,25 @@ fn chunk_reject(e: chunked::ChunkError) -> ReadError {
     ReadError::reject(status, e.to_string())
 }
 
+/// What a request line that httparse refused for its version holds.
+enum Version {
+    /// `HTTP/1.x` with x > 1, its minor digit at this offset.
+    HigherMinor(usize),
+    /// Not a version we serve (505) or not one at all (400).
+    Reject(ReadError),
+    /// An unfinished line that may still become a version: read more.
+    Partial,
+}
+
 /// httparse says "invalid HTTP version" both for `HTTP/2.0` and for junk,
 /// and already at `HTTP/2` before the line is complete. A well-formed
-/// `HTTP/d.d` gets 505, anything that cannot become one 400, and a prefix
-/// of one in an unfinished line `None` (read more).
-fn version_error(buf: &[u8]) -> Option<ReadError> {
+/// `HTTP/1.x` (x > 1) is served as 1.1, any other `HTTP/d.d` gets 505,
+/// anything that cannot become one 400.
+fn version_check(buf: &[u8]) -> Version {
     const PATTERN: &[u8] = b"HTTP/d.d";
     let is_eol = |b: &u8| *b == b'\r' || *b == b'\n';
-    let rest = &buf[buf.iter().position(|b| !is_eol(b)).unwrap_or(buf.len())..];
+    let line_start = buf.iter().position(|b| !is_eol(b)).unwrap_or(buf.len());
+    let rest = &buf[line_start..];
     let (line, complete) = match rest.iter().position(is_eol) {
         Some(i) => (&rest[..i], true),
         None => (rest, false),
@@ -491,7 +515,7 @@ fn version_error(buf: &[u8]) -> Option<ReadError> {
     // METHOD SP TARGET SP VERSION: a line with more spaces (a space in the
     // path) is malformed, whatever its last word looks like.
     if complete && line.split(|&b| b == b' ').count() != 3 {
-        return Some(ReadError::reject(400, "malformed request line"));
+        return Version::Reject(ReadError::reject(400, "malformed request line"));
     }
     let version = line.rsplit(|&b| b == b' ').next().unwrap_or(&[]);
     let fits = version.len() <= PATTERN.len()
@@ -500,11 +524,37 @@ fn version_error(buf: &[u8]) -> Option<ReadError> {
             .zip(PATTERN)
             .all(|(&b, &p)| if p == b'd' { b.is_ascii_digit() } else { b == p });
     if fits && version.len() == PATTERN.len() {
-        Some(ReadError::reject(505, "HTTP version not supported"))
+        match (version[5], complete) {
+            (b'1', true) if version[7] > b'1' => Version::HigherMinor(line_start + line.len() - 1),
+            // Rewritten once the line is whole (then its shape is known).
+            (b'1', false) => Version::Partial,
+            _ => Version::Reject(ReadError::reject(505, "HTTP version not supported")),
+        }
     } else if fits && !complete {
-        None
+        Version::Partial
     } else {
-        Some(ReadError::reject(400, "invalid HTTP version"))
+        Version::Reject(ReadError::reject(400, "invalid HTTP version"))
+    }
+}
+
+/// The origin-form path of a request target: an absolute-form target
+/// (`http://agentd/rpc?x`, RFC 9112 §3.2.2, as a proxy sends it) loses its
+/// scheme and authority; an origin-form one is kept as is.
+fn origin_form(target: &str) -> &str {
+    let lower = |n: usize| target.get(..n).map(str::to_ascii_lowercase);
+    let after_scheme = if lower(7).as_deref() == Some("http://") {
+        7
+    } else if lower(8).as_deref() == Some("https://") {
+        8
+    } else {
+        return target;
+    };
+    let rest = &target[after_scheme..];
+    match rest.find(['/', '?']) {
+        Some(i) if rest.as_bytes()[i] == b'/' => &rest[i..],
+        // No path: the empty path, i.e. "/" (the query stays).
+        Some(i) => &rest[i..],
+        None => "/",
     }
 }
 

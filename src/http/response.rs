@@ -132,24 +132,51 @@ pub fn write_response<W: Write>(w: &mut W, resp: &Response, keep_alive: bool) ->
     w.flush()
 }
 
-/// A chunked streaming response body (for SSE). Dropping it without
-/// [`finish`](Self::finish) leaves the body unterminated: close the connection.
+/// A streaming response body (for SSE): chunked, or — for an HTTP/1.0
+/// client, which knows no Transfer-Encoding (RFC 9112 §6.1) — delimited by
+/// closing the connection. Dropping a chunked one without
+/// [`finish`](Self::finish) leaves the body unterminated: close the
+/// connection. A close-delimited one always ends with the connection.
 #[derive(Debug)]
 pub struct ChunkedWriter<W: Write> {
     w: W,
     scratch: Vec<u8>,
+    chunked: bool,
 }
 
 impl<W: Write> ChunkedWriter<W> {
     /// Writes the status line + headers (caller Content-Length and
     /// Transfer-Encoding dropped; `Transfer-Encoding: chunked` added) and flushes.
-    pub fn start(mut w: W, status: u16, headers: &[(String, String)]) -> io::Result<Self> {
+    pub fn start(w: W, status: u16, headers: &[(String, String)]) -> io::Result<Self> {
+        Self::begin(w, status, headers, true)
+    }
+
+    /// The same for an HTTP/1.0 client: no Transfer-Encoding, `Connection:
+    /// close`; the body is the bytes written, ended by closing.
+    pub fn start_close_delimited(w: W, status: u16, headers: &[(String, String)]) -> io::Result<Self> {
+        Self::begin(w, status, headers, false)
+    }
+
+    fn begin(mut w: W, status: u16, headers: &[(String, String)], chunked: bool) -> io::Result<Self> {
         let mut out = Vec::with_capacity(256);
-        write_head(&mut out, status, headers, &["content-length", "transfer-encoding"])?;
-        out.extend_from_slice(b"Transfer-Encoding: chunked\r\n\r\n");
+        write_head(
+            &mut out,
+            status,
+            headers,
+            &["content-length", "transfer-encoding", "connection"],
+        )?;
+        out.extend_from_slice(if chunked {
+            b"Transfer-Encoding: chunked\r\n\r\n".as_slice()
+        } else {
+            b"Connection: close\r\n\r\n".as_slice()
+        });
         w.write_all(&out)?;
         w.flush()?;
-        Ok(ChunkedWriter { w, scratch: Vec::new() })
+        Ok(ChunkedWriter {
+            w,
+            scratch: Vec::new(),
+            chunked,
+        })
     }
 
     /// Writes one chunk and flushes; empty data is a no-op (an empty chunk
@@ -158,17 +185,29 @@ impl<W: Write> ChunkedWriter<W> {
         if data.is_empty() {
             return Ok(());
         }
+        if !self.chunked {
+            self.w.write_all(data)?;
+            return self.w.flush();
+        }
         self.scratch.clear();
         chunked::encode_chunk(data, &mut self.scratch);
         self.w.write_all(&self.scratch)?;
         self.w.flush()
     }
 
-    /// Writes the last chunk "0\r\n\r\n", flushes, and gives the stream back.
+    /// Writes the last chunk "0\r\n\r\n" (chunked only), flushes, and
+    /// gives the stream back.
     pub fn finish(mut self) -> io::Result<W> {
-        self.w.write_all(b"0\r\n\r\n")?;
+        if self.chunked {
+            self.w.write_all(b"0\r\n\r\n")?;
+        }
         self.w.flush()?;
         Ok(self.w)
+    }
+
+    /// Whether the connection must close after this body.
+    pub fn closes(&self) -> bool {
+        !self.chunked
     }
 
     pub fn get_mut(&mut self) -> &mut W {

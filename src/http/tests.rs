@@ -226,6 +226,46 @@ reject!(
     "invalid header value"
 );
 reject!(http2, *b"GET / HTTP/2.0\r\n\r\n", 505, "HTTP version not supported");
+reject!(http0, *b"GET / HTTP/0.9\r\n\r\n", 505, "HTTP version not supported");
+accept!(
+    http_1_2_is_served_as_1_1,
+    *b"POST / HTTP/1.2\r\nContent-Length: 2\r\n\r\n{}",
+    |r| {
+        assert!(r.http11 && r.keep_alive);
+        assert_eq!((r.path.as_str(), r.body.as_slice()), ("/", b"{}".as_slice()));
+    }
+);
+accept!(http_1_9_in_pieces, *b"GET /x HTTP/1.9\r\nHost: a\r\n\r\n", |r| assert!(
+    r.http11 && r.path == "/x"
+));
+accept!(http_1_0_is_not_1_1, *b"GET / HTTP/1.0\r\n\r\n", |r| assert!(
+    !r.http11 && !r.keep_alive
+));
+accept!(
+    absolute_form,
+    *b"POST http://agentd/ HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
+    |r| assert_eq!(r.path, "/")
+);
+accept!(
+    absolute_form_with_path_and_query,
+    *b"GET HTTPS://h:1/.well-known/agent-card.json?A2A-Version=1.0 HTTP/1.1\r\n\r\n",
+    |r| {
+        assert_eq!(r.path, "/.well-known/agent-card.json");
+        assert_eq!(r.query.as_deref(), Some("A2A-Version=1.0"));
+    }
+);
+accept!(
+    absolute_form_without_path,
+    *b"GET http://agentd?a=1 HTTP/1.1\r\n\r\n",
+    |r| {
+        assert_eq!((r.path.as_str(), r.query.as_deref()), ("/", Some("a=1")));
+    }
+);
+accept!(
+    absolute_form_bare_authority,
+    *b"GET http://agentd HTTP/1.1\r\n\r\n",
+    |r| assert_eq!(r.path, "/")
+);
 reject!(junk_version, *b"GET / FTP/1.1\r\n\r\n", 400, "invalid HTTP version");
 reject!(
     non_utf8_value,
@@ -687,6 +727,7 @@ fn query_param_decoding() {
         headers: vec![],
         body: vec![],
         keep_alive: true,
+        http11: true,
     };
     assert_eq!(
         req("A2A-Version=1.0").query_param("A2A-Version").as_deref(),
@@ -804,5 +845,19 @@ fn display_texts() {
     assert_eq!(
         ReadError::reject(431, "too many header fields").to_string(),
         "request rejected with 431: too many header fields"
+    );
+}
+
+#[test]
+fn a_close_delimited_stream_has_no_transfer_encoding() {
+    let headers = vec![("Content-Type".to_string(), "text/event-stream".to_string())];
+    let mut w = ChunkedWriter::start_close_delimited(Vec::new(), 200, &headers).unwrap();
+    assert!(w.closes());
+    w.chunk(b"data: 1\n\n").unwrap();
+    w.chunk(b"").unwrap();
+    let out = w.finish().unwrap();
+    assert_eq!(
+        out,
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\ndata: 1\n\n"
     );
 }

@@ -157,6 +157,23 @@ impl Stream {
     }
 }
 
+impl AsRawFd for Stream {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        match self {
+            Stream::Unix(s) => s.as_raw_fd(),
+            Stream::Vsock(s) => s.as_raw_fd(),
+        }
+    }
+}
+
+impl Stream {
+    /// Whether the peer has gone away (see [`sys::peer_hung_up`]); a
+    /// blocking call asks this between slices of its wait.
+    pub fn peer_gone(&self) -> bool {
+        sys::peer_hung_up(self.as_raw_fd())
+    }
+}
+
 impl Read for Stream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
