@@ -16,9 +16,8 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io::Read;
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -131,6 +130,9 @@ struct Worker {
     next_ping: Instant,
 }
 
+/// A worker just started: pid, our end of its control channel, its cgroups.
+type Spawned = (i32, UnixStream, Option<TaskCgroups>);
+
 struct State {
     cfg: Arc<Config>,
     tasks: Arc<TaskTable>,
@@ -141,7 +143,7 @@ struct State {
     shutdown: Option<Sender<()>>,
     isolation: Isolation,
     /// Prespawned workers waiting for a task (tasks.prespawn).
-    idle: VecDeque<(i32, UnixStream)>,
+    idle: VecDeque<Spawned>,
 }
 
 /// Starts the procman thread.
@@ -230,8 +232,11 @@ impl State {
                 for id in ids {
                     self.cancel(&id, Cause::Shutdown);
                 }
-                for (pid, _) in self.idle.drain(..) {
+                for (pid, _, cg) in self.idle.drain(..) {
                     let _ = sys::kill_group(pid, libc::SIGKILL);
+                    if let Some(cg) = cg {
+                        cg.kill();
+                    }
                 }
             }
             Msg::KillAll => {
@@ -243,8 +248,9 @@ impl State {
             }
             Msg::Frame(pid, frame) => self.on_frame(pid, frame),
             Msg::ChannelClosed(pid, broken) => {
-                // An idle worker that went away is just dropped from the pool.
-                self.idle.retain(|(p, _)| *p != pid);
+                // An idle worker that went away is just dropped from the pool
+                // (its cgroup slot with it: not reused).
+                self.idle.retain(|(p, _, _)| *p != pid);
                 if let Some(w) = self.workers.get_mut(&pid) {
                     w.channel_open = false;
                     if broken && w.exit.is_none() {
@@ -338,40 +344,88 @@ impl State {
     }
 
     /// Starts a worker process: `agentd __worker`, its control socket's
-    /// reader thread running. It waits for a `spawn` frame.
-    fn spawn_process(&mut self, label: &str) -> std::io::Result<(i32, UnixStream)> {
+    /// reader thread running, born in a free cgroup slot where agentd has
+    /// them. It waits for a `spawn` frame.
+    fn spawn_process(&mut self, label: &str) -> std::io::Result<Spawned> {
         let (ours, theirs) = UnixStream::pair()?;
-        let mut cmd = Command::new("/proc/self/exe");
-        // No pre_exec hook: without one, std spawns with posix_spawn
-        // (vfork-like), whose cost does not grow with agentd's memory the
-        // way fork(2)'s does. The worker arms PDEATHSIG itself and then
-        // checks getppid(), which closes the window (see worker::main).
-        // The control socket rides in as the worker's stdin.
-        cmd.arg("__worker")
-            .arg(label)
-            .env_clear()
-            .env(worker::SUPERVISOR_PID_ENV, sys::getpid().to_string())
-            .env(worker::LOG_LEVEL_ENV, &self.cfg.log_level)
-            .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .process_group(0);
-        for name in worker::INHERITED_ENV {
-            if let Some(v) = std::env::var_os(name) {
-                cmd.env(name, v);
+        let cgroups = if self.isolation.is_cgroup() {
+            match self.isolation.acquire() {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    log::warn!("task.cgroup error={e}; process group only");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let mut env: Vec<(String, std::ffi::OsString)> = vec![
+            (worker::SUPERVISOR_PID_ENV.into(), sys::getpid().to_string().into()),
+            (worker::LOG_LEVEL_ENV.into(), self.cfg.log_level.clone().into()),
+        ];
+        if let Some(cg) = &cgroups {
+            // The worker's parent-death path kills the slot through these.
+            if let Some(f) = cg.kill_file() {
+                env.push((worker::CGROUP_KILL_ENV.into(), f.into()));
+            }
+            if let Some(f) = cg.procs_file() {
+                env.push((worker::CGROUP_PROCS_ENV.into(), f.into()));
             }
         }
-        let child = cmd.spawn()?;
-        let pid = child.id() as i32;
-        // The child is reaped by reap() via waitpid(-1), never by Child::wait.
-        drop(child);
+        for name in worker::INHERITED_ENV {
+            if let Some(v) = std::env::var_os(name) {
+                env.push((name.to_string(), v));
+            }
+        }
+        let cstr = |s: Vec<u8>| std::ffi::CString::new(s).map_err(|_| std::io::ErrorKind::InvalidInput);
+        let argv = [
+            cstr(b"agentd".to_vec())?,
+            cstr(b"__worker".to_vec())?,
+            cstr(label.as_bytes().to_vec())?,
+        ];
+        let envp = env
+            .into_iter()
+            .map(|(k, v)| {
+                use std::os::unix::ffi::OsStrExt;
+                cstr([k.as_bytes(), b"=", v.as_bytes()].concat())
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut spawn = sys::WorkerSpawn {
+            argv: &argv,
+            envp: &envp,
+            control_fd: theirs.as_raw_fd(),
+            cgroup_fd: cgroups.as_ref().and_then(|c| self.isolation.clone_into(c)),
+        };
+        // Born in its cgroup (clone3) where the kernel lets us: no
+        // migration, whose machine-wide lock stalls every fork. The worker
+        // arms PDEATHSIG itself and then checks getppid(), which closes the
+        // window (see worker::main). The control socket is its stdin.
+        let pid = match sys::spawn_worker(&spawn) {
+            Err(e) if spawn.cgroup_fd.is_some() && sys::placement_refused(&e) => {
+                self.isolation.placement_refused(&e);
+                spawn.cgroup_fd = None;
+                sys::spawn_worker(&spawn)?
+            }
+            other => other?,
+        };
+        drop(theirs);
+        // Into the cgroups it was not born in (v1 limits; v2 after a
+        // refused clone3) before it hears `spawn`: everything the task
+        // forks is inside from the start. The child is reaped by reap().
+        let cgroups = cgroups.and_then(|cg| match self.isolation.enter(pid, &cg, spawn.cgroup_fd.is_some()) {
+            Ok(()) => Some(cg),
+            Err(e) => {
+                log::warn!("task.cgroup pid={pid} error={e}; process group only");
+                None
+            }
+        });
         ours.set_write_timeout(Some(CONTROL_WRITE_TIMEOUT))?;
         let reader = ours.try_clone()?;
         let tx = self.tx.clone();
         std::thread::Builder::new()
             .name(format!("ctrl-{pid}"))
             .spawn(move || read_frames(pid, reader, &tx))?;
-        Ok((pid, ours))
+        Ok((pid, ours, cgroups))
     }
 
     /// Keeps tasks.prespawn idle workers waiting, so a task's start does
@@ -389,22 +443,9 @@ impl State {
     }
 
     fn fork_worker(&mut self, task_id: &str, context_id: String, message: Message) -> std::io::Result<i32> {
-        let (pid, ours) = match self.idle.pop_front() {
+        let (pid, ours, cgroups) = match self.idle.pop_front() {
             Some(w) => w,
             None => self.spawn_process(task_id)?,
-        };
-        // Into its cgroups before it hears `spawn`: everything the task
-        // forks is inside from the start.
-        let cgroups = if self.isolation.is_cgroup() {
-            match self.isolation.enter(pid) {
-                Ok(c) => Some(c),
-                Err(e) => {
-                    log::warn!("task.cgroup task={task_id} pid={pid} error={e}; process group only");
-                    None
-                }
-            }
-        } else {
-            None
         };
         let spawn = ToWorker::Spawn {
             task_id: task_id.to_string(),
@@ -607,7 +648,12 @@ impl State {
                         w.exit = Some((status, Instant::now()));
                     }
                     None => {
-                        self.idle.retain(|(p, _)| *p != pid);
+                        if let Some(at) = self.idle.iter().position(|(p, _, _)| *p == pid) {
+                            if let Some((_, _, Some(cg))) = self.idle.remove(at) {
+                                cg.kill();
+                                self.isolation.release(cg);
+                            }
+                        }
                         log::debug!("procman.reaped pid={pid} {status} (not a busy worker)");
                     }
                 },

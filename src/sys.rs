@@ -6,6 +6,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicI32, Ordering};
 
 /// Turns a C return value of -1 into the current `errno` as `io::Error`.
 fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
@@ -278,26 +279,231 @@ pub fn shutdown_read(sock: &impl AsRawFd) -> io::Result<()> {
 }
 
 /// The signal a worker asks for when agentd dies: caught (not SIGKILL), so
-/// the worker can take its whole process group — grandchildren included —
-/// down with it before it goes.
+/// the worker can take its whole task — grandchildren that left its
+/// process group included — down with it before it goes.
 pub const PARENT_DEATH_SIGNAL: libc::c_int = libc::SIGUSR2;
 
-extern "C" fn kill_group_handler(_sig: libc::c_int) {
+/// The task cgroup's `cgroup.kill` (v2), open for writing, or -1.
+static CGROUP_KILL_FD: AtomicI32 = AtomicI32::new(-1);
+/// The task cgroup's `cgroup.procs` (v1 freezer), open for reading, or -1.
+static CGROUP_PROCS_FD: AtomicI32 = AtomicI32::new(-1);
+
+/// How a worker contains its task, armed at start-up by [`arm_containment`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Containment {
+    /// The task's cgroup (v2): parent death writes its `cgroup.kill`.
+    CgroupKill,
+    /// The task's v1 cgroup: parent death SIGKILLs each pid it lists.
+    CgroupProcs,
+    /// No cgroup: the worker is a child subreaper, so whatever leaves its
+    /// process group is re-parented to it, and parent death kills its
+    /// children until none is left.
+    Subreaper,
+}
+
+/// Opens the task cgroup's `cgroup.kill` (or, without v2, `cgroup.procs`)
+/// for the parent-death path; with neither, makes the caller a child
+/// subreaper. Then installs the parent-death handler and PDEATHSIG.
+pub fn arm_containment(
+    kill_file: Option<&std::path::Path>,
+    procs_file: Option<&std::path::Path>,
+) -> io::Result<Containment> {
+    use std::os::fd::IntoRawFd;
+    let how = if let Some(f) = kill_file {
+        let fd = std::fs::OpenOptions::new().write(true).open(f)?.into_raw_fd();
+        CGROUP_KILL_FD.store(fd, Ordering::SeqCst);
+        Containment::CgroupKill
+    } else if let Some(f) = procs_file {
+        let fd = std::fs::File::open(f)?.into_raw_fd();
+        CGROUP_PROCS_FD.store(fd, Ordering::SeqCst);
+        Containment::CgroupProcs
+    } else {
+        set_child_subreaper()?;
+        Containment::Subreaper
+    };
+    // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" value.
+    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+    action.sa_sigaction = kill_task_handler as *const () as libc::sighandler_t;
+    // SAFETY: `action` is valid; the handler makes only async-signal-safe
+    // system calls (see kill_task), and the old action is not requested.
+    cvt(unsafe { libc::sigaction(PARENT_DEATH_SIGNAL, &action, std::ptr::null_mut()) })?;
+    set_parent_death_signal(PARENT_DEATH_SIGNAL)?;
+    Ok(how)
+}
+
+extern "C" fn kill_task_handler(_sig: libc::c_int) {
+    kill_task();
+}
+
+/// SIGKILL to the whole task, the caller (its worker) last: the cgroup
+/// through `cgroup.kill` or its pid list, else every child until none is
+/// left (we are their subreaper), then our own process group. Only
+/// async-signal-safe system calls on stack buffers: it runs in a signal
+/// handler.
+fn kill_task() {
+    let kill_fd = CGROUP_KILL_FD.load(Ordering::SeqCst);
+    if kill_fd >= 0 {
+        // SAFETY: write(2) of one byte from a static string to an fd we
+        // opened; this SIGKILLs the whole cgroup, us included.
+        unsafe { libc::write(kill_fd, b"1".as_ptr().cast(), 1) };
+    }
+    let procs_fd = CGROUP_PROCS_FD.load(Ordering::SeqCst);
+    if procs_fd >= 0 {
+        let me = getpid();
+        for _ in 0..1000 {
+            let mut others = 0;
+            read_pids(procs_fd, true, |pid| {
+                if pid != me {
+                    others += 1;
+                    // SAFETY: kill(2) with integers; pid > 1 (parsed, ≠ us).
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
+            });
+            if others == 0 {
+                break;
+            }
+        }
+    }
+    kill_children();
     // SAFETY: kill(2) is async-signal-safe; 0 means "my process group",
     // which is the task's group: the worker is its leader.
     unsafe { libc::kill(0, libc::SIGKILL) };
 }
 
-/// Installs the handler that turns [`PARENT_DEATH_SIGNAL`] into SIGKILL for
-/// the caller's whole process group.
-pub fn on_parent_death_kill_group() -> io::Result<()> {
-    // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" value.
-    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
-    action.sa_sigaction = kill_group_handler as *const () as libc::sighandler_t;
-    // SAFETY: `action` is valid; the handler only calls kill(2), which is
-    // async-signal-safe, and the old action is not requested.
-    cvt(unsafe { libc::sigaction(PARENT_DEATH_SIGNAL, &action, std::ptr::null_mut()) })?;
-    set_parent_death_signal(PARENT_DEATH_SIGNAL)
+/// SIGKILLs every child of ours, reaps them, and again, until none is left:
+/// as a subreaper we inherit each killed child's children, so this takes
+/// the whole tree. Async-signal-safe (raw system calls, stack buffers).
+pub fn kill_children() {
+    for _ in 0..1000 {
+        let mut found = 0;
+        for_each_thread(|tid| {
+            let mut path = [0u8; 64];
+            let mut n = 0;
+            for part in [
+                &b"/proc/self/task/"[..],
+                fmt_decimal(tid, &mut [0u8; 12]),
+                b"/children\0",
+            ] {
+                path[n..n + part.len()].copy_from_slice(part);
+                n += part.len();
+            }
+            // SAFETY: `path` is NUL-terminated (the last part ends in \0).
+            let fd = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
+            if fd < 0 {
+                return;
+            }
+            read_pids(fd, false, |pid| {
+                found += 1;
+                // SAFETY: kill(2) with integers; pid > 1 (parsed).
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            });
+            // SAFETY: closing the fd opened above.
+            unsafe { libc::close(fd) };
+        });
+        // SAFETY: waitpid with WNOHANG and a null status pointer.
+        while unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) } > 0 {}
+        if found == 0 {
+            return;
+        }
+        let pause = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 1_000_000,
+        };
+        // SAFETY: nanosleep with a valid timespec and no remainder wanted.
+        unsafe { libc::nanosleep(&pause, std::ptr::null_mut()) };
+    }
+}
+
+/// Calls `f` with each thread id of ours (getdents64 on /proc/self/task).
+fn for_each_thread(mut f: impl FnMut(i32)) {
+    // SAFETY: a NUL-terminated path.
+    let dir = unsafe {
+        libc::open(
+            c"/proc/self/task".as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if dir < 0 {
+        return;
+    }
+    let mut buf = [0u8; 2048];
+    loop {
+        // SAFETY: getdents64 writes at most `buf.len()` bytes into `buf`.
+        let n = unsafe { libc::syscall(libc::SYS_getdents64, dir, buf.as_mut_ptr(), buf.len()) };
+        if n <= 0 {
+            break;
+        }
+        let mut at = 0usize;
+        while at + 19 < n as usize {
+            // struct linux_dirent64: u64 ino, i64 off, u16 reclen, u8 type, name.
+            let reclen = u16::from_ne_bytes([buf[at + 16], buf[at + 17]]) as usize;
+            let name = &buf[at + 19..(at + reclen).min(n as usize)];
+            let tid = name
+                .iter()
+                .take_while(|b| b.is_ascii_digit())
+                .fold(0i32, |acc, b| acc.saturating_mul(10).saturating_add((b - b'0') as i32));
+            if tid > 0 {
+                f(tid);
+            }
+            if reclen == 0 {
+                break;
+            }
+            at += reclen;
+        }
+    }
+    // SAFETY: closing the fd opened above.
+    unsafe { libc::close(dir) };
+}
+
+/// Reads decimal pids separated by whitespace from `fd` (from offset 0 if
+/// `rewind`) and calls `f` with each one > 1. Stack buffer, no allocation.
+fn read_pids(fd: RawFd, rewind: bool, mut f: impl FnMut(i32)) {
+    let mut buf = [0u8; 1024];
+    let mut offset: libc::off_t = 0;
+    let mut num: i32 = 0;
+    let mut digits = false;
+    loop {
+        let n = if rewind {
+            // SAFETY: pread writes at most `buf.len()` bytes into `buf`.
+            unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), offset) }
+        } else {
+            // SAFETY: read writes at most `buf.len()` bytes into `buf`.
+            unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) }
+        };
+        if n <= 0 {
+            break;
+        }
+        offset += n as libc::off_t;
+        for &b in &buf[..n as usize] {
+            if b.is_ascii_digit() {
+                num = num.saturating_mul(10).saturating_add((b - b'0') as i32);
+                digits = true;
+            } else {
+                if digits && num > 1 {
+                    f(num);
+                }
+                num = 0;
+                digits = false;
+            }
+        }
+    }
+    if digits && num > 1 {
+        f(num);
+    }
+}
+
+/// `n` in decimal, in `buf`.
+fn fmt_decimal(mut n: i32, buf: &mut [u8; 12]) -> &[u8] {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    &buf[at..]
 }
 
 /// Sends `sig` to one process.
@@ -364,10 +570,10 @@ pub fn prepare_child(cmd: &mut std::process::Command, setup: ChildSetup) {
     unsafe { cmd.pre_exec(hook) };
 }
 
-/// SIGKILL to the caller's own process group (the worker, its program and
-/// everything they forked): used when the supervisor is gone.
-pub fn kill_own_group() -> ! {
-    kill_group_handler(libc::SIGKILL);
+/// SIGKILL to the worker's whole task (its cgroup, or its children and
+/// process group; see [`arm_containment`]): used when the supervisor is gone.
+pub fn kill_own_task() -> ! {
+    kill_task();
     // Unreachable in practice: SIGKILL to our own group includes us.
     std::process::exit(137)
 }

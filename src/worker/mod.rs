@@ -34,6 +34,12 @@ use crate::sys;
 
 /// Environment variable carrying the supervisor's pid to the worker.
 pub const SUPERVISOR_PID_ENV: &str = "AGENTD_SUPERVISOR_PID";
+/// Environment variable naming the task cgroup's v2 `cgroup.kill`: the
+/// worker opens it at start-up and its parent-death path writes `1`.
+pub const CGROUP_KILL_ENV: &str = "AGENTD_CGROUP_KILL";
+/// Environment variable naming the task cgroup's v1 freezer `cgroup.procs`
+/// (hosts without cgroup v2): the parent-death path SIGKILLs every pid in it.
+pub const CGROUP_PROCS_ENV: &str = "AGENTD_CGROUP_PROCS";
 /// Environment variable carrying the daemon's log level to the worker.
 pub const LOG_LEVEL_ENV: &str = "AGENTD_LOG_LEVEL";
 /// What a worker inherits from agentd's environment: what its program may
@@ -63,7 +69,7 @@ impl Link {
                 "worker.link.lost pid={} error={e}; killing the task's group",
                 sys::getpid()
             );
-            sys::kill_own_group();
+            sys::kill_own_task();
         }
     }
 }
@@ -91,10 +97,18 @@ pub fn main() -> i32 {
             return 2;
         }
     };
-    if let Err(e) = sys::on_parent_death_kill_group() {
-        eprintln!("agentd worker: cannot arm parent-death signal: {e}");
-        return EXIT_ORPHANED;
-    }
+    let kill_file = std::env::var_os(CGROUP_KILL_ENV).map(std::path::PathBuf::from);
+    let procs_file = std::env::var_os(CGROUP_PROCS_ENV).map(std::path::PathBuf::from);
+    let containment = match sys::arm_containment(kill_file.as_deref(), procs_file.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("agentd worker: cannot arm parent-death containment: {e}");
+            return EXIT_ORPHANED;
+        }
+    };
+    // Spawned into a cgroup, we start with every signal blocked (see
+    // sys::spawn_worker); the handlers are in place now.
+    sys::unblock_all_signals();
     if sys::getppid() != supervisor {
         return EXIT_ORPHANED;
     }
@@ -110,7 +124,7 @@ pub fn main() -> i32 {
             return 2;
         }
     };
-    match run(ctrl) {
+    match run(ctrl, containment) {
         Ok(()) => 0,
         Err(e) => {
             log::error!("worker.failed pid={} error={e}", sys::getpid());
@@ -119,7 +133,7 @@ pub fn main() -> i32 {
     }
 }
 
-fn run(ctrl: UnixStream) -> io::Result<()> {
+fn run(ctrl: UnixStream, containment: sys::Containment) -> io::Result<()> {
     let mut reader = ctrl.try_clone()?;
     let link = Link {
         writer: Mutex::new(ctrl),
@@ -177,6 +191,11 @@ fn run(ctrl: UnixStream) -> io::Result<()> {
             }
         }
     };
+    if containment == sys::Containment::Subreaper {
+        // Nothing of a task outlives it: what left our process group (setsid)
+        // was re-parented to us; procman can see only the group.
+        sys::kill_children();
+    }
     link.send(&FromWorker::Done {
         outcome: done.outcome,
         cause: done.cause,
@@ -203,7 +222,7 @@ fn read_control(mut reader: UnixStream, link: &Link, tx: Sender<Event>) {
             Ok(None) | Err(_) => {
                 // The supervisor is gone (or talking nonsense): nothing of
                 // this task may outlive it.
-                sys::kill_own_group();
+                sys::kill_own_task();
             }
         }
     }
