@@ -97,6 +97,8 @@ pub fn main() -> i32 {
             return 2;
         }
     };
+    // Anything inherited past stdio is a leak from whoever started agentd.
+    sys::close_fds_from(3);
     let kill_file = std::env::var_os(CGROUP_KILL_ENV).map(std::path::PathBuf::from);
     let procs_file = std::env::var_os(CGROUP_PROCS_ENV).map(std::path::PathBuf::from);
     let containment = match sys::arm_containment(kill_file.as_deref(), procs_file.as_deref()) {
@@ -115,8 +117,6 @@ pub fn main() -> i32 {
     if let Err(e) = sys::outlast_sigterm() {
         eprintln!("agentd worker: cannot catch SIGTERM: {e}");
     }
-    // Anything inherited past stdio is a leak from whoever started agentd.
-    sys::close_fds_from(3);
     let ctrl = match sys::take_control_fd(CONTROL_FD) {
         Ok(s) => s,
         Err(e) => {
