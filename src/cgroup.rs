@@ -554,9 +554,100 @@ mod tests {
     }
 
     #[test]
-    fn off_means_process_groups() {
+    fn off_means_process_groups_and_a_subreaper() {
         let iso = Isolation::detect("off", Limits::default());
         assert!(!iso.is_cgroup());
-        assert_eq!(iso.to_string(), "process-group");
+        assert_eq!(iso.to_string(), "process-group+subreaper");
+    }
+
+    const HYBRID_CGROUP: &str = "\
+8:pids:/
+6:freezer:/
+4:memory:/svc/x
+0::/
+";
+
+    fn v1_mounts() -> String {
+        MOUNTINFO.replace(
+            "39 31 0:36",
+            "37 31 0:34 / /sys/fs/cgroup/freezer rw,relatime - cgroup cgroup rw,freezer\n39 31 0:36",
+        )
+    }
+
+    #[test]
+    fn a_hybrid_host_uses_v2_and_v1_only_for_a_set_limit() {
+        let own = own_cgroups(HYBRID_CGROUP, &v1_mounts());
+        assert_eq!(
+            own,
+            vec![
+                (Kind::V1Pids, "/sys/fs/cgroup/pids".into()),
+                (Kind::V1Freezer, "/sys/fs/cgroup/freezer".into()),
+                (Kind::V1Memory, "/sys/fs/cgroup/memory/svc/x".into()),
+                (Kind::V2, "/sys/fs/cgroup/unified".into()),
+            ]
+        );
+        // No limit: v2 only (the freezer is dropped once v2 works).
+        let kinds = |l| wanted(&own, l).into_iter().map(|(k, _)| k).collect::<Vec<_>>();
+        assert_eq!(kinds(Limits::default()), vec![Kind::V2, Kind::V1Freezer]);
+        let pids = Limits {
+            pids_max: 64,
+            memory_max_bytes: 0,
+        };
+        assert_eq!(kinds(pids), vec![Kind::V2, Kind::V1Pids, Kind::V1Freezer]);
+        let both = Limits {
+            pids_max: 64,
+            memory_max_bytes: 1 << 30,
+        };
+        assert_eq!(
+            kinds(both),
+            vec![Kind::V2, Kind::V1Pids, Kind::V1Freezer, Kind::V1Memory]
+        );
+    }
+
+    #[test]
+    fn a_pure_v2_host_and_a_v1_only_host() {
+        let v2 = "25 1 0:22 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n";
+        let own = own_cgroups("0::/system.slice/agentd.service\n", v2);
+        assert_eq!(
+            own,
+            vec![(Kind::V2, "/sys/fs/cgroup/system.slice/agentd.service".into())]
+        );
+        let limits = Limits {
+            pids_max: 64,
+            memory_max_bytes: 1 << 30,
+        };
+        assert_eq!(wanted(&own, limits), own, "v2 enforces the limits itself");
+        // v1 only: the freezer contains; no v2 line, or v2 not mounted.
+        let mounts = v1_mounts().replace(
+            "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n",
+            "",
+        );
+        let own = own_cgroups(HYBRID_CGROUP, &mounts);
+        let kinds: Vec<Kind> = wanted(&own, Limits::default()).into_iter().map(|(k, _)| k).collect();
+        assert_eq!(kinds, vec![Kind::V1Freezer]);
+        assert!(own_cgroups("", "").is_empty());
+    }
+
+    #[test]
+    fn stale_parents_are_those_of_gone_daemons_and_our_own_pid() {
+        let base = std::env::temp_dir().join(format!("agentd-cgs-{}", crate::ids::new_id()));
+        for d in ["agentd-100", "agentd-200", "agentd-300", "agentd-x", "other", "agentd-"] {
+            fs::create_dir_all(base.join(d).join("slot-1")).unwrap();
+        }
+        let alive = |p: i32| p == 200 || p == 300;
+        let stale = stale_parents(&base, 300, alive);
+        assert_eq!(stale, vec![base.join("agentd-100"), base.join("agentd-300")]);
+        assert!(stale_parents(&base.join("missing"), 1, alive).is_empty());
+        fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn a_fake_slot_with_no_processes_is_not_killed() {
+        let dir = std::env::temp_dir().join(format!("agentd-cgk-{}", crate::ids::new_id()));
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("cgroup.procs"), "").unwrap();
+        assert_eq!(kill_cgroup(Kind::V2, &dir), 0);
+        assert_eq!(kill_cgroup(Kind::V1Freezer, &dir), 0);
+        fs::remove_dir_all(&dir).unwrap();
     }
 }

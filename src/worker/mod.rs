@@ -2,20 +2,26 @@
 //! task. It speaks the control protocol on fd 3 and runs one runner.
 //!
 //! Start-up, in order (each step is why the next is safe):
-//! 1. arm parent-death: PDEATHSIG as a caught signal whose handler
-//!    SIGKILLs our whole process group, so a program's grandchildren die
-//!    with agentd too (procman spawned us with posix_spawn, already in our
-//!    own process group, without a pre-exec hook: cheap at any RSS);
-//! 2. `getppid()` must be the supervisor pid procman passed: if agentd died
-//!    before step 1, we were already reparented and must exit now — this
-//!    check is what makes arming PDEATHSIG after exec race-free;
+//! 1. close every inherited fd past stdio;
+//! 2. arm containment: open the task cgroup's `cgroup.kill` (v2) or
+//!    `cgroup.procs` (v1 freezer) named in our environment, or — without a
+//!    cgroup — become a child subreaper, so what leaves our process group
+//!    is still ours; then PDEATHSIG as a caught signal whose handler kills
+//!    the whole task that way (sys::arm_containment), so a program's
+//!    descendants die with agentd too, even SIGKILLed ones that `setsid`;
+//!    (signals are unblocked after step 3: a worker spawned into a cgroup
+//!    starts with all blocked, see sys::spawn_worker);
 //! 3. catch SIGTERM (the ladder's SIGTERM is for the program; the worker
 //!    stays to report how it ended — SIGKILL still takes it);
-//! 4. close every inherited fd past stdio, move the control socket off
-//!    stdin to a close-on-exec fd, and put /dev/null on stdin;
-//! 5. say `ready`, read `spawn`, run, say `done`, exit.
+//! 4. `getppid()` must be the supervisor pid procman passed: if agentd died
+//!    before step 2, we were already reparented and must exit now — this
+//!    check is what makes arming PDEATHSIG after exec race-free;
+//! 5. move the control socket off stdin to a close-on-exec fd, and put
+//!    /dev/null on stdin;
+//! 6. say `ready`, read `spawn`, run, (as subreaper) kill what is left of
+//!    the task, say `done`, exit.
 //!
-//! A control-channel EOF means the supervisor is gone: kill the group.
+//! A control-channel EOF means the supervisor is gone: kill the task.
 
 mod echo;
 pub mod jsonl;
@@ -108,14 +114,14 @@ pub fn main() -> i32 {
             return EXIT_ORPHANED;
         }
     };
+    if let Err(e) = sys::outlast_sigterm() {
+        eprintln!("agentd worker: cannot catch SIGTERM: {e}");
+    }
     // Spawned into a cgroup, we start with every signal blocked (see
     // sys::spawn_worker); the handlers are in place now.
     sys::unblock_all_signals();
     if sys::getppid() != supervisor {
         return EXIT_ORPHANED;
-    }
-    if let Err(e) = sys::outlast_sigterm() {
-        eprintln!("agentd worker: cannot catch SIGTERM: {e}");
     }
     let ctrl = match sys::take_control_fd(CONTROL_FD) {
         Ok(s) => s,
