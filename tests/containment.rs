@@ -233,9 +233,13 @@ fn a_restart_kills_and_removes_a_dead_daemons_slots() {
         "the restart left {:?} alive",
         survivors(&pids)
     );
-    for slot in &planted {
-        assert!(!slot.parent().unwrap().exists(), "{} still there", slot.display());
-    }
+    let parent = planted[0].parent().unwrap();
+    assert!(
+        wait_for(Duration::from_secs(5), || !parent.exists()),
+        "{} still there",
+        parent.display()
+    );
+    assert!(wait_for(Duration::from_secs(5), || d.log_text().contains("isolation=")));
     let log = d.log_text();
     let lines: Vec<&str> = log.lines().filter(|l| l.contains("cgroup.stale_slot")).collect();
     for slot in &planted {
