@@ -29,9 +29,7 @@
 use std::fmt;
 use std::fs;
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// One cgroup hierarchy agentd can create task cgroups in.
@@ -68,8 +66,6 @@ pub struct Isolation {
     free: Vec<usize>,
     /// Slots made so far.
     made: usize,
-    /// The v2 directory of each slot (index N-1), open for clone3.
-    slot_dirs: Vec<Option<Arc<fs::File>>>,
     /// False once the kernel refused CLONE_INTO_CGROUP: migrate instead.
     clone_into: bool,
 }
@@ -107,7 +103,6 @@ impl fmt::Display for Isolation {
 pub struct TaskCgroups {
     slot: usize,
     dirs: Vec<(Kind, PathBuf)>,
-    v2_dir: Option<Arc<fs::File>>,
     baseline: Counters,
     /// Set once anything in it had to be killed: see [`Isolation::release`].
     killed: std::cell::Cell<bool>,
@@ -174,7 +169,6 @@ impl Isolation {
             Some(n) => n,
             None => {
                 let n = self.made + 1;
-                let mut v2_dir = None;
                 for h in &self.hierarchies {
                     let dir = h.parent.join(format!("slot-{n}"));
                     match fs::create_dir(&dir) {
@@ -184,12 +178,8 @@ impl Isolation {
                         Err(e) => return Err(e),
                     }
                     self.limit(h.kind, &dir)?;
-                    if h.kind == Kind::V2 {
-                        v2_dir = Some(Arc::new(fs::File::open(&dir)?));
-                    }
                 }
                 self.made = n;
-                self.slot_dirs.push(v2_dir);
                 n
             }
         };
@@ -200,7 +190,6 @@ impl Isolation {
                 .iter()
                 .map(|h| (h.kind, h.parent.join(format!("slot-{slot}"))))
                 .collect(),
-            v2_dir: self.slot_dirs.get(slot - 1).cloned().flatten(),
             baseline: Counters::default(),
             killed: std::cell::Cell::new(false),
         };
@@ -209,10 +198,15 @@ impl Isolation {
         Ok(task)
     }
 
-    /// The slot's v2 directory, for spawning a worker straight into it
-    /// (`sys::WorkerSpawn::cgroup_fd`); None when it must be moved in.
-    pub fn clone_into(&self, task: &TaskCgroups) -> Option<RawFd> {
-        task.v2_dir.as_ref().filter(|_| self.clone_into).map(|f| f.as_raw_fd())
+    /// The slot's v2 directory, opened, for spawning a worker straight into
+    /// it (`sys::WorkerSpawn::cgroup_fd`; keep it open until the spawn
+    /// returned); None when the worker must be moved in.
+    pub fn clone_into(&self, task: &TaskCgroups) -> Option<fs::File> {
+        if !self.clone_into {
+            return None;
+        }
+        let (_, dir) = task.dirs.iter().find(|(k, _)| *k == Kind::V2)?;
+        fs::File::open(dir).ok()
     }
 
     /// The kernel refused CLONE_INTO_CGROUP (`sys::placement_refused`):
@@ -268,10 +262,6 @@ impl Isolation {
             log::warn!("cgroup.slot slot={} still has processes; not reused", task.slot);
         } else if task.killed.get() {
             log::debug!("cgroup.retire slot={} (killed in)", task.slot);
-            if let Some(f) = self.slot_dirs.get_mut(task.slot - 1) {
-                *f = None;
-            }
-            drop(task.v2_dir);
             for (_, dir) in &task.dirs {
                 let _ = fs::remove_dir(dir);
             }

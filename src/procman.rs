@@ -390,11 +390,12 @@ impl State {
                 cstr([k.as_bytes(), b"=", v.as_bytes()].concat())
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let slot_dir = cgroups.as_ref().and_then(|c| self.isolation.clone_into(c));
         let mut spawn = sys::WorkerSpawn {
             argv: &argv,
             envp: &envp,
             control_fd: theirs.as_raw_fd(),
-            cgroup_fd: cgroups.as_ref().and_then(|c| self.isolation.clone_into(c)),
+            cgroup_fd: slot_dir.as_ref().map(|f| f.as_raw_fd()),
         };
         // Born in its cgroup (clone3) where the kernel lets us: no
         // migration, whose machine-wide lock stalls every fork. The worker
@@ -408,7 +409,7 @@ impl State {
             }
             other => other?,
         };
-        drop(theirs);
+        drop((theirs, slot_dir));
         // Into the cgroups it was not born in (v1 limits; v2 after a
         // refused clone3) before it hears `spawn`: everything the task
         // forks is inside from the start. The child is reaped by reap().
