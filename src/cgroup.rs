@@ -2,24 +2,35 @@
 //! the process group alone is the unit (and agentd says which at start-up).
 //!
 //! ```text
-//!  cgroup v2 (unified)   <ours>/agentd-PID/slot-N/   cgroup.kill; pids.max and
-//!                                                    memory.max when those
+//!  cgroup v2 (unified)   <ours>/agentd-PID/slot-N/   containment: the worker is
+//!                                                    born inside (clone3
+//!                                                    CLONE_INTO_CGROUP), killed
+//!                                                    with cgroup.kill; pids.max
+//!                                                    and memory.max when those
 //!                                                    controllers are delegated
-//!  cgroup v1 pids        <ours>/agentd-PID/slot-N/   pids.max
-//!  cgroup v1 memory      <ours>/agentd-PID/slot-N/   memory.limit_in_bytes
+//!  cgroup v1 pids        <ours>/agentd-PID/slot-N/   pids.max, only when
+//!                                                    tasks.pids_max is set
+//!  cgroup v1 memory      <ours>/agentd-PID/slot-N/   memory.limit_in_bytes, only
+//!                                                    when tasks.memory_max_bytes
+//!                                                    is set
+//!  cgroup v1 freezer     <ours>/agentd-PID/slot-N/   containment on a host with
+//!                                                    no usable v2 hierarchy
 //! ```
-//! A hybrid host (v2 mounted beside v1 controllers, as here) uses both: v2
-//! for `cgroup.kill`, v1 for the limits. A cgroup catches what a process
-//! group cannot: a program that calls `setsid` to leave its group is still
-//! in its task's cgroup, and is killed with it.
-//!
-//! procman puts a worker into its cgroups before sending it `spawn`, so
-//! everything the task forks is inside from the first instruction.
+//! A hybrid host (an empty v2 hierarchy beside v1 controllers) uses v2 for
+//! containment and a v1 hierarchy only for a limit that is configured: a
+//! `cgroup.procs` write (migration) takes a machine-wide lock that stalls
+//! every fork, so agentd makes one only when it buys something. A cgroup
+//! catches what a process group cannot: a program that calls `setsid` to
+//! leave its group is still in its task's cgroup, and dies with it — also
+//! when agentd is SIGKILLed: the worker's parent-death handler writes the
+//! slot's `cgroup.kill`, and a restarted agentd kills and removes the slots
+//! of a dead one.
 
 use std::fmt;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 /// One cgroup hierarchy agentd can create task cgroups in.
 #[derive(Debug, Clone)]
@@ -34,6 +45,7 @@ enum Kind {
     V2,
     V1Pids,
     V1Memory,
+    V1Freezer,
 }
 
 /// The per-task limits a cgroup enforces (0 = none).
@@ -54,6 +66,8 @@ pub struct Isolation {
     free: Vec<usize>,
     /// Slots made so far.
     made: usize,
+    /// False once the kernel refused CLONE_INTO_CGROUP: migrate instead.
+    clone_into: bool,
 }
 
 /// Cumulative counters of a slot, read when a task enters it, so a
@@ -68,7 +82,7 @@ struct Counters {
 impl fmt::Display for Isolation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.hierarchies.is_empty() {
-            return f.write_str("process-group");
+            return f.write_str("process-group+subreaper");
         }
         let parts: Vec<&str> = self
             .hierarchies
@@ -77,36 +91,48 @@ impl fmt::Display for Isolation {
                 Kind::V2 => "cgroup2",
                 Kind::V1Pids => "cgroup1-pids",
                 Kind::V1Memory => "cgroup1-memory",
+                Kind::V1Freezer => "cgroup1-freezer",
             })
             .collect();
         write!(f, "process-group+{}", parts.join("+"))
     }
 }
 
-/// A task's cgroups.
+/// A task's cgroups: one slot, in every hierarchy agentd uses.
 #[derive(Debug, Default)]
 pub struct TaskCgroups {
     slot: usize,
     dirs: Vec<(Kind, PathBuf)>,
     baseline: Counters,
+    /// Set once anything in it had to be killed: see [`Isolation::release`].
+    killed: std::cell::Cell<bool>,
 }
 
 impl Isolation {
     /// Finds where agentd may create cgroups: `mode` is `auto`, `off`, or a
-    /// directory in a cgroup v2 hierarchy to create them in.
+    /// directory in a cgroup v2 hierarchy to create them in. Kills and
+    /// removes the slots of agentd daemons that died without cleaning up.
     pub fn detect(mode: &str, limits: Limits) -> Isolation {
-        let mut found = Vec::new();
         if mode == "off" {
             return Isolation::default();
         }
-        let pid = std::process::id();
-        let candidates: Vec<(Kind, PathBuf)> = if mode == "auto" {
-            own_cgroups()
+        let own = if mode == "auto" {
+            own_cgroups(
+                &fs::read_to_string("/proc/self/cgroup").unwrap_or_default(),
+                &fs::read_to_string("/proc/self/mountinfo").unwrap_or_default(),
+            )
         } else {
             vec![(Kind::V2, PathBuf::from(mode))]
         };
-        for (kind, base) in candidates {
-            remove_stale(&base);
+        let pid = std::process::id();
+        for (kind, base) in &own {
+            kill_stale(*kind, base, pid);
+        }
+        let mut found = Vec::new();
+        for (kind, base) in wanted(&own, limits) {
+            if kind == Kind::V1Freezer && found.iter().any(|h: &Hierarchy| h.kind == Kind::V2) {
+                continue; // v2 contains already
+            }
             let parent = base.join(format!("agentd-{pid}"));
             match fs::create_dir(&parent) {
                 Ok(()) => {}
@@ -122,11 +148,12 @@ impl Isolation {
             }
             found.push(Hierarchy { kind, parent });
         }
+        let clone_into = found.iter().any(|h| h.kind == Kind::V2);
         Isolation {
             hierarchies: found,
             limits,
-            free: Vec::new(),
-            made: 0,
+            clone_into,
+            ..Isolation::default()
         }
     }
 
@@ -134,34 +161,73 @@ impl Isolation {
         !self.hierarchies.is_empty()
     }
 
-    /// Puts `pid` (a worker) into a free slot's cgroups, making a new slot
-    /// when none is free. Limits the kernel does not offer here are
-    /// skipped, not errors.
-    pub fn enter(&mut self, pid: i32) -> io::Result<TaskCgroups> {
-        let (slot, new) = match self.free.pop() {
-            Some(n) => (n, false),
+    /// A free slot for the next worker, made (with its limits) when none is
+    /// free. Nothing is in it yet: the worker is born into it
+    /// ([`Isolation::clone_into`]) or moved in ([`Isolation::enter`]).
+    pub fn acquire(&mut self) -> io::Result<TaskCgroups> {
+        let slot = match self.free.pop() {
+            Some(n) => n,
             None => {
-                self.made += 1;
-                (self.made, true)
+                let n = self.made + 1;
+                for h in &self.hierarchies {
+                    let dir = h.parent.join(format!("slot-{n}"));
+                    match fs::create_dir(&dir) {
+                        Ok(()) => {}
+                        // Left by a daemon of our pid, emptied by kill_stale.
+                        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                        Err(e) => return Err(e),
+                    }
+                    self.limit(h.kind, &dir)?;
+                }
+                self.made = n;
+                n
             }
         };
         let mut task = TaskCgroups {
             slot,
-            ..TaskCgroups::default()
+            dirs: self
+                .hierarchies
+                .iter()
+                .map(|h| (h.kind, h.parent.join(format!("slot-{slot}"))))
+                .collect(),
+            baseline: Counters::default(),
+            killed: std::cell::Cell::new(false),
         };
-        for h in &self.hierarchies {
-            let dir = h.parent.join(format!("slot-{slot}"));
-            if new {
-                fs::create_dir(&dir)?;
-                self.limit(h.kind, &dir)?;
-            }
-            task.dirs.push((h.kind, dir));
-        }
         task.baseline = task.counters();
-        for (_, dir) in &task.dirs {
+        log::debug!("cgroup.acquire slot={slot} free={}", self.free.len());
+        Ok(task)
+    }
+
+    /// The slot's v2 directory, opened, for spawning a worker straight into
+    /// it (`sys::WorkerSpawn::cgroup_fd`; keep it open until the spawn
+    /// returned); None when the worker must be moved in.
+    pub fn clone_into(&self, task: &TaskCgroups) -> Option<fs::File> {
+        if !self.clone_into {
+            return None;
+        }
+        let (_, dir) = task.dirs.iter().find(|(k, _)| *k == Kind::V2)?;
+        fs::File::open(dir).ok()
+    }
+
+    /// The kernel refused CLONE_INTO_CGROUP (`sys::placement_refused`):
+    /// from now on workers are spawned outside and moved in. Logged once.
+    pub fn placement_refused(&mut self, e: &io::Error) {
+        if self.clone_into {
+            log::warn!("cgroup.clone_into error={e}; moving each worker into its cgroup instead (slower under load)");
+        }
+        self.clone_into = false;
+    }
+
+    /// Moves `pid` (a worker) into the slot's cgroups it was not born in:
+    /// the v1 ones, and v2 unless `born_inside`.
+    pub fn enter(&self, pid: i32, task: &TaskCgroups, born_inside: bool) -> io::Result<()> {
+        for (kind, dir) in &task.dirs {
+            if *kind == Kind::V2 && born_inside {
+                continue;
+            }
             fs::write(dir.join("cgroup.procs"), pid.to_string())?;
         }
-        Ok(task)
+        Ok(())
     }
 
     fn limit(&self, kind: Kind, dir: &Path) -> io::Result<()> {
@@ -186,11 +252,21 @@ impl Isolation {
         Ok(())
     }
 
-    /// Gives a finished task's slot back, if nothing is left in it.
+    /// Gives a finished task's slot back, if nothing is left in it. A slot
+    /// whose `cgroup.kill` was written is removed instead: on the kernel
+    /// measured (6.18) every later clone3 CLONE_INTO_CGROUP into it is
+    /// SIGKILLed at birth (the kill sequence is compared against the
+    /// parent's cgroup, not the target's).
     pub fn release(&mut self, task: TaskCgroups) {
         if task.populated() {
             log::warn!("cgroup.slot slot={} still has processes; not reused", task.slot);
+        } else if task.killed.get() {
+            log::debug!("cgroup.retire slot={} (killed in)", task.slot);
+            for (_, dir) in &task.dirs {
+                let _ = fs::remove_dir(dir);
+            }
         } else {
+            log::debug!("cgroup.release slot={}", task.slot);
             self.free.push(task.slot);
         }
     }
@@ -208,17 +284,31 @@ impl Isolation {
 }
 
 impl TaskCgroups {
-    /// SIGKILLs everything in the task's cgroups (cgroup.kill where the
-    /// kernel has it, else each pid listed).
+    /// SIGKILLs everything in the task's cgroups: cgroup.kill where the
+    /// kernel has it, else freeze-and-kill (v1 freezer), else each pid.
     pub fn kill(&self) {
         for (kind, dir) in &self.dirs {
-            if *kind == Kind::V2 && fs::write(dir.join("cgroup.kill"), "1").is_ok() {
-                continue;
-            }
-            for pid in procs(dir) {
-                let _ = crate::sys::kill_pid(pid, libc::SIGKILL);
+            if kill_cgroup(*kind, dir) > 0 {
+                self.killed.set(true);
             }
         }
+    }
+
+    /// The slot's v2 `cgroup.kill`, for the worker's parent-death path.
+    pub fn kill_file(&self) -> Option<PathBuf> {
+        self.dirs
+            .iter()
+            .find(|(k, _)| *k == Kind::V2)
+            .map(|(_, d)| d.join("cgroup.kill"))
+    }
+
+    /// The slot's v1 freezer `cgroup.procs` (a host without v2): the
+    /// worker's parent-death path SIGKILLs every pid listed there.
+    pub fn procs_file(&self) -> Option<PathBuf> {
+        self.dirs
+            .iter()
+            .find(|(k, _)| *k == Kind::V1Freezer)
+            .map(|(_, d)| d.join("cgroup.procs"))
     }
 
     /// True while any process is left in the task's cgroups.
@@ -242,6 +332,7 @@ impl TaskCgroups {
                         .and_then(|s| s.trim().parse::<u64>().ok())
                         .unwrap_or(0);
                 }
+                Kind::V1Freezer => {}
             }
         }
         c
@@ -261,39 +352,118 @@ impl TaskCgroups {
     }
 }
 
-/// Removes the cgroups of agentd daemons that died without cleaning up
-/// (SIGKILL): `agentd-PID` whose PID is gone, once their slots are empty.
-/// Their task processes died with them (PDEATHSIG).
-fn remove_stale(base: &Path) {
-    let Ok(entries) = fs::read_dir(base) else { return };
-    let mut removed = 0;
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("agentd-"))
-            .and_then(|p| p.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        if Path::new(&format!("/proc/{pid}")).exists() {
-            continue;
+/// SIGKILLs everything in one cgroup; returns the pids seen there.
+fn kill_cgroup(kind: Kind, dir: &Path) -> usize {
+    let before = procs(dir);
+    if before.is_empty() {
+        return 0;
+    }
+    if kind == Kind::V2 && fs::write(dir.join("cgroup.kill"), "1").is_ok() {
+        return before.len();
+    }
+    // A frozen cgroup cannot fork while we go through its list.
+    let frozen = kind == Kind::V1Freezer && freeze(dir, true);
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..100 {
+        let now = procs(dir);
+        let fresh: Vec<i32> = now.into_iter().filter(|p| seen.insert(*p)).collect();
+        if fresh.is_empty() {
+            break;
         }
-        if let Ok(slots) = fs::read_dir(e.path()) {
-            for t in slots.flatten().filter(|t| t.path().is_dir()) {
-                let _ = fs::remove_dir(t.path());
+        for pid in fresh {
+            let _ = crate::sys::kill_pid(pid, libc::SIGKILL);
+        }
+    }
+    if frozen {
+        freeze(dir, false); // SIGKILLed tasks die once thawed
+    }
+    seen.len()
+}
+
+/// v1 freezer: writes FROZEN (or THAWED) and, for FROZEN, waits up to a
+/// second for the state to settle. False if it could not freeze.
+fn freeze(dir: &Path, on: bool) -> bool {
+    let state = dir.join("freezer.state");
+    if fs::write(&state, if on { "FROZEN" } else { "THAWED" }).is_err() {
+        return false;
+    }
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while on && Instant::now() < deadline {
+        if fs::read_to_string(&state).is_ok_and(|s| s.trim() == "FROZEN") {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    !on
+}
+
+/// The `agentd-PID` directories under `base` left by daemons that are gone
+/// (no such pid), and ours if one exists already (a dead daemon had our
+/// pid: we just started, so nothing in it is ours).
+fn stale_parents(base: &Path, own_pid: u32, alive: impl Fn(i32) -> bool) -> Vec<PathBuf> {
+    let Ok(entries) = fs::read_dir(base) else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = entries
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name();
+            let pid = name
+                .to_str()
+                .and_then(|n| n.strip_prefix("agentd-"))
+                .and_then(|p| p.parse::<i32>().ok());
+            pid.is_some_and(|p| p as u32 == own_pid || !alive(p))
+        })
+        .map(|e| e.path())
+        .collect();
+    out.sort();
+    out
+}
+
+/// Kills and removes the cgroups of agentd daemons that died without
+/// cleaning up (SIGKILL): every slot's processes are SIGKILLed (cgroup.kill
+/// or freeze-and-kill), then the slot and its parent are removed.
+fn kill_stale(kind: Kind, base: &Path, own_pid: u32) {
+    for parent in stale_parents(base, own_pid, |p| Path::new(&format!("/proc/{p}")).exists()) {
+        let Ok(slots) = fs::read_dir(&parent) else { continue };
+        for slot in slots.flatten().map(|s| s.path()).filter(|p| p.is_dir()) {
+            let killed = kill_cgroup(kind, &slot);
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while !procs(&slot).is_empty() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            let removed = fs::remove_dir(&slot).is_ok();
+            if killed > 0 || !removed {
+                log::warn!(
+                    "cgroup.stale_slot path={} killed={killed} removed={removed} (left by an agentd that died)",
+                    slot.display()
+                );
             }
         }
-        if fs::remove_dir(e.path()).is_ok() {
-            removed += 1;
+        match fs::remove_dir(&parent) {
+            Ok(()) => log::info!("cgroup.stale removed path={}", parent.display()),
+            Err(e) => log::warn!("cgroup.stale path={} error={e}; not removed", parent.display()),
         }
     }
-    if removed > 0 {
-        log::info!(
-            "cgroup.stale removed={removed} under {} (daemons that died without cleaning up)",
-            base.display()
-        );
-    }
+}
+
+/// Of our own cgroups, the ones agentd uses: v2 (containment, and limits
+/// where it has the controllers), a v1 pids or memory hierarchy only when
+/// that limit is set, and the v1 freezer as containment only when there is
+/// no v2 (dropped in [`Isolation::detect`] once v2 works).
+fn wanted(own: &[(Kind, PathBuf)], limits: Limits) -> Vec<(Kind, PathBuf)> {
+    let mut out: Vec<(Kind, PathBuf)> = own
+        .iter()
+        .filter(|(kind, _)| match kind {
+            Kind::V2 | Kind::V1Freezer => true,
+            Kind::V1Pids => limits.pids_max > 0,
+            Kind::V1Memory => limits.memory_max_bytes > 0,
+        })
+        .cloned()
+        .collect();
+    // v2 first: whether it works decides whether the freezer is needed.
+    out.sort_by_key(|(kind, _)| *kind != Kind::V2);
+    out
 }
 
 fn procs(dir: &Path) -> Vec<i32> {
@@ -316,11 +486,10 @@ fn counter(file: &Path, key: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Our own cgroups that agentd could use: the v2 one, and the v1 pids and
-/// memory ones, each joined to where its hierarchy is mounted.
-fn own_cgroups() -> Vec<(Kind, PathBuf)> {
-    let cgroups = fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-    let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+/// Our own cgroups that agentd could use (from /proc/self/cgroup and
+/// /proc/self/mountinfo): the v2 one, and the v1 pids, memory and freezer
+/// ones, each joined to where its hierarchy is mounted.
+fn own_cgroups(cgroups: &str, mounts: &str) -> Vec<(Kind, PathBuf)> {
     let mut out = Vec::new();
     for line in cgroups.lines() {
         let mut f = line.splitn(3, ':');
@@ -331,9 +500,10 @@ fn own_cgroups() -> Vec<(Kind, PathBuf)> {
             "" => Kind::V2,
             c if c.split(',').any(|x| x == "pids") => Kind::V1Pids,
             c if c.split(',').any(|x| x == "memory") => Kind::V1Memory,
+            c if c.split(',').any(|x| x == "freezer") => Kind::V1Freezer,
             _ => continue,
         };
-        if let Some(mount) = mount_of(&mounts, kind) {
+        if let Some(mount) = mount_of(mounts, kind) {
             out.push((kind, mount.join(path.trim_start_matches('/'))));
         }
     }
@@ -352,6 +522,7 @@ fn mount_of(mountinfo: &str, kind: Kind) -> Option<PathBuf> {
             Kind::V2 => fstype == "cgroup2",
             Kind::V1Pids => fstype == "cgroup" && options.split(',').any(|o| o == "pids"),
             Kind::V1Memory => fstype == "cgroup" && options.split(',').any(|o| o == "memory"),
+            Kind::V1Freezer => fstype == "cgroup" && options.split(',').any(|o| o == "freezer"),
         };
         wanted.then(|| PathBuf::from(mount_point))
     })
@@ -393,9 +564,100 @@ mod tests {
     }
 
     #[test]
-    fn off_means_process_groups() {
+    fn off_means_process_groups_and_a_subreaper() {
         let iso = Isolation::detect("off", Limits::default());
         assert!(!iso.is_cgroup());
-        assert_eq!(iso.to_string(), "process-group");
+        assert_eq!(iso.to_string(), "process-group+subreaper");
+    }
+
+    const HYBRID_CGROUP: &str = "\
+8:pids:/
+6:freezer:/
+4:memory:/svc/x
+0::/
+";
+
+    fn v1_mounts() -> String {
+        MOUNTINFO.replace(
+            "39 31 0:36",
+            "37 31 0:34 / /sys/fs/cgroup/freezer rw,relatime - cgroup cgroup rw,freezer\n39 31 0:36",
+        )
+    }
+
+    #[test]
+    fn a_hybrid_host_uses_v2_and_v1_only_for_a_set_limit() {
+        let own = own_cgroups(HYBRID_CGROUP, &v1_mounts());
+        assert_eq!(
+            own,
+            vec![
+                (Kind::V1Pids, "/sys/fs/cgroup/pids".into()),
+                (Kind::V1Freezer, "/sys/fs/cgroup/freezer".into()),
+                (Kind::V1Memory, "/sys/fs/cgroup/memory/svc/x".into()),
+                (Kind::V2, "/sys/fs/cgroup/unified".into()),
+            ]
+        );
+        // No limit: v2 only (the freezer is dropped once v2 works).
+        let kinds = |l| wanted(&own, l).into_iter().map(|(k, _)| k).collect::<Vec<_>>();
+        assert_eq!(kinds(Limits::default()), vec![Kind::V2, Kind::V1Freezer]);
+        let pids = Limits {
+            pids_max: 64,
+            memory_max_bytes: 0,
+        };
+        assert_eq!(kinds(pids), vec![Kind::V2, Kind::V1Pids, Kind::V1Freezer]);
+        let both = Limits {
+            pids_max: 64,
+            memory_max_bytes: 1 << 30,
+        };
+        assert_eq!(
+            kinds(both),
+            vec![Kind::V2, Kind::V1Pids, Kind::V1Freezer, Kind::V1Memory]
+        );
+    }
+
+    #[test]
+    fn a_pure_v2_host_and_a_v1_only_host() {
+        let v2 = "25 1 0:22 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n";
+        let own = own_cgroups("0::/system.slice/agentd.service\n", v2);
+        assert_eq!(
+            own,
+            vec![(Kind::V2, "/sys/fs/cgroup/system.slice/agentd.service".into())]
+        );
+        let limits = Limits {
+            pids_max: 64,
+            memory_max_bytes: 1 << 30,
+        };
+        assert_eq!(wanted(&own, limits), own, "v2 enforces the limits itself");
+        // v1 only: the freezer contains; no v2 line, or v2 not mounted.
+        let mounts = v1_mounts().replace(
+            "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n",
+            "",
+        );
+        let own = own_cgroups(HYBRID_CGROUP, &mounts);
+        let kinds: Vec<Kind> = wanted(&own, Limits::default()).into_iter().map(|(k, _)| k).collect();
+        assert_eq!(kinds, vec![Kind::V1Freezer]);
+        assert!(own_cgroups("", "").is_empty());
+    }
+
+    #[test]
+    fn stale_parents_are_those_of_gone_daemons_and_our_own_pid() {
+        let base = std::env::temp_dir().join(format!("agentd-cgs-{}", crate::ids::new_id()));
+        for d in ["agentd-100", "agentd-200", "agentd-300", "agentd-x", "other", "agentd-"] {
+            fs::create_dir_all(base.join(d).join("slot-1")).unwrap();
+        }
+        let alive = |p: i32| p == 200 || p == 300;
+        let stale = stale_parents(&base, 300, alive);
+        assert_eq!(stale, vec![base.join("agentd-100"), base.join("agentd-300")]);
+        assert!(stale_parents(&base.join("missing"), 1, alive).is_empty());
+        fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn a_fake_slot_with_no_processes_is_not_killed() {
+        let dir = std::env::temp_dir().join(format!("agentd-cgk-{}", crate::ids::new_id()));
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("cgroup.procs"), "").unwrap();
+        assert_eq!(kill_cgroup(Kind::V2, &dir), 0);
+        assert_eq!(kill_cgroup(Kind::V1Freezer, &dir), 0);
+        fs::remove_dir_all(&dir).unwrap();
     }
 }

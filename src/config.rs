@@ -56,8 +56,8 @@ keys! {
     "tasks.input_idle_ms", "MS", "600000", "How long a task in TASK_STATE_INPUT_REQUIRED or TASK_STATE_AUTH_REQUIRED keeps its process waiting for the next message; past it the task FAILS with cause `idle`.";
     "tasks.ping_interval_ms", "MS", "5000", "How often each worker is pinged on its control channel.";
     "tasks.stall_timeout_ms", "MS", "15000", "A worker that leaves a ping unanswered this long is stalled: kill ladder, FAILED with cause `stalled`.";
-    "tasks.cgroup", "auto|off|PATH", "auto", "Put each task in its own cgroup where agentd may create them (auto: under agentd's own cgroups, v2 and the v1 pids/memory hierarchies), or under PATH in a cgroup v2 tree; off: process groups only. A cgroup also catches processes that left the task's process group, and enforces tasks.pids_max and tasks.memory_max_bytes.";
-    "tasks.pids_max", "N", "1024", "Most processes and threads one task may have at once, its worker's few threads included (needs a pids cgroup); a task that hits it FAILS with cause `exhausted`. 0 = no limit, else at least 16.";
+    "tasks.cgroup", "auto|off|PATH", "auto", "Put each task in its own cgroup where agentd may create them (auto: under agentd's own cgroup v2, plus a v1 pids or memory hierarchy only for a limit set that v2 cannot enforce, and the v1 freezer where there is no v2), or under PATH in a cgroup v2 tree; off: process groups, the worker as its task's subreaper. A cgroup also catches processes that left the task's process group, even after agentd was SIGKILLed, and enforces tasks.pids_max and tasks.memory_max_bytes.";
+    "tasks.pids_max", "N", "0", "Most processes and threads one task may have at once, its worker's few threads included (needs a pids cgroup: free on cgroup v2, a cgroup v1 move per task on a hybrid host); a task that hits it FAILS with cause `exhausted`. 0 = no limit, else at least 16.";
     "tasks.memory_max_bytes", "BYTES", "0", "Memory one task may use (needs a memory cgroup); the OOM killer ends it and it FAILS with cause `exhausted`. 0 = no limit.";
     "tasks.prespawn", "auto|N", "auto", "Idle workers kept spawned ahead of demand, so starting a task does not wait for a process to be spawned and exec'd (they show as `agentd __worker idle`). auto = as many as tasks started in the last 250 ms, at least 1, at most 8; N = exactly N; 0 = spawn on demand.";
     "tasks.retain_max", "N", "1000", "Finished tasks kept for GetTask and ListTasks; the oldest go first.";
@@ -212,7 +212,9 @@ impl Default for Config {
                 rlimit_nofile: 0,
                 cgroup: "auto".into(),
                 prespawn: None,
-                pids_max: 1024,
+                // Off unless asked for: on a hybrid host a limit costs each
+                // task a cgroup v1 move, which stalls every fork.
+                pids_max: 0,
                 memory_max_bytes: 0,
             },
             body_max_bytes: limits::HTTP_BODY_MAX_BYTES,

@@ -6,6 +6,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicI32, Ordering};
 
 /// Turns a C return value of -1 into the current `errno` as `io::Error`.
 fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
@@ -308,26 +309,231 @@ pub fn shutdown_read(sock: &impl AsRawFd) -> io::Result<()> {
 }
 
 /// The signal a worker asks for when agentd dies: caught (not SIGKILL), so
-/// the worker can take its whole process group — grandchildren included —
-/// down with it before it goes.
+/// the worker can take its whole task — grandchildren that left its
+/// process group included — down with it before it goes.
 pub const PARENT_DEATH_SIGNAL: libc::c_int = libc::SIGUSR2;
 
-extern "C" fn kill_group_handler(_sig: libc::c_int) {
+/// The task cgroup's `cgroup.kill` (v2), open for writing, or -1.
+static CGROUP_KILL_FD: AtomicI32 = AtomicI32::new(-1);
+/// The task cgroup's `cgroup.procs` (v1 freezer), open for reading, or -1.
+static CGROUP_PROCS_FD: AtomicI32 = AtomicI32::new(-1);
+
+/// How a worker contains its task, armed at start-up by [`arm_containment`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Containment {
+    /// The task's cgroup (v2): parent death writes its `cgroup.kill`.
+    CgroupKill,
+    /// The task's v1 cgroup: parent death SIGKILLs each pid it lists.
+    CgroupProcs,
+    /// No cgroup: the worker is a child subreaper, so whatever leaves its
+    /// process group is re-parented to it, and parent death kills its
+    /// children until none is left.
+    Subreaper,
+}
+
+/// Opens the task cgroup's `cgroup.kill` (or, without v2, `cgroup.procs`)
+/// for the parent-death path; with neither, makes the caller a child
+/// subreaper. Then installs the parent-death handler and PDEATHSIG.
+pub fn arm_containment(
+    kill_file: Option<&std::path::Path>,
+    procs_file: Option<&std::path::Path>,
+) -> io::Result<Containment> {
+    use std::os::fd::IntoRawFd;
+    let how = if let Some(f) = kill_file {
+        let fd = std::fs::OpenOptions::new().write(true).open(f)?.into_raw_fd();
+        CGROUP_KILL_FD.store(fd, Ordering::SeqCst);
+        Containment::CgroupKill
+    } else if let Some(f) = procs_file {
+        let fd = std::fs::File::open(f)?.into_raw_fd();
+        CGROUP_PROCS_FD.store(fd, Ordering::SeqCst);
+        Containment::CgroupProcs
+    } else {
+        set_child_subreaper()?;
+        Containment::Subreaper
+    };
+    // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" value.
+    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+    action.sa_sigaction = kill_task_handler as *const () as libc::sighandler_t;
+    // SAFETY: `action` is valid; the handler makes only async-signal-safe
+    // system calls (see kill_task), and the old action is not requested.
+    cvt(unsafe { libc::sigaction(PARENT_DEATH_SIGNAL, &action, std::ptr::null_mut()) })?;
+    set_parent_death_signal(PARENT_DEATH_SIGNAL)?;
+    Ok(how)
+}
+
+extern "C" fn kill_task_handler(_sig: libc::c_int) {
+    kill_task();
+}
+
+/// SIGKILL to the whole task, the caller (its worker) last: the cgroup
+/// through `cgroup.kill` or its pid list, else every child until none is
+/// left (we are their subreaper), then our own process group. Only
+/// async-signal-safe system calls on stack buffers: it runs in a signal
+/// handler.
+fn kill_task() {
+    let kill_fd = CGROUP_KILL_FD.load(Ordering::SeqCst);
+    if kill_fd >= 0 {
+        // SAFETY: write(2) of one byte from a static string to an fd we
+        // opened; this SIGKILLs the whole cgroup, us included.
+        unsafe { libc::write(kill_fd, b"1".as_ptr().cast(), 1) };
+    }
+    let procs_fd = CGROUP_PROCS_FD.load(Ordering::SeqCst);
+    if procs_fd >= 0 {
+        let me = getpid();
+        for _ in 0..1000 {
+            let mut others = 0;
+            read_pids(procs_fd, true, |pid| {
+                if pid != me {
+                    others += 1;
+                    // SAFETY: kill(2) with integers; pid > 1 (parsed, ≠ us).
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
+            });
+            if others == 0 {
+                break;
+            }
+        }
+    }
+    kill_children();
     // SAFETY: kill(2) is async-signal-safe; 0 means "my process group",
     // which is the task's group: the worker is its leader.
     unsafe { libc::kill(0, libc::SIGKILL) };
 }
 
-/// Installs the handler that turns [`PARENT_DEATH_SIGNAL`] into SIGKILL for
-/// the caller's whole process group.
-pub fn on_parent_death_kill_group() -> io::Result<()> {
-    // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" value.
-    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
-    action.sa_sigaction = kill_group_handler as *const () as libc::sighandler_t;
-    // SAFETY: `action` is valid; the handler only calls kill(2), which is
-    // async-signal-safe, and the old action is not requested.
-    cvt(unsafe { libc::sigaction(PARENT_DEATH_SIGNAL, &action, std::ptr::null_mut()) })?;
-    set_parent_death_signal(PARENT_DEATH_SIGNAL)
+/// SIGKILLs every child of ours, reaps them, and again, until none is left:
+/// as a subreaper we inherit each killed child's children, so this takes
+/// the whole tree. Async-signal-safe (raw system calls, stack buffers).
+pub fn kill_children() {
+    for _ in 0..1000 {
+        let mut found = 0;
+        for_each_thread(|tid| {
+            let mut path = [0u8; 64];
+            let mut n = 0;
+            for part in [
+                &b"/proc/self/task/"[..],
+                fmt_decimal(tid, &mut [0u8; 12]),
+                b"/children\0",
+            ] {
+                path[n..n + part.len()].copy_from_slice(part);
+                n += part.len();
+            }
+            // SAFETY: `path` is NUL-terminated (the last part ends in \0).
+            let fd = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
+            if fd < 0 {
+                return;
+            }
+            read_pids(fd, false, |pid| {
+                found += 1;
+                // SAFETY: kill(2) with integers; pid > 1 (parsed).
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            });
+            // SAFETY: closing the fd opened above.
+            unsafe { libc::close(fd) };
+        });
+        // SAFETY: waitpid with WNOHANG and a null status pointer.
+        while unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) } > 0 {}
+        if found == 0 {
+            return;
+        }
+        let pause = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 1_000_000,
+        };
+        // SAFETY: nanosleep with a valid timespec and no remainder wanted.
+        unsafe { libc::nanosleep(&pause, std::ptr::null_mut()) };
+    }
+}
+
+/// Calls `f` with each thread id of ours (getdents64 on /proc/self/task).
+fn for_each_thread(mut f: impl FnMut(i32)) {
+    // SAFETY: a NUL-terminated path.
+    let dir = unsafe {
+        libc::open(
+            c"/proc/self/task".as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if dir < 0 {
+        return;
+    }
+    let mut buf = [0u8; 2048];
+    loop {
+        // SAFETY: getdents64 writes at most `buf.len()` bytes into `buf`.
+        let n = unsafe { libc::syscall(libc::SYS_getdents64, dir, buf.as_mut_ptr(), buf.len()) };
+        if n <= 0 {
+            break;
+        }
+        let mut at = 0usize;
+        while at + 19 < n as usize {
+            // struct linux_dirent64: u64 ino, i64 off, u16 reclen, u8 type, name.
+            let reclen = u16::from_ne_bytes([buf[at + 16], buf[at + 17]]) as usize;
+            let name = &buf[at + 19..(at + reclen).min(n as usize)];
+            let tid = name
+                .iter()
+                .take_while(|b| b.is_ascii_digit())
+                .fold(0i32, |acc, b| acc.saturating_mul(10).saturating_add((b - b'0') as i32));
+            if tid > 0 {
+                f(tid);
+            }
+            if reclen == 0 {
+                break;
+            }
+            at += reclen;
+        }
+    }
+    // SAFETY: closing the fd opened above.
+    unsafe { libc::close(dir) };
+}
+
+/// Reads decimal pids separated by whitespace from `fd` (from offset 0 if
+/// `rewind`) and calls `f` with each one > 1. Stack buffer, no allocation.
+fn read_pids(fd: RawFd, rewind: bool, mut f: impl FnMut(i32)) {
+    let mut buf = [0u8; 1024];
+    let mut offset: libc::off_t = 0;
+    let mut num: i32 = 0;
+    let mut digits = false;
+    loop {
+        let n = if rewind {
+            // SAFETY: pread writes at most `buf.len()` bytes into `buf`.
+            unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), offset) }
+        } else {
+            // SAFETY: read writes at most `buf.len()` bytes into `buf`.
+            unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) }
+        };
+        if n <= 0 {
+            break;
+        }
+        offset += n as libc::off_t;
+        for &b in &buf[..n as usize] {
+            if b.is_ascii_digit() {
+                num = num.saturating_mul(10).saturating_add((b - b'0') as i32);
+                digits = true;
+            } else {
+                if digits && num > 1 {
+                    f(num);
+                }
+                num = 0;
+                digits = false;
+            }
+        }
+    }
+    if digits && num > 1 {
+        f(num);
+    }
+}
+
+/// `n` in decimal, in `buf`.
+fn fmt_decimal(mut n: i32, buf: &mut [u8; 12]) -> &[u8] {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    &buf[at..]
 }
 
 /// Sends `sig` to one process.
@@ -394,10 +600,10 @@ pub fn prepare_child(cmd: &mut std::process::Command, setup: ChildSetup) {
     unsafe { cmd.pre_exec(hook) };
 }
 
-/// SIGKILL to the caller's own process group (the worker, its program and
-/// everything they forked): used when the supervisor is gone.
-pub fn kill_own_group() -> ! {
-    kill_group_handler(libc::SIGKILL);
+/// SIGKILL to the worker's whole task (its cgroup, or its children and
+/// process group; see [`arm_containment`]): used when the supervisor is gone.
+pub fn kill_own_task() -> ! {
+    kill_task();
     // Unreachable in practice: SIGKILL to our own group includes us.
     std::process::exit(137)
 }
@@ -761,4 +967,308 @@ pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
         Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
         Err(e) => Err(e),
     }
+}
+
+/// What [`spawn_worker`] starts: everything pre-built, so the child of the
+/// clone only makes system calls (async-signal-safe, no allocation).
+#[derive(Debug, Clone, Copy)]
+pub struct WorkerSpawn<'a> {
+    /// argv[0] is only the name the worker shows in `ps`.
+    pub argv: &'a [std::ffi::CString],
+    pub envp: &'a [std::ffi::CString],
+    /// Becomes the worker's stdin (fd 0).
+    pub control_fd: RawFd,
+    /// An open cgroup v2 directory to start the worker in
+    /// (clone3 `CLONE_INTO_CGROUP`).
+    pub cgroup_fd: Option<RawFd>,
+}
+
+/// clone3(2) flag: start the child in the cgroup `cgroup` names (5.7+).
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// `struct clone_args` of clone3(2), up to `cgroup` (CLONE_ARGS_SIZE_VER2).
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+/// A NULL-terminated pointer array over `strings`, for execve/posix_spawn.
+fn c_array(strings: &[std::ffi::CString]) -> Vec<*const libc::c_char> {
+    strings
+        .iter()
+        .map(|s| s.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect()
+}
+
+/// Starts `/proc/self/exe` (argv[0] is only the name) in its own process
+/// group, `control_fd` as its stdin, /dev/null as stdout, stderr
+/// inherited, every other descriptor left to close-on-exec (all of
+/// agentd's are), inside the cgroup when one is given. Returns the pid; the
+/// caller reaps it (waitpid).
+///
+/// Into a cgroup: clone3 without CLONE_VM (fork-like), so the child is
+/// born in the cgroup and no `cgroup.procs` write (a machine-wide lock)
+/// is needed. Without one: posix_spawn (vfork-like, its cost does not grow
+/// with agentd's memory). A kernel that refuses the placement answers
+/// ENOSYS/EPERM/EINVAL/EBUSY and nothing was started: see
+/// [`placement_refused`].
+pub fn spawn_worker(s: &WorkerSpawn<'_>) -> io::Result<i32> {
+    match s.cgroup_fd {
+        Some(cg) => clone_into_cgroup(s, cg),
+        None => posix_spawn_worker(s),
+    }
+}
+
+/// True for the errors with which clone3 says it cannot place a child in a
+/// cgroup here (old kernel, seccomp, a cgroup that takes no processes):
+/// spawn without it and migrate instead.
+pub fn placement_refused(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOSYS | libc::EPERM | libc::EINVAL | libc::EBUSY | libc::EOPNOTSUPP)
+    )
+}
+
+const SELF_EXE: &std::ffi::CStr = c"/proc/self/exe";
+
+fn posix_spawn_worker(s: &WorkerSpawn<'_>) -> io::Result<i32> {
+    let argv = c_array(s.argv);
+    let envp = c_array(s.envp);
+    let check = |ret: libc::c_int| {
+        if ret == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::from_raw_os_error(ret))
+        }
+    };
+    // SAFETY: zeroed storage, initialised by the *_init calls below before
+    // any other use and destroyed at the end.
+    let mut actions: libc::posix_spawn_file_actions_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut attr: libc::posix_spawnattr_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `actions` is valid storage for a file-actions object.
+    check(unsafe { libc::posix_spawn_file_actions_init(&mut actions) })?;
+    // SAFETY: `attr` is valid storage for an attributes object.
+    if let Err(e) = check(unsafe { libc::posix_spawnattr_init(&mut attr) }) {
+        // SAFETY: `actions` was initialised above.
+        unsafe { libc::posix_spawn_file_actions_destroy(&mut actions) };
+        return Err(e);
+    }
+    let result = (|| {
+        // SAFETY: an initialised file-actions object and integer fds.
+        check(unsafe { libc::posix_spawn_file_actions_adddup2(&mut actions, s.control_fd, 0) })?;
+        // SAFETY: as above, with a NUL-terminated path.
+        check(unsafe {
+            libc::posix_spawn_file_actions_addopen(&mut actions, 1, c"/dev/null".as_ptr(), libc::O_WRONLY, 0)
+        })?;
+        let mut no_signals = empty_sigset();
+        let mut all_signals = empty_sigset();
+        // SAFETY: `all_signals` is a valid sigset_t.
+        unsafe { libc::sigfillset(&mut all_signals) };
+        // SAFETY: `no_signals` is a valid sigset_t.
+        unsafe { libc::sigemptyset(&mut no_signals) };
+        // SAFETY: an initialised attributes object and valid sigsets: the
+        // worker starts with no signal blocked and every handler default.
+        check(unsafe { libc::posix_spawnattr_setsigmask(&mut attr, &no_signals) })?;
+        // SAFETY: as above.
+        check(unsafe { libc::posix_spawnattr_setsigdefault(&mut attr, &all_signals) })?;
+        // SAFETY: as above; pgroup 0 = a new group led by the child.
+        check(unsafe { libc::posix_spawnattr_setpgroup(&mut attr, 0) })?;
+        let flags = libc::POSIX_SPAWN_SETPGROUP | libc::POSIX_SPAWN_SETSIGMASK | libc::POSIX_SPAWN_SETSIGDEF;
+        // SAFETY: as above.
+        check(unsafe { libc::posix_spawnattr_setflags(&mut attr, flags as libc::c_short) })?;
+        let mut pid: libc::pid_t = 0;
+        // SAFETY: valid objects, a NUL-terminated path, and NULL-terminated
+        // argv/envp arrays whose strings outlive the call.
+        check(unsafe {
+            libc::posix_spawn(
+                &mut pid,
+                SELF_EXE.as_ptr(),
+                &actions,
+                &attr,
+                argv.as_ptr() as *const *mut libc::c_char,
+                envp.as_ptr() as *const *mut libc::c_char,
+            )
+        })?;
+        Ok(pid)
+    })();
+    // SAFETY: both objects were initialised above.
+    unsafe { libc::posix_spawnattr_destroy(&mut attr) };
+    // SAFETY: as above.
+    unsafe { libc::posix_spawn_file_actions_destroy(&mut actions) };
+    result
+}
+
+fn empty_sigset() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data; sigemptyset/sigfillset set it up.
+    unsafe { std::mem::zeroed() }
+}
+
+fn clone_into_cgroup(s: &WorkerSpawn<'_>, cgroup_fd: RawFd) -> io::Result<i32> {
+    // Everything the child touches is built here, before the clone.
+    let argv = c_array(s.argv);
+    let envp = c_array(s.envp);
+    let null = std::fs::OpenOptions::new().write(true).open("/dev/null")?;
+    let child = ChildData {
+        control_fd: s.control_fd,
+        null_fd: null.as_raw_fd(),
+        argv: argv.as_ptr(),
+        envp: envp.as_ptr(),
+    };
+    // The child's own stack: it shares our memory (CLONE_VM) while we are
+    // suspended (CLONE_VFORK), so it must not run on ours. u128 keeps the
+    // top 16-byte aligned, as both ABIs want at a call.
+    let mut stack: Vec<u128> = Vec::with_capacity(CHILD_STACK_BYTES / 16);
+    let args = CloneArgs {
+        flags: (libc::CLONE_VM | libc::CLONE_VFORK) as u64 | CLONE_INTO_CGROUP,
+        exit_signal: libc::SIGCHLD as u64,
+        stack: stack.as_mut_ptr() as u64,
+        stack_size: (stack.capacity() * 16) as u64,
+        cgroup: cgroup_fd as u64,
+        ..CloneArgs::default()
+    };
+    // Every signal stays blocked in the child through execve, so no handler
+    // of agentd's can ever run on agentd's memory in it; the worker unblocks
+    // them first thing (worker::main, via unblock_all_signals).
+    let mut all = empty_sigset();
+    let mut old = empty_sigset();
+    // SAFETY: `all` is a valid sigset_t.
+    unsafe { libc::sigfillset(&mut all) };
+    // SAFETY: valid sigsets; affects only this thread.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old) };
+    let ret = vfork_clone3(&args, &child);
+    // SAFETY: restores this thread's own mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    drop(stack);
+    if ret < 0 {
+        return Err(io::Error::from_raw_os_error(-ret as i32));
+    }
+    Ok(ret as i32)
+}
+
+/// Room for the child's few calls (setpgid, dup2, execve, _exit).
+const CHILD_STACK_BYTES: usize = 64 * 1024;
+
+/// What the vfork-like child reads; it lives in the suspended parent's
+/// frame and is never written while the child runs.
+#[repr(C)]
+struct ChildData {
+    control_fd: RawFd,
+    null_fd: RawFd,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+}
+
+/// The child of [`vfork_clone3`], on its own stack in agentd's memory:
+/// system calls only, on data built before the clone; it never returns.
+/// (The libc wrappers may set the parent thread's errno; nothing reads it.)
+extern "C" fn vfork_child(data: *const ChildData) -> ! {
+    // SAFETY: `data` points at the parent's ChildData, alive and unchanged
+    // while the parent is suspended in clone3 (CLONE_VFORK).
+    let d = unsafe { &*data };
+    // SAFETY: raw system calls on fds and NULL-terminated arrays that are
+    // valid in the (shared) memory; execve does not return on success.
+    unsafe {
+        if libc::setpgid(0, 0) == 0 && libc::dup2(d.control_fd, 0) == 0 && libc::dup2(d.null_fd, 1) == 1 {
+            libc::execve(SELF_EXE.as_ptr(), d.argv, d.envp);
+        }
+        libc::_exit(127)
+    }
+}
+
+/// clone3(CLONE_VM|CLONE_VFORK, …): the child starts on `args.stack` and
+/// calls [`vfork_child`]; the parent resumes once the child has exec'd or
+/// exited. Returns the child's pid or -errno. The assembly does only that:
+/// the syscall, then in the child (return value 0) a call on the new stack
+/// (16-byte aligned, set by the kernel) that never returns.
+fn vfork_clone3(args: &CloneArgs, child: &ChildData) -> i64 {
+    let ret: i64;
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the kernel reads `args` (valid, its size passed). In the
+    // parent the block is one syscall: rax is the result, rcx/r11 are
+    // clobbered, memory may have changed (the child shares it). In the
+    // child, rsp is the top of the fresh stack, r12/r13 still hold the
+    // function and its argument, and `vfork_child` never returns (ud2 if
+    // it did).
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            "test rax, rax",
+            "jnz 2f",
+            "mov rdi, r13",
+            "call r12",
+            "ud2",
+            "2:",
+            inlateout("rax") libc::SYS_clone3 => ret,
+            in("rdi") args as *const CloneArgs,
+            in("rsi") std::mem::size_of::<CloneArgs>(),
+            in("r12") vfork_child as extern "C" fn(*const ChildData) -> !,
+            in("r13") child as *const ChildData,
+            lateout("rcx") _,
+            lateout("r11") _,
+        );
+    }
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: as for x86_64: `svc 0` with x8 = clone3, x0/x1 = args and
+    // size; x0 is the result. In the child (x0 = 0), sp is the top of the
+    // fresh stack, x20/x21 still hold the function and its argument, and
+    // `vfork_child` never returns (brk if it did).
+    unsafe {
+        std::arch::asm!(
+            "svc 0",
+            "cbnz x0, 2f",
+            "mov x0, x21",
+            "blr x20",
+            "brk 1",
+            "2:",
+            inlateout("x0") args as *const CloneArgs => ret,
+            in("x1") std::mem::size_of::<CloneArgs>(),
+            in("x8") libc::SYS_clone3,
+            in("x20") vfork_child as extern "C" fn(*const ChildData) -> !,
+            in("x21") child as *const ChildData,
+        );
+    }
+    ret
+}
+
+/// Unblocks every signal of the calling thread: a worker started by
+/// [`spawn_worker`] into a cgroup begins with all of them blocked.
+pub fn unblock_all_signals() {
+    let set = empty_sigset();
+    // SAFETY: an all-zero sigset_t is the empty set on Linux; a valid
+    // pointer, affects only this thread.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut()) };
+}
+
+/// Blocking waitpid(2) on one child.
+pub fn wait_pid(pid: i32) -> io::Result<ExitStatus> {
+    let mut status: libc::c_int = 0;
+    loop {
+        // SAFETY: `status` is valid for writes.
+        let ret = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if ret == pid {
+            break;
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+    Ok(if libc::WIFSIGNALED(status) {
+        ExitStatus::Signal(libc::WTERMSIG(status))
+    } else {
+        ExitStatus::Code(libc::WEXITSTATUS(status))
+    })
 }

@@ -9,7 +9,7 @@
 //!                    │  ▲ input-required / input       │
 //!                    │  └──────┘ (Running{waiting})    ▼
 //!                    │ stop(cause)              Draining ──EOF or drain──▶ Emptying ──group empty──▶ Finished
-//!                    ▼                             ▲                         │ SIGKILL every group_poll
+//!                    ▼                             ▲                         │ sweep every group_poll
 //!                 Stopping: cancel frame ─cancel_grace─▶ SIGTERM+SIGCONT     │
 //!                           ─term_grace─▶ SIGKILL (again every group_poll) ──┘ exit
 //! ```
@@ -187,8 +187,9 @@ pub enum Action {
     Terminate,
     /// SIGKILL to the group and the cgroup.
     Kill,
-    /// See whether the group and cgroup are empty (→ `GroupEmpty`).
-    CheckGroup,
+    /// SIGKILL whatever is left of the task's group and cgroup, if
+    /// anything; when nothing is, the driver answers `GroupEmpty`.
+    Sweep,
     /// Log the rung or stop reached (for the operator).
     Note(&'static str),
     /// The task ends with this (None: it had no task).
@@ -434,7 +435,7 @@ impl Life {
                     ending,
                     due: now + t.group_poll,
                 },
-                vec![Action::Kill, Action::CheckGroup],
+                vec![Action::Sweep],
             ),
 
             (phase, _) => (phase, vec![]),
@@ -510,7 +511,7 @@ impl Life {
                 ending,
                 due: now + t.group_poll,
             },
-            vec![Action::Kill, Action::CheckGroup],
+            vec![Action::Sweep],
         )
     }
 }
@@ -903,9 +904,8 @@ mod tests {
             (23, Tick),
             (43, Tick),
         ]);
-        let kills = actions.iter().filter(|(_, a)| *a == Action::Kill).count();
-        let checks = actions.iter().filter(|(_, a)| *a == Action::CheckGroup).count();
-        assert_eq!((kills, checks), (3, 3));
+        let sweeps = actions.iter().filter(|(_, a)| *a == Action::Sweep).count();
+        assert_eq!(sweeps, 3);
         assert!(matches!(life.phase, Phase::Emptying { .. }));
     }
 

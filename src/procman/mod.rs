@@ -16,11 +16,10 @@ mod channel;
 pub mod lifecycle;
 
 use std::collections::{HashMap, VecDeque};
+use std::ffi::CString;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -342,13 +341,15 @@ impl State {
                 "task.ladder task={} pid={pid} rung={what}",
                 w.task.as_deref().unwrap_or("-")
             ),
-            Action::CheckGroup => {
+            Action::Sweep => {
                 // Leftovers of the group re-parent to us (a subreaper):
                 // reap them first, or their zombies keep the group alive.
                 self.reap();
                 let Some(w) = self.workers.get(&pid) else { return };
                 let alive = sys::group_alive(pid) || w.cgroups.as_ref().is_some_and(TaskCgroups::populated);
-                if !alive {
+                if alive {
+                    kill(w); // and look again at the next group_poll
+                } else {
                     self.event(pid, Event::GroupEmpty);
                 }
             }
@@ -712,47 +713,64 @@ impl State {
         }
     }
 
-    /// Starts a worker process, `agentd __worker`, in its cgroups when
-    /// agentd has them; it waits for a `spawn` frame.
+    /// Starts a worker process, `agentd __worker`, born in a free cgroup
+    /// slot where agentd has them; it waits for a `spawn` frame.
     fn spawn_worker(&mut self, label: &str) -> std::io::Result<i32> {
         let (ours, theirs) = UnixStream::pair()?;
-        let mut cmd = Command::new("/proc/self/exe");
-        // No pre_exec hook: without one, std spawns with posix_spawn
-        // (vfork-like), whose cost does not grow with agentd's memory the
-        // way fork(2)'s does. The worker arms PDEATHSIG itself and then
-        // checks getppid(), which closes the window (see worker::main).
-        // The control socket rides in as the worker's stdin.
-        cmd.arg("__worker")
-            .arg(label)
-            .env_clear()
-            .env(worker::SUPERVISOR_PID_ENV, sys::getpid().to_string())
-            .env(worker::LOG_LEVEL_ENV, &self.cfg.log_level)
-            .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .process_group(0);
-        for name in worker::INHERITED_ENV {
-            if let Some(v) = std::env::var_os(name) {
-                cmd.env(name, v);
-            }
-        }
-        let child = cmd.spawn()?;
-        let pid = child.id() as i32;
-        // The child is reaped by reap() via waitpid(-1), never by Child::wait.
-        drop(child);
-        // Into its cgroups before it hears `spawn`: everything the task
-        // forks is inside from the start.
         let cgroups = if self.isolation.is_cgroup() {
-            match self.isolation.enter(pid) {
+            match self.isolation.acquire() {
                 Ok(c) => Some(c),
                 Err(e) => {
-                    log::warn!("task.cgroup pid={pid} error={e}; process group only");
+                    log::warn!("task.cgroup error={e}; process group only");
                     None
                 }
             }
         } else {
             None
         };
+        let argv = [c"agentd".to_owned(), c"__worker".to_owned(), cstring(label.as_bytes())?];
+        let envp = self.worker_env(cgroups.as_ref())?;
+        let slot_dir = cgroups.as_ref().and_then(|c| self.isolation.clone_into(c));
+        let mut spawn = sys::WorkerSpawn {
+            argv: &argv,
+            envp: &envp,
+            control_fd: theirs.as_raw_fd(),
+            cgroup_fd: slot_dir.as_ref().map(|f| f.as_raw_fd()),
+        };
+        // Born in its cgroup (clone3) where the kernel lets us: no
+        // migration, whose machine-wide lock stalls every fork. The worker
+        // arms PDEATHSIG itself and then checks getppid(), which closes the
+        // window (see worker::main). The control socket is its stdin.
+        let spawned = match sys::spawn_worker(&spawn) {
+            Err(e) if spawn.cgroup_fd.is_some() && sys::placement_refused(&e) => {
+                self.isolation.placement_refused(&e);
+                spawn.cgroup_fd = None;
+                sys::spawn_worker(&spawn)
+            }
+            other => other,
+        };
+        let born_inside = spawn.cgroup_fd.is_some();
+        drop((theirs, slot_dir));
+        let pid = match spawned {
+            Ok(pid) => pid,
+            Err(e) => {
+                if let Some(cg) = cgroups {
+                    self.isolation.release(cg);
+                }
+                return Err(e);
+            }
+        };
+        // Into the cgroups it was not born in (v1 limits; v2 after a
+        // refused clone3) before it hears `spawn`: everything the task
+        // forks is inside from the start. The child is reaped by reap().
+        let cgroups = cgroups.and_then(|cg| match self.isolation.enter(pid, &cg, born_inside) {
+            Ok(()) => Some(cg),
+            Err(e) => {
+                log::warn!("task.cgroup pid={pid} error={e}; process group only");
+                self.isolation.release(cg);
+                None
+            }
+        });
         let now = Instant::now();
         let chan = match Channel::new(ours) {
             Ok(c) => c,
@@ -773,6 +791,32 @@ impl State {
             },
         );
         Ok(pid)
+    }
+
+    /// The worker's whole environment: an allow-list of ours, the
+    /// supervisor's pid, and where its parent-death path kills its slot.
+    fn worker_env(&self, cgroups: Option<&TaskCgroups>) -> std::io::Result<Vec<CString>> {
+        use std::os::unix::ffi::OsStrExt;
+        let mut env: Vec<(&str, std::ffi::OsString)> = vec![
+            (worker::SUPERVISOR_PID_ENV, sys::getpid().to_string().into()),
+            (worker::LOG_LEVEL_ENV, self.cfg.log_level.clone().into()),
+        ];
+        if let Some(cg) = cgroups {
+            if let Some(f) = cg.kill_file() {
+                env.push((worker::CGROUP_KILL_ENV, f.into()));
+            }
+            if let Some(f) = cg.procs_file() {
+                env.push((worker::CGROUP_PROCS_ENV, f.into()));
+            }
+        }
+        for name in worker::INHERITED_ENV {
+            if let Some(v) = std::env::var_os(name) {
+                env.push((name, v));
+            }
+        }
+        env.into_iter()
+            .map(|(k, v)| cstring(&[k.as_bytes(), b"=", v.as_bytes()].concat()))
+            .collect()
     }
 
     fn runner_spec(&self) -> RunnerSpec {
@@ -812,6 +856,10 @@ fn pollin(fd: std::os::fd::RawFd) -> libc::pollfd {
         events: libc::POLLIN,
         revents: 0,
     }
+}
+
+fn cstring(bytes: &[u8]) -> std::io::Result<CString> {
+    CString::new(bytes).map_err(|_| std::io::ErrorKind::InvalidInput.into())
 }
 
 /// Empties a non-blocking wake socket.

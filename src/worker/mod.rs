@@ -2,20 +2,26 @@
 //! task. It speaks the control protocol on fd 3 and runs one runner.
 //!
 //! Start-up, in order (each step is why the next is safe):
-//! 1. arm parent-death: PDEATHSIG as a caught signal whose handler
-//!    SIGKILLs our whole process group, so a program's grandchildren die
-//!    with agentd too (procman spawned us with posix_spawn, already in our
-//!    own process group, without a pre-exec hook: cheap at any RSS);
-//! 2. `getppid()` must be the supervisor pid procman passed: if agentd died
-//!    before step 1, we were already reparented and must exit now — this
-//!    check is what makes arming PDEATHSIG after exec race-free;
+//! 1. close every inherited fd past stdio;
+//! 2. arm containment: open the task cgroup's `cgroup.kill` (v2) or
+//!    `cgroup.procs` (v1 freezer) named in our environment, or — without a
+//!    cgroup — become a child subreaper, so what leaves our process group
+//!    is still ours; then PDEATHSIG as a caught signal whose handler kills
+//!    the whole task that way (sys::arm_containment), so a program's
+//!    descendants die with agentd too, even SIGKILLed ones that `setsid`;
+//!    (signals are unblocked after step 3: a worker spawned into a cgroup
+//!    starts with all blocked, see sys::spawn_worker);
 //! 3. catch SIGTERM (the ladder's SIGTERM is for the program; the worker
 //!    stays to report how it ended — SIGKILL still takes it);
-//! 4. close every inherited fd past stdio, move the control socket off
-//!    stdin to a close-on-exec fd, and put /dev/null on stdin;
-//! 5. say `ready`, read `spawn`, run, say `done`, exit.
+//! 4. `getppid()` must be the supervisor pid procman passed: if agentd died
+//!    before step 2, we were already reparented and must exit now — this
+//!    check is what makes arming PDEATHSIG after exec race-free;
+//! 5. move the control socket off stdin to a close-on-exec fd, and put
+//!    /dev/null on stdin;
+//! 6. say `ready`, read `spawn`, run, (as subreaper) kill what is left of
+//!    the task, say `done`, exit.
 //!
-//! A control-channel EOF means the supervisor is gone: kill the group.
+//! A control-channel EOF means the supervisor is gone: kill the task.
 
 mod echo;
 pub mod jsonl;
@@ -34,6 +40,12 @@ use crate::sys;
 
 /// Environment variable carrying the supervisor's pid to the worker.
 pub const SUPERVISOR_PID_ENV: &str = "AGENTD_SUPERVISOR_PID";
+/// Environment variable naming the task cgroup's v2 `cgroup.kill`: the
+/// worker opens it at start-up and its parent-death path writes `1`.
+pub const CGROUP_KILL_ENV: &str = "AGENTD_CGROUP_KILL";
+/// Environment variable naming the task cgroup's v1 freezer `cgroup.procs`
+/// (hosts without cgroup v2): the parent-death path SIGKILLs every pid in it.
+pub const CGROUP_PROCS_ENV: &str = "AGENTD_CGROUP_PROCS";
 /// Environment variable carrying the daemon's log level to the worker.
 pub const LOG_LEVEL_ENV: &str = "AGENTD_LOG_LEVEL";
 /// What a worker inherits from agentd's environment: what its program may
@@ -68,7 +80,7 @@ impl Link {
                 "worker.link.lost pid={} error={e}; killing the task's group",
                 sys::getpid()
             );
-            sys::kill_own_group();
+            sys::kill_own_task();
         }
     }
 }
@@ -97,18 +109,26 @@ pub fn main() -> i32 {
             return 2;
         }
     };
-    if let Err(e) = sys::on_parent_death_kill_group() {
-        eprintln!("agentd worker: cannot arm parent-death signal: {e}");
-        return EXIT_ORPHANED;
-    }
-    if sys::getppid() != supervisor {
-        return EXIT_ORPHANED;
-    }
+    // Anything inherited past stdio is a leak from whoever started agentd.
+    sys::close_fds_from(3);
+    let kill_file = std::env::var_os(CGROUP_KILL_ENV).map(std::path::PathBuf::from);
+    let procs_file = std::env::var_os(CGROUP_PROCS_ENV).map(std::path::PathBuf::from);
+    let containment = match sys::arm_containment(kill_file.as_deref(), procs_file.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("agentd worker: cannot arm parent-death containment: {e}");
+            return EXIT_ORPHANED;
+        }
+    };
     if let Err(e) = sys::outlast_sigterm() {
         eprintln!("agentd worker: cannot catch SIGTERM: {e}");
     }
-    // Anything inherited past stdio is a leak from whoever started agentd.
-    sys::close_fds_from(3);
+    // Spawned into a cgroup, we start with every signal blocked (see
+    // sys::spawn_worker); the handlers are in place now.
+    sys::unblock_all_signals();
+    if sys::getppid() != supervisor {
+        return EXIT_ORPHANED;
+    }
     let ctrl = match sys::take_control_fd(CONTROL_FD) {
         Ok(s) => s,
         Err(e) => {
@@ -116,7 +136,7 @@ pub fn main() -> i32 {
             return 2;
         }
     };
-    match run(ctrl) {
+    match run(ctrl, containment) {
         Ok(()) => 0,
         Err(e) => {
             log::error!("worker.failed pid={} error={e}", sys::getpid());
@@ -125,7 +145,7 @@ pub fn main() -> i32 {
     }
 }
 
-fn run(ctrl: UnixStream) -> io::Result<()> {
+fn run(ctrl: UnixStream, containment: sys::Containment) -> io::Result<()> {
     let mut reader = ctrl.try_clone()?;
     let link = Link {
         writer: Mutex::new(ctrl),
@@ -189,6 +209,11 @@ fn run(ctrl: UnixStream) -> io::Result<()> {
             }
         }
     };
+    if containment == sys::Containment::Subreaper {
+        // Nothing of a task outlives it: what left our process group (setsid)
+        // was re-parented to us; procman can see only the group.
+        sys::kill_children();
+    }
     link.send(&FromWorker::Done {
         outcome: done.outcome,
         cause: done.cause,
@@ -215,7 +240,7 @@ fn read_control(mut reader: UnixStream, link: &Link, tx: Sender<Event>) {
             Ok(None) | Err(_) => {
                 // The supervisor is gone (or talking nonsense): nothing of
                 // this task may outlive it.
-                sys::kill_own_group();
+                sys::kill_own_task();
             }
         }
     }

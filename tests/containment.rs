@@ -1,0 +1,303 @@
+//! Containment, tested from outside: programs that leave their process
+//! group (`setsid`, `setpgrp`, a double fork) still die with their task —
+//! on cancel, on completion, and when agentd itself is SIGKILLed — with
+//! cgroups (cgroup.kill from the worker's parent-death path; a restarted
+//! agentd kills and removes a dead one's slots) and without (the worker is
+//! its task's subreaper).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::{alive, user_message, wait_for, Daemon};
+use serde_json::json;
+
+/// A task program that starts three escapees — `setsid`, perl's `setpgrp`,
+/// and a double-forked `setsid` (orphaned at once) — records their pids and
+/// its own in a `*.ready` file of its own in `dir`, then runs `then`.
+fn escapee_script(dir: &Path, then: &str) -> PathBuf {
+    common::script(
+        dir,
+        "escape.sh",
+        &format!(
+            "f=$(mktemp {d}/esc.XXXXXX)\n\
+             setsid sh -c 'echo $$ >> '\"$f\"'; exec sleep 300' &\n\
+             perl -e 'setpgrp(0, 0); open(my $o, \">>\", $ARGV[0]); print $o \"$$\\n\"; close $o; sleep 300' \"$f\" &\n\
+             ( setsid sh -c 'echo $$ >> '\"$f\"'; exec sleep 300' & )\n\
+             while [ $(wc -l < $f) -lt 3 ]; do sleep 0.02; done\n\
+             echo $$ >> $f\n\
+             mv $f $f.ready\n\
+             {then}",
+            d = dir.display()
+        ),
+    )
+}
+
+/// Waits for `n` tasks' ready files in `dir`; returns every pid in them.
+fn task_pids(dir: &Path, n: usize) -> Vec<i32> {
+    let ready = || -> Vec<PathBuf> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "ready"))
+            .collect()
+    };
+    assert!(
+        wait_for(Duration::from_secs(10), || ready().len() >= n),
+        "{n} tasks never got their escapees going"
+    );
+    let pids: Vec<i32> = ready()
+        .iter()
+        .flat_map(|p| {
+            std::fs::read_to_string(p)
+                .unwrap()
+                .split_whitespace()
+                .map(|s| s.parse::<i32>().unwrap())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(pids.len(), 4 * n, "three escapees and the program per task: {pids:?}");
+    assert!(pids.iter().all(|p| alive(*p)), "all running: {pids:?}");
+    pids
+}
+
+fn survivors(pids: &[i32]) -> Vec<i32> {
+    pids.iter().copied().filter(|p| alive(*p)).collect()
+}
+
+fn send_async(d: &Daemon) -> String {
+    let r = d.ok(
+        "SendMessage",
+        json!({"message": user_message("x"), "configuration": {"returnImmediately": true}}),
+    );
+    r["task"]["id"].as_str().unwrap().to_string()
+}
+
+/// The `isolation=` of agentd's ready line.
+fn isolation(d: &Daemon) -> String {
+    assert!(wait_for(Duration::from_secs(5), || d.log_text().contains("isolation=")));
+    let log = d.log_text();
+    let at = log.find("isolation=").unwrap() + "isolation=".len();
+    log[at..].split_whitespace().next().unwrap_or("").to_string()
+}
+
+const SKIP: &str = "!!!!!!!! SKIPPED";
+
+/// SIGKILLs agentd with two tasks running escapees; returns how long it
+/// took until none of their processes was left.
+fn kill9_with_escapees(args: &[&str], want_isolation: &str) -> Option<Duration> {
+    let tmp = common::TempDir::new("contain");
+    let prog = escapee_script(&tmp.0, "while :; do sleep 1; done");
+    let mut all_args = vec!["--exec", prog.to_str().unwrap()];
+    all_args.extend(args);
+    let mut d = Daemon::start(&all_args);
+    let iso = isolation(&d);
+    if !iso.contains(want_isolation) {
+        eprintln!("{SKIP}: isolation={iso}, not {want_isolation}");
+        return None;
+    }
+    send_async(&d);
+    send_async(&d);
+    let mut pids = task_pids(&tmp.0, 2);
+    pids.extend(common::children(d.pid()));
+    let dead = d.pid();
+    d.kill9();
+    let killed = Instant::now();
+    let gone = wait_for(Duration::from_secs(5), || survivors(&pids).is_empty());
+    let took = killed.elapsed();
+    assert!(gone, "left 5 s after kill -9 ({iso}): {:?}", survivors(&pids));
+    eprintln!(
+        "kill -9 with escapees ({iso}): {} processes gone in {took:?}",
+        pids.len()
+    );
+    // The dead daemon's (empty) slots go at the next start.
+    if let Some(base) = args.iter().find_map(|a| a.strip_prefix("tasks.cgroup=/")) {
+        let parent = Path::new("/").join(base).join(format!("agentd-{dead}"));
+        assert!(parent.join("slot-2").exists(), "kill -9 leaves the slots behind");
+        let _d2 = Daemon::start(&all_args);
+        assert!(
+            wait_for(Duration::from_secs(5), || !parent.exists()),
+            "the restart left {}",
+            parent.display()
+        );
+    }
+    Some(took)
+}
+
+#[test]
+fn kill9_leaves_no_escapee_with_cgroups() {
+    kill9_with_escapees(&[], "cgroup");
+}
+
+#[test]
+fn kill9_leaves_no_escapee_and_a_restart_removes_the_slots() {
+    // In a cgroup tree of our own: no other daemon removes the slots first.
+    let Some(base) = PrivateBase::new() else {
+        eprintln!("{SKIP} kill9_leaves_no_escapee_and_a_restart_removes_the_slots: no cgroup v2 to write here");
+        return;
+    };
+    let set = format!("tasks.cgroup={}", base.0.display());
+    kill9_with_escapees(&["--set", &set], "cgroup2");
+}
+
+#[test]
+fn kill9_leaves_no_escapee_without_cgroups() {
+    let took = kill9_with_escapees(&["--set", "tasks.cgroup=off"], "subreaper");
+    assert!(took.is_some(), "tasks.cgroup=off always means the subreaper path");
+}
+
+/// Our own cgroup in each hierarchy named (`""` for v2, else a v1
+/// controller), joined to its mount: where agentd, our child, makes its own.
+fn own_cgroup(controller: &str) -> Option<PathBuf> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    let path = own.lines().find_map(|l| {
+        let mut f = l.splitn(3, ':');
+        let (_, c, p) = (f.next()?, f.next()?, f.next()?);
+        (c == controller).then(|| p.trim_start_matches('/').to_string())
+    })?;
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let mount = mountinfo.lines().find_map(|l| {
+        let (pre, post) = l.split_once(" - ")?;
+        let mut post = post.split_whitespace();
+        let fstype = post.next()?;
+        let options = post.nth(1).unwrap_or("");
+        let ours = if controller.is_empty() {
+            fstype == "cgroup2"
+        } else {
+            fstype == "cgroup" && options.split(',').any(|o| o == controller)
+        };
+        ours.then(|| PathBuf::from(pre.split_whitespace().nth(4).unwrap()))
+    })?;
+    Some(mount.join(path))
+}
+
+/// A cgroup v2 directory of this test's own (`tasks.cgroup=PATH`), so no
+/// other daemon on the machine cleans up in it; removed on drop.
+struct PrivateBase(PathBuf);
+
+impl PrivateBase {
+    fn new() -> Option<PrivateBase> {
+        let dir = own_cgroup("")?.join(format!("agentd-test-{}", common::new_id()));
+        std::fs::create_dir(&dir).ok()?;
+        Some(PrivateBase(dir))
+    }
+}
+
+impl Drop for PrivateBase {
+    fn drop(&mut self) {
+        fn rmdir_tree(dir: &Path) {
+            if let Ok(entries) = std::fs::read_dir(dir) {
+                for e in entries.flatten().filter(|e| e.path().is_dir()) {
+                    rmdir_tree(&e.path());
+                }
+            }
+            let _ = std::fs::remove_dir(dir);
+        }
+        rmdir_tree(&self.0);
+    }
+}
+
+#[test]
+fn a_restart_kills_and_removes_a_dead_daemons_slots() {
+    // What a SIGKILLed agentd whose workers could not clean up leaves
+    // behind: `agentd-PID/slot-N` cgroups, PID gone, processes inside —
+    // made here by hand, in a cgroup tree of this test's own.
+    let Some(base) = PrivateBase::new() else {
+        eprintln!("{SKIP} a_restart_kills_and_removes_a_dead_daemons_slots: no cgroup v2 to write here");
+        return;
+    };
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    gone.wait().unwrap();
+    let dead = gone.id();
+    let mut planted = Vec::new();
+    let mut sleepers = Vec::new();
+    for n in [1, 2] {
+        let slot = base.0.join(format!("agentd-{dead}")).join(format!("slot-{n}"));
+        std::fs::create_dir_all(&slot).unwrap();
+        let sleeper = std::process::Command::new("sleep").arg("300").spawn().unwrap();
+        std::fs::write(slot.join("cgroup.procs"), sleeper.id().to_string()).unwrap();
+        planted.push(slot);
+        sleepers.push(sleeper);
+    }
+    let pids: Vec<i32> = sleepers.iter().map(|c| c.id() as i32).collect();
+
+    let set = format!("tasks.cgroup={}", base.0.display());
+    let d = Daemon::start(&["--set", &set]);
+    // Our children: reap them as they die, or they stay zombies.
+    assert!(
+        wait_for(Duration::from_secs(5), || sleepers
+            .iter_mut()
+            .all(|c| c.try_wait().unwrap().is_some())),
+        "the restart left {:?} alive",
+        survivors(&pids)
+    );
+    let parent = planted[0].parent().unwrap();
+    assert!(
+        wait_for(Duration::from_secs(5), || !parent.exists()),
+        "{} still there",
+        parent.display()
+    );
+    assert!(wait_for(Duration::from_secs(5), || d.log_text().contains("isolation=")));
+    let log = d.log_text();
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("cgroup.stale_slot")).collect();
+    for slot in &planted {
+        let line = lines
+            .iter()
+            .find(|l| l.contains(&format!("path={} ", slot.display())))
+            .unwrap_or_else(|| panic!("no cgroup.stale_slot line for {}:\n{log}", slot.display()));
+        assert!(line.contains("killed=1 removed=true"), "{line}");
+    }
+    eprintln!("stale slots killed and removed: {planted:?}");
+}
+
+#[test]
+fn escapees_die_on_cancel_and_on_completion() {
+    for mode in ["auto", "off"] {
+        let set = format!("tasks.cgroup={mode}");
+        // Completion: the program exits at once, its escapees still running.
+        let tmp = common::TempDir::new("done");
+        let prog = escapee_script(&tmp.0, "echo finished");
+        let d = Daemon::start(&["--exec", prog.to_str().unwrap(), "--set", &set]);
+        let r = d.ok("SendMessage", json!({"message": user_message("x")}));
+        assert_eq!(r["task"]["status"]["state"], "TASK_STATE_COMPLETED", "{mode}: {r}");
+        let pids = task_pids_any(&tmp.0);
+        assert_eq!(survivors(&pids), Vec::<i32>::new(), "{mode}: outlived a completed task");
+
+        // Cancel.
+        let tmp = common::TempDir::new("cancel");
+        let prog = escapee_script(&tmp.0, "while :; do sleep 1; done");
+        let d = Daemon::start(&[
+            "--exec",
+            prog.to_str().unwrap(),
+            "--set",
+            &set,
+            "--set",
+            "tasks.cancel_grace_ms=100",
+        ]);
+        let id = send_async(&d);
+        let pids = task_pids(&tmp.0, 1);
+        let t = d.ok("CancelTask", json!({"id": id}));
+        assert_eq!(t["status"]["state"], "TASK_STATE_CANCELED", "{mode}: {t}");
+        assert_eq!(survivors(&pids), Vec::<i32>::new(), "{mode}: outlived a cancelled task");
+    }
+}
+
+/// The pids of a finished task's ready file (its processes may be gone).
+fn task_pids_any(dir: &Path) -> Vec<i32> {
+    let ready: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "ready"))
+        .collect();
+    assert_eq!(ready.len(), 1, "one ready file");
+    let pids: Vec<i32> = std::fs::read_to_string(&ready[0])
+        .unwrap()
+        .split_whitespace()
+        .map(|s| s.parse().unwrap())
+        .collect();
+    assert_eq!(pids.len(), 4, "{pids:?}");
+    pids
+}
