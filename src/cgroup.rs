@@ -104,6 +104,9 @@ pub struct TaskCgroups {
     slot: usize,
     dirs: Vec<(Kind, PathBuf)>,
     baseline: Counters,
+    /// Which counters mean anything: a limit that is not set is never hit,
+    /// so its files are not read (each read is a kernfs path walk).
+    limits: Limits,
     /// Set once anything in it had to be killed: see [`Isolation::release`].
     killed: std::cell::Cell<bool>,
 }
@@ -191,6 +194,7 @@ impl Isolation {
                 .map(|h| (h.kind, h.parent.join(format!("slot-{slot}"))))
                 .collect(),
             baseline: Counters::default(),
+            limits: self.limits,
             killed: std::cell::Cell::new(false),
         };
         task.baseline = task.counters();
@@ -321,8 +325,12 @@ impl TaskCgroups {
         for (kind, d) in &self.dirs {
             match kind {
                 Kind::V2 => {
-                    c.pids_max_hits += counter(&d.join("pids.events"), "max");
-                    c.oom_kills += counter(&d.join("memory.events"), "oom_kill");
+                    if self.limits.pids_max > 0 {
+                        c.pids_max_hits += counter(&d.join("pids.events"), "max");
+                    }
+                    if self.limits.memory_max_bytes > 0 {
+                        c.oom_kills += counter(&d.join("memory.events"), "oom_kill");
+                    }
                 }
                 Kind::V1Pids => c.pids_max_hits += counter(&d.join("pids.events"), "max"),
                 Kind::V1Memory => {

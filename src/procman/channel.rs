@@ -71,15 +71,15 @@ impl Channel {
         self.open && self.written < self.outbox.len()
     }
 
-    /// Reads what is there (up to [`READ_TURN_BYTES`]) and decodes every
-    /// whole frame in it.
-    pub fn read_turn(&mut self) -> Turn {
+    /// Reads what is there (up to [`READ_TURN_BYTES`], through `scratch`,
+    /// procman's one read buffer) and decodes every whole frame in it.
+    pub fn read_turn(&mut self, scratch: &mut [u8]) -> Turn {
         let mut turn = Turn::default();
         if !self.open {
             return turn;
         }
         let mut budget = READ_TURN_BYTES;
-        let mut buf = [0u8; 64 * 1024];
+        let buf = scratch;
         while budget > 0 {
             let want = buf.len().min(budget);
             match self.sock.read(&mut buf[..want]) {
@@ -193,12 +193,12 @@ mod tests {
         let wire = [pong.clone(), control::encode(&done).unwrap()].concat();
         let cut = pong.len() + 7;
         worker.write_all(&wire[..cut]).unwrap();
-        let first = ch.read_turn();
+        let first = ch.read_turn(&mut [0; 4096]);
         assert_eq!(first.frames, vec![FromWorker::Pong]);
         worker.write_all(&wire[cut..]).unwrap();
-        assert_eq!(ch.read_turn().frames, vec![done]);
+        assert_eq!(ch.read_turn(&mut [0; 4096]).frames, vec![done]);
         drop(worker);
-        let last = ch.read_turn();
+        let last = ch.read_turn(&mut [0; 4096]);
         assert!(last.closed && last.broken.is_none());
         assert!(!ch.is_open());
     }
@@ -218,7 +218,7 @@ mod tests {
         let mut total = 0;
         let mut turns = 0;
         while total < 100_000 {
-            let turn = ch.read_turn();
+            let turn = ch.read_turn(&mut [0; 4096]);
             assert!(turn.frames.len() * 16 <= READ_TURN_BYTES + 64 * 1024);
             total += turn.frames.len();
             turns += 1;
@@ -234,13 +234,13 @@ mod tests {
     fn nonsense_and_torn_frames_break_the_channel() {
         let (mut ch, mut worker) = pair();
         worker.write_all(b"\0\0\0\x02{}").unwrap();
-        assert!(ch.read_turn().broken.is_some());
+        assert!(ch.read_turn(&mut [0; 4096]).broken.is_some());
         let (mut ch, mut worker) = pair();
         worker
             .write_all(&control::encode(&FromWorker::Pong).unwrap()[..5])
             .unwrap();
         drop(worker);
-        let turn = ch.read_turn();
+        let turn = ch.read_turn(&mut [0; 4096]);
         assert!(turn.closed && turn.broken.unwrap().contains("inside a frame"));
     }
 

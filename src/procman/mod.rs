@@ -128,6 +128,8 @@ struct State {
     /// When recent tasks started: the demand the pool is sized to.
     starts: VecDeque<Instant>,
     next_cgroup_check: Instant,
+    /// The one buffer every control socket is read through.
+    scratch: Vec<u8>,
 }
 
 /// Starts the procman thread.
@@ -169,6 +171,7 @@ pub fn spawn(
         shutdown: None,
         starts: VecDeque::new(),
         next_cgroup_check: Instant::now(),
+        scratch: vec![0; 64 * 1024],
     };
     let handle = std::thread::Builder::new()
         .name("procman".into())
@@ -385,7 +388,7 @@ impl State {
 
     fn read_from(&mut self, pid: i32) {
         let Some(w) = self.workers.get_mut(&pid) else { return };
-        let turn = w.chan.read_turn();
+        let turn = w.chan.read_turn(&mut self.scratch);
         for frame in turn.frames {
             self.on_frame(pid, frame);
         }
