@@ -301,3 +301,28 @@ fn task_pids_any(dir: &Path) -> Vec<i32> {
     assert_eq!(pids.len(), 4, "{pids:?}");
     pids
 }
+
+#[test]
+fn escapees_of_a_worker_killed_by_the_ladder_die_without_cgroups() {
+    // The program ignores SIGTERM, so the worker waits for it until the
+    // ladder's SIGKILL takes the whole group, worker included: the worker
+    // cannot kill its escapees, which re-parent to agentd. agentd kills them.
+    let tmp = common::TempDir::new("ladder");
+    let prog = escapee_script(&tmp.0, "trap '' TERM\nwhile :; do sleep 1; done");
+    let d = Daemon::start(&[
+        "--exec",
+        prog.to_str().unwrap(),
+        "--set",
+        "tasks.cgroup=off",
+        "--set",
+        "tasks.cancel_grace_ms=100",
+        "--set",
+        "tasks.term_grace_ms=200",
+    ]);
+    let id = send_async(&d);
+    let pids = task_pids(&tmp.0, 1);
+    let t = d.ok("CancelTask", json!({"id": id}));
+    assert_eq!(t["status"]["state"], "TASK_STATE_CANCELED", "{t}");
+    assert_eq!(survivors(&pids), Vec::<i32>::new(), "outlived a cancelled task");
+    assert!(d.log_text().contains("procman.adopted"), "{}", d.log_text());
+}

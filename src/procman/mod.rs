@@ -349,6 +349,13 @@ impl State {
                 // reap them first, or their zombies keep the group alive.
                 self.reap();
                 let Some(w) = self.workers.get(&pid) else { return };
+                if w.cgroups.is_none() && w.life.exit_status() == Some(sys::ExitStatus::Signal(libc::SIGKILL)) {
+                    // Without a cgroup the worker was the subreaper of what
+                    // its program started; SIGKILLed, it could not kill them,
+                    // and they came to us. Nothing but workers may be ours.
+                    self.kill_adopted();
+                }
+                let Some(w) = self.workers.get(&pid) else { return };
                 let alive = sys::group_alive(pid) || w.cgroups.as_ref().is_some_and(TaskCgroups::populated);
                 if alive {
                     kill(w); // and look again at the next group_poll
@@ -357,6 +364,25 @@ impl State {
                 }
             }
             Action::Finish(ending) => self.finish(pid, ending),
+        }
+    }
+
+    /// SIGKILLs every child of agentd that is not a worker: escapees of a
+    /// task whose worker was killed before it could kill them.
+    fn kill_adopted(&self) {
+        let Ok(threads) = std::fs::read_dir("/proc/self/task") else {
+            return;
+        };
+        for thread in threads.flatten() {
+            let Ok(list) = std::fs::read_to_string(thread.path().join("children")) else {
+                continue;
+            };
+            for child in list.split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
+                if !self.workers.contains_key(&child) {
+                    log::info!("procman.adopted pid={child} killed: it outlived its task's worker");
+                    let _ = sys::kill_pid(child, libc::SIGKILL);
+                }
+            }
         }
     }
 
