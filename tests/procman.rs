@@ -1,0 +1,91 @@
+//! procman under a worker that misbehaves on its control channel: one that
+//! stops reading must not hold up anyone else's supervision, and is itself
+//! stopped as `stalled`.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{task_workers, user_message, wait_for, Daemon};
+use serde_json::{json, Value};
+
+const ASK_OR_WORK: &str = r#"read l
+case "$l" in
+  *ask-me*) echo '{"status":"input-required","text":"which?"}'; read more; echo '{"status":"completed"}' ;;
+  *) echo '{"status":"working","text":"busy"}'; sleep 30 ;;
+esac"#;
+
+fn state(d: &Daemon, id: &str) -> Value {
+    d.ok("GetTask", json!({"id": id}))
+}
+
+fn send_async(d: &Daemon, text: &str) -> Value {
+    d.ok(
+        "SendMessage",
+        json!({"message": user_message(text), "configuration": {"returnImmediately": true}}),
+    )["task"]
+        .clone()
+}
+
+#[test]
+fn a_worker_that_stops_reading_delays_no_other_task() {
+    let tmp = common::TempDir::new("procman");
+    let prog = common::script(&tmp.0, "ask.sh", ASK_OR_WORK);
+    let d = Daemon::start(&[
+        "--exec",
+        prog.to_str().unwrap(),
+        "--exec-protocol",
+        "jsonl",
+        "--set",
+        "tasks.ping_interval_ms=200",
+        "--set",
+        "tasks.stall_timeout_ms=1500",
+        "--set",
+        "tasks.cancel_grace_ms=200",
+        "--set",
+        "tasks.term_grace_ms=200",
+    ]);
+    // A asks a question; then its worker stops (SIGSTOP: it reads nothing).
+    let a = send_async(&d, "ask-me");
+    let a_id = a["id"].as_str().unwrap().to_string();
+    assert!(wait_for(Duration::from_secs(5), || state(&d, &a_id)["status"]["state"]
+        == "TASK_STATE_INPUT_REQUIRED"));
+    let workers = task_workers(d.pid());
+    assert_eq!(workers.len(), 1, "A's worker: {workers:?}");
+    common::signal(workers[0], libc::SIGSTOP);
+    // B runs beside it.
+    let b = send_async(&d, "work");
+    let b_id = b["id"].as_str().unwrap().to_string();
+    assert!(wait_for(Duration::from_secs(5), || state(&d, &b_id)["status"]["state"]
+        == "TASK_STATE_WORKING"));
+    // A 3 MB answer for A: far more than the socket buffer of a worker
+    // that does not read. It must sit in A's outbox, not block procman.
+    let follow = json!({"message": {
+        "messageId": common::new_id(), "role": "ROLE_USER", "taskId": a_id,
+        "contextId": a["contextId"], "parts": [{"text": "x".repeat(3_000_000)}],
+    }, "configuration": {"returnImmediately": true}});
+    let r = d.rpc("SendMessage", follow);
+    assert!(r.get("result").is_some(), "the follow-up is accepted: {r}");
+    // B is cancelled right after: its ladder must not wait behind A's
+    // frame (a blocking write to A would hold procman for seconds).
+    let asked = Instant::now();
+    let t = d.ok("CancelTask", json!({"id": b_id}));
+    let took = asked.elapsed();
+    assert_eq!(t["status"]["state"], "TASK_STATE_CANCELED", "{t}");
+    eprintln!("cancel of B beside a stopped worker took {took:?}");
+    assert!(
+        took < Duration::from_secs(3),
+        "B's cancel waited {took:?} behind A's worker"
+    );
+    // A itself: no pong, so stalled; the ladder's SIGCONT lets it die.
+    let mut a_now = Value::Null;
+    assert!(
+        wait_for(Duration::from_secs(15), || {
+            a_now = state(&d, &a_id);
+            a_now["status"]["state"] == "TASK_STATE_FAILED"
+        }),
+        "A did not end: {a_now}"
+    );
+    assert_eq!(common::terminal_cause(&a_now), "stalled", "{a_now}");
+    assert!(wait_for(Duration::from_secs(5), || task_workers(d.pid()).is_empty()));
+}
