@@ -53,6 +53,10 @@ enum Kind {
 pub struct Limits {
     pub pids_max: u64,
     pub memory_max_bytes: u64,
+    /// A pids limit applied only where it costs nothing: when `pids_max`
+    /// is 0 and agentd's own cgroup v2 slots can enforce `pids.max`
+    /// (never through a cgroup v1 move per task).
+    pub pids_max_where_free: u64,
 }
 
 /// What agentd isolates tasks with. Task cgroups are slots reused from
@@ -115,7 +119,7 @@ impl Isolation {
     /// Finds where agentd may create cgroups: `mode` is `auto`, `off`, or a
     /// directory in a cgroup v2 hierarchy to create them in. Kills and
     /// removes the slots of agentd daemons that died without cleaning up.
-    pub fn detect(mode: &str, limits: Limits) -> Isolation {
+    pub fn detect(mode: &str, mut limits: Limits) -> Isolation {
         if mode == "off" {
             return Isolation::default();
         }
@@ -148,6 +152,10 @@ impl Isolation {
             if kind == Kind::V2 {
                 // Delegate what our own cgroup offers; fine if it offers none.
                 let _ = fs::write(parent.join("cgroup.subtree_control"), "+pids +memory");
+                let delegated = fs::read_to_string(parent.join("cgroup.subtree_control")).unwrap_or_default();
+                if limits.pids_max == 0 && delegated.split_whitespace().any(|c| c == "pids") {
+                    limits.pids_max = limits.pids_max_where_free;
+                }
             }
             found.push(Hierarchy { kind, parent });
         }
@@ -162,6 +170,11 @@ impl Isolation {
 
     pub fn is_cgroup(&self) -> bool {
         !self.hierarchies.is_empty()
+    }
+
+    /// The pids limit in force (0 = none), once detection resolved it.
+    pub fn pids_max(&self) -> u64 {
+        self.limits.pids_max
     }
 
     /// A free slot for the next worker, made (with its limits) when none is

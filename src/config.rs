@@ -57,7 +57,7 @@ keys! {
     "tasks.ping_interval_ms", "MS", "5000", "How often each worker is pinged on its control channel.";
     "tasks.stall_timeout_ms", "MS", "15000", "A worker that leaves a ping unanswered this long is stalled: kill ladder, FAILED with cause `stalled`.";
     "tasks.cgroup", "auto|off|PATH", "auto", "Put each task in its own cgroup where agentd may create them (auto: under agentd's own cgroup v2, plus a v1 pids or memory hierarchy only for a limit set that v2 cannot enforce, and the v1 freezer where there is no v2), or under PATH in a cgroup v2 tree; off: process groups, the worker as its task's subreaper. A cgroup also catches processes that left the task's process group, even after agentd was SIGKILLed, and enforces tasks.pids_max and tasks.memory_max_bytes.";
-    "tasks.pids_max", "N", "0", "Most processes and threads one task may have at once, its worker's few threads included (needs a pids cgroup: free on cgroup v2, a cgroup v1 move per task on a hybrid host); a task that hits it FAILS with cause `exhausted`. 0 = no limit, else at least 16.";
+    "tasks.pids_max", "auto|N", "auto", "Most processes and threads one task may have at once, its worker's few threads included (needs a pids cgroup: free on cgroup v2, a cgroup v1 move per task on a hybrid host); a task that hits it FAILS with cause `exhausted`. auto = 1024 where agentd's cgroup v2 slots enforce it for free, none elsewhere (a hybrid host); N = that limit anywhere; 0 = no limit, else at least 16.";
     "tasks.memory_max_bytes", "BYTES", "0", "Memory one task may use (needs a memory cgroup); the OOM killer ends it and it FAILS with cause `exhausted`. 0 = no limit.";
     "tasks.prespawn", "auto|N", "auto", "Idle workers kept spawned ahead of demand, so starting a task does not wait for a process to be spawned and exec'd (they show as `agentd __worker idle`). auto = as many as tasks started in the last 250 ms, at least 1, at most 8; N = exactly N; 0 = spawn on demand.";
     "tasks.retain_max", "N", "1000", "Finished tasks kept for GetTask and ListTasks; the oldest go first.";
@@ -132,7 +132,8 @@ pub struct Tasks {
     pub cgroup: String,
     /// Idle workers to keep: `None` = sized to demand (auto).
     pub prespawn: Option<usize>,
-    pub pids_max: u64,
+    /// `None` = auto: 1024 where cgroup v2 enforces it for free.
+    pub pids_max: Option<u64>,
     pub memory_max_bytes: u64,
 }
 
@@ -214,7 +215,7 @@ impl Default for Config {
                 prespawn: None,
                 // Off unless asked for: on a hybrid host a limit costs each
                 // task a cgroup v1 move, which stalls every fork.
-                pids_max: 0,
+                pids_max: None,
                 memory_max_bytes: 0,
             },
             body_max_bytes: limits::HTTP_BODY_MAX_BYTES,
@@ -376,6 +377,7 @@ impl Config {
                 }
                 self.tasks.cgroup = value.to_string();
             }
+            "tasks.pids_max" if value == "auto" => self.tasks.pids_max = None,
             "tasks.pids_max" => {
                 let n = number(key, value)?;
                 if n != 0 && n < 16 {
@@ -383,7 +385,7 @@ impl Config {
                         "tasks.pids_max: must be 0 or at least 16 (the task's own worker uses up to 8 threads)".into(),
                     );
                 }
-                self.tasks.pids_max = n;
+                self.tasks.pids_max = Some(n);
             }
             "tasks.memory_max_bytes" => self.tasks.memory_max_bytes = number(key, value)?,
             "tasks.prespawn" => {

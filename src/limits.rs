@@ -50,6 +50,9 @@ pub const TASKS_MAX_RUNNING: usize = 32;
 pub const TASKS_MAX_QUEUED: usize = 1024;
 /// Wall-clock budget of one task (config: `tasks.deadline_ms`); 0 = none.
 pub const TASK_DEADLINE_MS: u64 = 0;
+/// `tasks.pids_max: auto`: the processes and threads one task may have
+/// where cgroup v2 enforces it at no cost per task.
+pub const TASK_PIDS_MAX_WHERE_FREE: u64 = 1024;
 /// Most idle workers `tasks.prespawn: auto` keeps ready under load.
 pub const PRESPAWN_AUTO_MAX: usize = 8;
 /// Finished tasks kept for GetTask/ListTasks (config: `tasks.retain_max`).

@@ -77,8 +77,9 @@ pub fn serve(cfg: Config) -> Result<(), ServeError> {
     let isolation = Isolation::detect(
         &cfg.tasks.cgroup,
         crate::cgroup::Limits {
-            pids_max: cfg.tasks.pids_max,
+            pids_max: cfg.tasks.pids_max.unwrap_or(0),
             memory_max_bytes: cfg.tasks.memory_max_bytes,
+            pids_max_where_free: limits::TASK_PIDS_MAX_WHERE_FREE,
         },
     );
     let feed = Arc::new(Feed::new(cfg.events_ring));

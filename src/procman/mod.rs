@@ -516,10 +516,7 @@ impl State {
                 .filter(|(_, n)| *n > 0)
                 .collect();
             for (pid, n) in exhausted {
-                let why = format!(
-                    "the task hit tasks.pids_max ({} processes) {n} time(s): a fork bomb?",
-                    self.cfg.tasks.pids_max
-                );
+                let why = fork_bomb_text(self.isolation.pids_max(), n);
                 log::info!("task.exhausted pid={pid} {why}");
                 self.event(
                     pid,
@@ -584,10 +581,7 @@ impl State {
                 ending = Ending {
                     state: TaskState::Failed,
                     cause: Cause::Exhausted,
-                    text: Some(format!(
-                        "the task hit tasks.pids_max ({} processes) {forks_refused} time(s): a fork bomb?",
-                        self.cfg.tasks.pids_max
-                    )),
+                    text: Some(fork_bomb_text(self.isolation.pids_max(), forks_refused)),
                 };
             }
             if cg.out_of_memory() {
@@ -868,6 +862,10 @@ impl State {
             },
         }
     }
+}
+
+fn fork_bomb_text(pids_max: u64, refused: u64) -> String {
+    format!("the task hit tasks.pids_max ({pids_max} processes) {refused} time(s): a fork bomb?")
 }
 
 /// SIGKILL to the whole task: its process group and its cgroups (which
