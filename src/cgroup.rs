@@ -620,14 +620,21 @@ mod tests {
         // No limit: v2 only (the freezer is dropped once v2 works).
         let kinds = |l| wanted(&own, l).into_iter().map(|(k, _)| k).collect::<Vec<_>>();
         assert_eq!(kinds(Limits::default()), vec![Kind::V2, Kind::V1Freezer]);
+        // A pids limit only where it is free never asks for v1.
+        let free_only = Limits {
+            pids_max_where_free: 1024,
+            ..Limits::default()
+        };
+        assert_eq!(kinds(free_only), vec![Kind::V2, Kind::V1Freezer]);
         let pids = Limits {
             pids_max: 64,
-            memory_max_bytes: 0,
+            ..Limits::default()
         };
         assert_eq!(kinds(pids), vec![Kind::V2, Kind::V1Pids, Kind::V1Freezer]);
         let both = Limits {
             pids_max: 64,
             memory_max_bytes: 1 << 30,
+            pids_max_where_free: 0,
         };
         assert_eq!(
             kinds(both),
@@ -646,6 +653,7 @@ mod tests {
         let limits = Limits {
             pids_max: 64,
             memory_max_bytes: 1 << 30,
+            pids_max_where_free: 0,
         };
         assert_eq!(wanted(&own, limits), own, "v2 enforces the limits itself");
         // v1 only: the freezer contains; no v2 line, or v2 not mounted.
