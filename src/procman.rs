@@ -352,6 +352,7 @@ impl State {
             .env_clear()
             .env(worker::SUPERVISOR_PID_ENV, sys::getpid().to_string())
             .env(worker::LOG_LEVEL_ENV, &self.cfg.log_level)
+            .env(worker::FRAME_MAX_ENV, self.frame_max().to_string())
             .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -368,9 +369,10 @@ impl State {
         ours.set_write_timeout(Some(CONTROL_WRITE_TIMEOUT))?;
         let reader = ours.try_clone()?;
         let tx = self.tx.clone();
+        let frame_max = self.frame_max();
         std::thread::Builder::new()
             .name(format!("ctrl-{pid}"))
-            .spawn(move || read_frames(pid, reader, &tx))?;
+            .spawn(move || read_frames(pid, reader, frame_max, &tx))?;
         Ok((pid, ours))
     }
 
@@ -442,6 +444,11 @@ impl State {
         Ok(pid)
     }
 
+    /// The control channel's frame limit, from the configured input limits.
+    fn frame_max(&self) -> usize {
+        limits::control_frame_max_bytes(self.cfg.body_max_bytes)
+    }
+
     fn runner_spec(&self) -> RunnerSpec {
         match &self.cfg.runner {
             Runner::Echo => RunnerSpec::Echo,
@@ -465,10 +472,11 @@ impl State {
 
     /// Writes a frame to a worker; a worker that cannot take it is killed.
     fn send(&mut self, pid: i32, frame: &ToWorker) -> bool {
+        let frame_max = self.frame_max();
         let Some(w) = self.workers.get_mut(&pid) else {
             return false;
         };
-        if let Err(e) = control::write_frame(&mut w.ctrl, frame) {
+        if let Err(e) = control::write_frame(&mut w.ctrl, frame, frame_max) {
             use std::io::ErrorKind::{BrokenPipe, ConnectionReset};
             if matches!(e.kind(), BrokenPipe | ConnectionReset) {
                 // The worker closed its end: it is exiting, and whatever it
@@ -705,7 +713,7 @@ fn verdict(w: &Worker) -> (TaskState, Cause, Option<String>) {
         (None, None) => (
             TaskState::Failed,
             Cause::Crashed,
-            Some(format!("the worker ended without a result: it {exit}")),
+            Some(format!("the worker ended without a result: {exit}")),
         ),
     }
 }
@@ -721,10 +729,10 @@ fn outcome_state(o: Outcome) -> TaskState {
 
 /// One thread per worker: frames in, forwarded to procman in order; then
 /// the close, so procman knows nothing more is coming.
-fn read_frames(pid: i32, mut reader: impl Read, tx: &Sender<Msg>) {
+fn read_frames(pid: i32, mut reader: impl Read, frame_max: usize, tx: &Sender<Msg>) {
     let mut broken = false;
     loop {
-        match control::read_frame::<FromWorker>(&mut reader) {
+        match control::read_frame::<FromWorker>(&mut reader, frame_max) {
             Ok(Some(frame)) => {
                 if tx.send(Msg::Frame(pid, frame)).is_err() {
                     return;

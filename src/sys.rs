@@ -176,13 +176,8 @@ impl ExitStatus {
 impl std::fmt::Display for ExitStatus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ExitStatus::Code(c) => write!(f, "exited with status {c}"),
-            ExitStatus::Signal(s) => write!(
-                f,
-                "was killed by signal {s} ({}; exit status {})",
-                signal_name(*s),
-                128 + s
-            ),
+            ExitStatus::Code(c) => write!(f, "exit status {c}"),
+            ExitStatus::Signal(s) => write!(f, "killed by signal {s} ({}, exit status {})", signal_name(*s), 128 + s),
         }
     }
 }
