@@ -470,6 +470,37 @@ mod tests {
         ));
     }
 
+    /// What read_lines makes of `input`.
+    fn lines_of(input: &[u8]) -> Vec<Note> {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        read_lines(input, u64::MAX, &tx);
+        drop(tx);
+        rx.iter().collect()
+    }
+
+    #[test]
+    fn a_line_at_the_limit_passes_one_byte_over_fails() {
+        let mut at = vec![b' '; JSONL_LINE_MAX_BYTES];
+        at[..2].copy_from_slice(b"{}");
+        at.push(b'\n');
+        let notes = lines_of(&at);
+        assert!(
+            matches!(notes.as_slice(), [Note::Line(l), Note::StdoutEof] if l.len() == JSONL_LINE_MAX_BYTES),
+            "a line of exactly the limit is one line"
+        );
+        let mut over = at.clone();
+        over.insert(0, b' ');
+        let notes = lines_of(&over);
+        assert!(matches!(notes.as_slice(), [Note::LineTooLong, Note::StdoutEof]));
+        assert_eq!(
+            bad_line(1, &line_too_long()).text.as_deref(),
+            Some(
+                "the program's output line 1 is not valid jsonl: it is longer than the jsonl line \
+                 limit of 4194304 bytes (4 MiB)"
+            )
+        );
+    }
+
     #[test]
     fn message_lines_name_the_task() {
         let m = Message {

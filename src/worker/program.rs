@@ -305,3 +305,56 @@ fn keep_tail(mut stderr: impl Read, tx: &Sender<Note>) {
     }
     let _ = tx.send(Note::StderrTail(tail));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exits_in_the_manuals_words() {
+        assert_eq!(ended(ExitStatus::Code(3)), "ended with exit status 3");
+        assert_eq!(
+            ended(ExitStatus::Signal(libc::SIGSEGV)),
+            "was killed by signal 11 (SIGSEGV, exit status 139)"
+        );
+        let done = judge_exit(ExitStatus::Code(3), b"  it broke\n");
+        assert_eq!(
+            done.text.as_deref(),
+            Some("the program ended with exit status 3: it broke")
+        );
+        assert_eq!(done.cause, Cause::Failed);
+        let done = judge_exit(ExitStatus::Signal(libc::SIGKILL), b"");
+        assert_eq!(
+            done.text.as_deref(),
+            Some("the program was killed by signal 9 (SIGKILL, exit status 137)")
+        );
+        assert_eq!(done.cause, Cause::Crashed);
+        assert_eq!(
+            canceled(Some(ExitStatus::Signal(libc::SIGTERM))).text.as_deref(),
+            Some("canceled; the program was killed by signal 15 (SIGTERM, exit status 143)")
+        );
+    }
+
+    /// A program that never reads: sending never blocks, and the queue
+    /// says so once it is full.
+    #[test]
+    fn stdin_never_blocks_and_refuses_past_its_queue() {
+        let mut child = Command::new("sleep").arg("30").stdin(Stdio::piped()).spawn().unwrap();
+        let mut stdin = Stdin::spawn(child.stdin.take());
+        let big = vec![b'x'; 1024 * 1024]; // more than a pipe holds
+        let started = std::time::Instant::now();
+        let refused = (0..STDIN_QUEUE_MAX_MESSAGES + 2).find(|_| stdin.send(big.clone()).is_err());
+        assert!(started.elapsed() < Duration::from_secs(5), "a send blocked");
+        let n = refused.expect("the queue filled up");
+        assert!(
+            (STDIN_QUEUE_MAX_MESSAGES..=STDIN_QUEUE_MAX_MESSAGES + 1).contains(&n),
+            "{n}"
+        );
+        assert_eq!(
+            stdin.send(vec![1]).unwrap_err().to_string(),
+            "the program is not reading its standard input: 8 messages are already waiting for it"
+        );
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
