@@ -297,6 +297,21 @@ fn echo_big_message_of_growing_numbers_completes() {
     assert_eq!(t["artifacts"][0]["parts"][0]["data"][0], json!(1e15));
 }
 
+/// The channel follows http.body_max_bytes: a 6 MB message (23 MB once
+/// re-encoded, over the default-sized channel) within a raised body limit
+/// completes, so the worker learnt the daemon's limit.
+#[test]
+fn echo_message_within_a_raised_body_limit_completes() {
+    let d = Daemon::start(&["--set", "http.body_max_bytes=8388608"]);
+    let message = numbers_message(1_200_000);
+    assert!(message.len() > 6_000_000);
+    let id = send_raw_async(&d, &message);
+    let t = wait_terminal(&d, &id, Duration::from_secs(120));
+    assert_state(&t, "TASK_STATE_COMPLETED");
+    let data = t["artifacts"][0]["parts"][0]["data"].as_array().map_or(0, Vec::len);
+    assert_eq!(data, 1_200_000);
+}
+
 // ---- text ------------------------------------------------------------------
 
 /// The program prints ~200 KB before it reads its 200 KB of stdin.
