@@ -106,6 +106,7 @@ pub const fn control_frame_max_bytes(body_max_bytes: usize) -> usize {
         framed
     }
 }
+
 /// Bytes of a program's stderr kept to explain a failure.
 pub const STDERR_TAIL_BYTES: usize = 2048;
 /// Largest total artifact output of one task (config: `tasks.output_max_bytes`);

@@ -173,6 +173,8 @@ impl ExitStatus {
     }
 }
 
+/// The manual's words, used in the feed's `exit` and every status text:
+/// `exit status 3`, `killed by signal 9 (SIGKILL, exit status 137)`.
 impl std::fmt::Display for ExitStatus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
