@@ -68,7 +68,7 @@ keys! {
     "tasks.rlimit_as_bytes", "BYTES", "0", "RLIMIT_AS (address space) of the task's program. 0 = inherit.";
     "tasks.rlimit_cpu_secs", "SECS", "0", "RLIMIT_CPU of the task's program. 0 = inherit.";
     "tasks.rlimit_nofile", "N", "0", "RLIMIT_NOFILE of the task's program. 0 = inherit.";
-    "http.body_max_bytes", "BYTES", "4194304", "Largest request body; over it → 413.";
+    "http.body_max_bytes", "BYTES", "4194304", "Largest request body; over it → 413. It also sizes the channel to each worker (4.5 × this or the 4 MiB jsonl line limit, whichever is larger, + 64 KiB), so any message within it reaches the agent.";
     "http.head_timeout_ms", "MS", "10000", "Time a client has to send a request head once it started; over it → 408. The body then gets this long or 30 s, whichever is more.";
     "http.idle_timeout_ms", "MS", "60000", "Idle keep-alive time before the connection is closed.";
     "http.sse_keepalive_ms", "MS", "15000", "An SSE stream with nothing to say sends a `: keep-alive` comment this often.";

@@ -13,13 +13,15 @@
 //! ```
 //!
 //! A frame is a 4-byte big-endian length, then that many bytes of one JSON
-//! object. Frames over [`CONTROL_FRAME_MAX_BYTES`] are refused both ways.
+//! object. Both ends refuse a frame over `max` bytes, the limit the daemon
+//! derives from its configured input limits
+//! ([`crate::limits::control_frame_max_bytes`]): sized by what frames carry,
+//! so nothing that came in within a documented limit is refused here.
 
 use std::io::{self, Read, Write};
 
 use serde::{Deserialize, Serialize};
 
-use crate::limits::CONTROL_FRAME_MAX_BYTES;
 use crate::wire::{Artifact, Message};
 
 /// What the worker runs, as procman tells it in `spawn`.
@@ -153,16 +155,17 @@ pub enum FromWorker {
 /// Why a frame could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FrameError {
-    TooLarge(usize),
+    TooLarge { len: usize, max: usize },
     BadJson(String),
 }
 
 impl std::fmt::Display for FrameError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            FrameError::TooLarge(n) => write!(
+            FrameError::TooLarge { len, max } => write!(
                 f,
-                "control frame of {n} bytes is over the {CONTROL_FRAME_MAX_BYTES}-byte limit"
+                "a control frame of {len} bytes is over the control channel's limit of {max} bytes \
+                 (derived from http.body_max_bytes and the jsonl line limit)"
             ),
             FrameError::BadJson(e) => write!(f, "control frame is not a valid frame: {e}"),
         }
@@ -175,11 +178,11 @@ impl From<FrameError> for io::Error {
     }
 }
 
-/// Encodes one frame.
-pub fn encode<T: Serialize>(frame: &T) -> Result<Vec<u8>, FrameError> {
+/// Encodes one frame of at most `max` bytes (without the length prefix).
+pub fn encode<T: Serialize>(frame: &T, max: usize) -> Result<Vec<u8>, FrameError> {
     let json = serde_json::to_vec(frame).map_err(|e| FrameError::BadJson(e.to_string()))?;
-    if json.len() > CONTROL_FRAME_MAX_BYTES {
-        return Err(FrameError::TooLarge(json.len()));
+    if json.len() > max {
+        return Err(FrameError::TooLarge { len: json.len(), max });
     }
     let mut out = Vec::with_capacity(4 + json.len());
     out.extend_from_slice(&(json.len() as u32).to_be_bytes());
@@ -189,13 +192,13 @@ pub fn encode<T: Serialize>(frame: &T) -> Result<Vec<u8>, FrameError> {
 
 /// Decodes the first frame in `buf`, if a whole one is there: `Ok(None)` =
 /// need more bytes; `Ok(Some((frame, consumed)))`. No I/O, for fuzzing.
-pub fn decode<T: for<'de> Deserialize<'de>>(buf: &[u8]) -> Result<Option<(T, usize)>, FrameError> {
+pub fn decode<T: for<'de> Deserialize<'de>>(buf: &[u8], max: usize) -> Result<Option<(T, usize)>, FrameError> {
     let Some(len_bytes) = buf.get(..4) else {
         return Ok(None);
     };
     let len = u32::from_be_bytes([len_bytes[0], len_bytes[1], len_bytes[2], len_bytes[3]]) as usize;
-    if len > CONTROL_FRAME_MAX_BYTES {
-        return Err(FrameError::TooLarge(len));
+    if len > max {
+        return Err(FrameError::TooLarge { len, max });
     }
     let Some(body) = buf.get(4..4 + len) else {
         return Ok(None);
@@ -204,13 +207,14 @@ pub fn decode<T: for<'de> Deserialize<'de>>(buf: &[u8]) -> Result<Option<(T, usi
     Ok(Some((frame, 4 + len)))
 }
 
-/// Writes one frame.
-pub fn write_frame<T: Serialize>(w: &mut impl Write, frame: &T) -> io::Result<()> {
-    w.write_all(&encode(frame)?)
+/// Writes one frame of at most `max` bytes.
+pub fn write_frame<T: Serialize>(w: &mut impl Write, frame: &T, max: usize) -> io::Result<()> {
+    w.write_all(&encode(frame, max)?)
 }
 
-/// Reads one frame; `Ok(None)` on a clean EOF between frames.
-pub fn read_frame<T: for<'de> Deserialize<'de>>(r: &mut impl Read) -> io::Result<Option<T>> {
+/// Reads one frame of at most `max` bytes; `Ok(None)` on a clean EOF
+/// between frames.
+pub fn read_frame<T: for<'de> Deserialize<'de>>(r: &mut impl Read, max: usize) -> io::Result<Option<T>> {
     let mut len = [0u8; 4];
     let mut got = 0;
     while got < 4 {
@@ -223,8 +227,8 @@ pub fn read_frame<T: for<'de> Deserialize<'de>>(r: &mut impl Read) -> io::Result
         }
     }
     let len = u32::from_be_bytes(len) as usize;
-    if len > CONTROL_FRAME_MAX_BYTES {
-        return Err(FrameError::TooLarge(len).into());
+    if len > max {
+        return Err(FrameError::TooLarge { len, max }.into());
     }
     // Grown as bytes arrive, never allocated from the declared length.
     let mut body = Vec::with_capacity(len.min(64 * 1024));
@@ -240,6 +244,10 @@ pub fn read_frame<T: for<'de> Deserialize<'de>>(r: &mut impl Read) -> io::Result
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limits::{control_frame_max_bytes, HTTP_BODY_MAX_BYTES, JSONL_LINE_MAX_BYTES};
+    use crate::limits::{JSON_REENCODE_GROWTH_DEN as DEN, JSON_REENCODE_GROWTH_NUM as NUM};
+
+    const MAX: usize = 1 << 20;
 
     #[test]
     fn round_trips_through_bytes() {
@@ -258,34 +266,173 @@ mod tests {
         ];
         let mut wire = Vec::new();
         for f in &frames {
-            write_frame(&mut wire, f).unwrap();
+            write_frame(&mut wire, f, MAX).unwrap();
         }
         let mut r = &wire[..];
         for f in &frames {
-            assert_eq!(read_frame::<FromWorker>(&mut r).unwrap().as_ref(), Some(f));
+            assert_eq!(read_frame::<FromWorker>(&mut r, MAX).unwrap().as_ref(), Some(f));
         }
-        assert_eq!(read_frame::<FromWorker>(&mut r).unwrap(), None);
+        assert_eq!(read_frame::<FromWorker>(&mut r, MAX).unwrap(), None);
     }
 
     #[test]
     fn decode_needs_whole_frames_and_bounds_length() {
-        let wire = encode(&ToWorker::Ping).unwrap();
+        let wire = encode(&ToWorker::Ping, MAX).unwrap();
         for cut in 0..wire.len() {
-            assert_eq!(decode::<ToWorker>(&wire[..cut]).unwrap(), None);
+            assert_eq!(decode::<ToWorker>(&wire[..cut], MAX).unwrap(), None);
         }
-        assert_eq!(decode::<ToWorker>(&wire).unwrap(), Some((ToWorker::Ping, wire.len())));
-        let huge = (CONTROL_FRAME_MAX_BYTES as u32 + 1).to_be_bytes();
-        assert!(matches!(decode::<ToWorker>(&huge), Err(FrameError::TooLarge(_))));
+        assert_eq!(
+            decode::<ToWorker>(&wire, MAX).unwrap(),
+            Some((ToWorker::Ping, wire.len()))
+        );
         assert!(matches!(
-            decode::<ToWorker>(b"\0\0\0\x02{}"),
+            decode::<ToWorker>(b"\0\0\0\x02{}", MAX),
             Err(FrameError::BadJson(_))
         ));
     }
 
     #[test]
     fn eof_mid_frame_is_an_error() {
-        let wire = encode(&ToWorker::Cancel).unwrap();
+        let wire = encode(&ToWorker::Cancel, MAX).unwrap();
         let mut r = &wire[..wire.len() - 1];
-        assert!(read_frame::<ToWorker>(&mut r).is_err());
+        assert!(read_frame::<ToWorker>(&mut r, MAX).is_err());
+    }
+
+    /// A status frame whose JSON is exactly `len` bytes.
+    fn status_of_len(len: usize) -> FromWorker {
+        let empty = encode(
+            &FromWorker::Status {
+                state: Progress::Working,
+                text: Some(String::new()),
+            },
+            MAX,
+        )
+        .unwrap();
+        FromWorker::Status {
+            state: Progress::Working,
+            text: Some("x".repeat(len - (empty.len() - 4))),
+        }
+    }
+
+    #[test]
+    fn a_frame_at_the_limit_passes_one_byte_over_is_refused() {
+        let max = 1000;
+        let at = encode(&status_of_len(max), max).unwrap();
+        assert_eq!(at.len(), 4 + max);
+        assert_eq!(
+            decode::<FromWorker>(&at, max).unwrap(),
+            Some((status_of_len(max), 4 + max))
+        );
+        assert_eq!(
+            read_frame::<FromWorker>(&mut &at[..], max).unwrap(),
+            Some(status_of_len(max))
+        );
+
+        let over = FrameError::TooLarge { len: max + 1, max };
+        assert_eq!(encode(&status_of_len(max + 1), max), Err(over.clone()));
+        assert_eq!(
+            over.to_string(),
+            "a control frame of 1001 bytes is over the control channel's limit of 1000 bytes \
+             (derived from http.body_max_bytes and the jsonl line limit)"
+        );
+        // The reader refuses it from the length prefix alone.
+        let wire = encode(&status_of_len(max + 1), max + 1).unwrap();
+        assert_eq!(decode::<FromWorker>(&wire[..4], max), Err(over.clone()));
+        let e = read_frame::<FromWorker>(&mut &wire[..], max).unwrap_err();
+        assert_eq!(e.to_string(), over.to_string());
+    }
+
+    #[test]
+    fn the_limit_follows_the_configured_body_limit() {
+        let default = control_frame_max_bytes(HTTP_BODY_MAX_BYTES);
+        assert_eq!(default, (4 * 1024 * 1024 / 2 + 1) * 9 + 64 * 1024);
+        assert_eq!(control_frame_max_bytes(1), default, "the jsonl line limit is the floor");
+        assert!(control_frame_max_bytes(64 << 20) > (64 << 20) / 2 * 9);
+        assert_eq!(control_frame_max_bytes(usize::MAX), u32::MAX as usize);
+    }
+
+    /// The growth bound behind the limit: every JSON number of up to five
+    /// bytes (the longest growth is there: `1e15`), and the longest forms
+    /// serde_json writes at all (24 bytes, so longer inputs grow < 4.5×).
+    #[test]
+    fn numbers_grow_at_most_by_the_bound_when_re_encoded() {
+        let alphabet = b"0123456789.eE+-";
+        let mut worst = (0usize, 1usize, String::new());
+        for len in 1..=5usize {
+            let mut digits = vec![0usize; len];
+            'all: loop {
+                let text: Vec<u8> = digits.iter().map(|&i| alphabet[i]).collect();
+                if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&text) {
+                    let out = serde_json::to_vec(&v).unwrap();
+                    assert!(out.len() * DEN <= text.len() * NUM, "{v} from {text:?}");
+                    if out.len() * worst.1 > worst.0 * len {
+                        worst = (out.len(), len, String::from_utf8(text).unwrap());
+                    }
+                }
+                for d in digits.iter_mut() {
+                    *d += 1;
+                    if *d < alphabet.len() {
+                        continue 'all;
+                    }
+                    *d = 0;
+                }
+                break;
+            }
+        }
+        assert_eq!(
+            worst,
+            (18, 4, "1e15".to_string()),
+            "the worst case is the documented one"
+        );
+        for long in [
+            "-1.2345678901234567e-308",
+            "-2.2250738585072014e-308",
+            "5e-324",
+            "-1.7976931348623157e308",
+        ] {
+            let v: serde_json::Value = serde_json::from_str(long).unwrap();
+            assert!(serde_json::to_vec(&v).unwrap().len() <= 24, "{long}");
+        }
+        // float_roundtrip: the value survives, so its shortest form is short.
+        let v: serde_json::Value = serde_json::from_str("3e30").unwrap();
+        assert_eq!(v.to_string(), "3e+30");
+    }
+
+    /// A message at the body limit, all `1e15`s, fits a spawn frame; a
+    /// line at the jsonl limit fits an artifact frame.
+    #[test]
+    fn the_worst_input_within_the_limits_fits_a_frame() {
+        let max = control_frame_max_bytes(HTTP_BODY_MAX_BYTES);
+        let n = (HTTP_BODY_MAX_BYTES - 100) / 5;
+        let body = format!(
+            r#"{{"messageId":"m","role":"ROLE_USER","parts":[{{"data":[{}]}}]}}"#,
+            vec!["1e15"; n].join(",")
+        );
+        assert!(body.len() <= HTTP_BODY_MAX_BYTES);
+        let message: Message = serde_json::from_str(&body).unwrap();
+        let spawn = ToWorker::Spawn {
+            task_id: "t".repeat(36),
+            context_id: "c".repeat(36),
+            message,
+            runner: RunnerSpec::Echo,
+        };
+        let frame = encode(&spawn, max).unwrap();
+        assert!(frame.len() > 3 * body.len(), "the numbers did grow: {}", frame.len());
+
+        let n = (JSONL_LINE_MAX_BYTES - 100) / 5;
+        let parts = format!(r#"[{{"data":[{}]}}]"#, vec!["1e15"; n].join(","));
+        let artifact = FromWorker::Artifact {
+            artifact: Artifact {
+                artifact_id: "a".repeat(36),
+                name: None,
+                description: None,
+                parts: serde_json::from_str(&parts).unwrap(),
+                metadata: None,
+                extensions: Vec::new(),
+            },
+            append: true,
+            last_chunk: true,
+        };
+        assert!(encode(&artifact, max).is_ok());
     }
 }

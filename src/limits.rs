@@ -70,8 +70,11 @@ pub const LADDER_CANCEL_GRACE_MS: u64 = 1_000;
 /// Kill ladder: wait after SIGTERM before SIGKILL (config: `tasks.term_grace_ms`).
 pub const LADDER_TERM_GRACE_MS: u64 = 2_000;
 /// After the worker exits, how long its control channel may stay open
-/// before the task is finished without it.
-pub const WORKER_CHANNEL_DRAIN_MS: u64 = 1_000;
+/// before the task is finished without it. The channel closes with the
+/// worker (no other process holds it), so this only bounds how long procman
+/// may take to read and parse what is still queued: a frame of tens of MiB
+/// (see `control_frame_max_bytes`) takes seconds on a loaded machine.
+pub const WORKER_CHANNEL_DRAIN_MS: u64 = 10_000;
 /// After a worker reported its result, how long it has to exit by itself
 /// before its group is SIGKILLed (the result stands).
 pub const WORKER_EXIT_GRACE_MS: u64 = 1_000;
@@ -94,11 +97,51 @@ pub const BLOCKING_WAIT_SLICE_MS: u64 = 200;
 /// SSE comment sent on an idle stream (config: `http.sse_keepalive_ms`).
 pub const SSE_KEEPALIVE_MS: u64 = 15_000;
 
-/// Largest control-channel frame, either way; a bigger one kills the worker.
-pub const CONTROL_FRAME_MAX_BYTES: usize = 8 * 1024 * 1024;
-/// Bytes procman queues for one worker that is not reading: one whole
-/// frame plus a little. Past it the worker is stopped as `stalled`.
-pub const CONTROL_OUTBOX_MAX_BYTES: usize = CONTROL_FRAME_MAX_BYTES + 64 * 1024;
+/// Longest line a jsonl program may write, without its newline; over it
+/// the task fails with a reason that names this limit.
+pub const JSONL_LINE_MAX_BYTES: usize = 4 * 1024 * 1024;
+/// Messages queued for a program's stdin while it does not read; one more
+/// fails the task (the program is not reading its input).
+pub const STDIN_QUEUE_MAX_MESSAGES: usize = 8;
+/// Most a JSON text grows when agentd reads it and writes it back, as
+/// NUM/DEN: a float is written in its shortest round-trip form, which can
+/// be longer than what was sent (`1e15` → `1000000000000000.0`, 4 → 18
+/// bytes; serde_json's `float_roundtrip` makes this the worst case, see
+/// control.rs's tests); strings, escapes and structure never grow.
+pub const JSON_REENCODE_GROWTH_NUM: usize = 9;
+pub const JSON_REENCODE_GROWTH_DEN: usize = 2;
+/// What a control frame holds besides the one message, artifact or line it
+/// carries: its own fields, task ids, the runner's spec (argv, env).
+pub const CONTROL_FRAME_OVERHEAD_BYTES: usize = 64 * 1024;
+
+/// Largest control-channel frame, either way, for a daemon whose
+/// `http.body_max_bytes` is `body_max_bytes`: whatever a frame carries came
+/// in within that body limit or the jsonl line limit, and grew at most
+/// JSON_REENCODE_GROWTH on the way, so no valid input is refused for
+/// agentd's own re-encoding (4 MiB → 18 MiB + 64 KiB by default). A frame
+/// over it is refused: the sender fails the task naming this limit, the
+/// reader treats the channel as broken.
+pub const fn control_frame_max_bytes(body_max_bytes: usize) -> usize {
+    let carried = if body_max_bytes > JSONL_LINE_MAX_BYTES {
+        body_max_bytes
+    } else {
+        JSONL_LINE_MAX_BYTES
+    };
+    let framed = (carried / JSON_REENCODE_GROWTH_DEN + 1)
+        .saturating_mul(JSON_REENCODE_GROWTH_NUM)
+        .saturating_add(CONTROL_FRAME_OVERHEAD_BYTES);
+    // The length prefix is a u32.
+    if framed > u32::MAX as usize {
+        u32::MAX as usize
+    } else {
+        framed
+    }
+}
+
+/// Bytes procman queues for one worker that is not reading, beyond one
+/// whole frame; past it the worker is stopped as `stalled`.
+pub const CONTROL_OUTBOX_SLACK_BYTES: usize = 64 * 1024;
+
 /// Bytes of a program's stderr kept to explain a failure.
 pub const STDERR_TAIL_BYTES: usize = 2048;
 /// Largest total artifact output of one task (config: `tasks.output_max_bytes`);

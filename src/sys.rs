@@ -204,16 +204,13 @@ impl ExitStatus {
     }
 }
 
+/// The manual's words, used in the feed's `exit` and every status text:
+/// `exit status 3`, `killed by signal 9 (SIGKILL, exit status 137)`.
 impl std::fmt::Display for ExitStatus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ExitStatus::Code(c) => write!(f, "exited with status {c}"),
-            ExitStatus::Signal(s) => write!(
-                f,
-                "was killed by signal {s} ({}; exit status {})",
-                signal_name(*s),
-                128 + s
-            ),
+            ExitStatus::Code(c) => write!(f, "exit status {c}"),
+            ExitStatus::Signal(s) => write!(f, "killed by signal {s} ({}, exit status {})", signal_name(*s), 128 + s),
         }
     }
 }

@@ -127,7 +127,7 @@ fn a_failed_task_exits_4_and_cancel_prints_the_state() {
     let o = agentd(&["send", &endpoint(&d), "x"]);
     assert_eq!(o.status.code(), Some(4), "{}", out(&o));
     assert!(
-        out(&o).contains("failed") && out(&o).contains("exited with status 9"),
+        out(&o).contains("failed") && out(&o).contains("ended with exit status 9"),
         "{}",
         out(&o)
     );

@@ -90,12 +90,13 @@ fn seeds_are_valid_examples() {
     for (path, bytes) in seeds("jsonrpc") {
         assert!(agentd::rpc::decode(&bytes).is_ok(), "{}", path.display());
     }
+    let max = agentd::limits::control_frame_max_bytes(agentd::limits::HTTP_BODY_MAX_BYTES);
     for (path, bytes) in seeds("control_frame") {
         let name = path.file_name().unwrap().to_str().unwrap();
         let used = if name.starts_with("seed-to-") {
-            agentd::control::decode::<agentd::control::ToWorker>(&bytes).map(|f| f.map(|(_, n)| n))
+            agentd::control::decode::<agentd::control::ToWorker>(&bytes, max).map(|f| f.map(|(_, n)| n))
         } else {
-            agentd::control::decode::<agentd::control::FromWorker>(&bytes).map(|f| f.map(|(_, n)| n))
+            agentd::control::decode::<agentd::control::FromWorker>(&bytes, max).map(|f| f.map(|(_, n)| n))
         };
         assert!(matches!(used, Ok(Some(_))), "{name}: {used:?}");
     }

@@ -258,7 +258,7 @@ fn exit_without_terminal_line() {
     let d = sh_daemon(&tmp, "read l; echo '{\"status\":\"working\"}'; exit 4", &[]);
     let t = &send(&d, "x")["task"];
     assert_eq!(t["status"]["state"], "TASK_STATE_FAILED", "{t}");
-    assert!(status_text(t).contains("exited with status 4"), "{t}");
+    assert!(status_text(t).contains("the program ended with exit status 4"), "{t}");
 }
 
 #[test]

@@ -60,7 +60,7 @@ fn exec_text_protocol_success_failure_and_missing_program() {
     assert_eq!(t["status"]["state"], "TASK_STATE_FAILED", "{t}");
     let text = t["status"]["message"]["parts"][0]["text"].as_str().unwrap();
     assert!(
-        text.contains("exited with status 3") && text.contains("something broke"),
+        text.contains("the program ended with exit status 3") && text.contains("something broke"),
         "{text}"
     );
     assert_eq!(common::terminal_cause(t), "failed");

@@ -182,10 +182,12 @@ fn frames<T>(mut rest: &[u8])
 where
     T: serde::Serialize + for<'de> serde::Deserialize<'de> + PartialEq + std::fmt::Debug,
 {
-    while let Ok(Some((frame, used))) = control::decode::<T>(rest) {
+    let max = agentd::limits::control_frame_max_bytes(agentd::limits::HTTP_BODY_MAX_BYTES);
+    while let Ok(Some((frame, used))) = control::decode::<T>(rest, max) {
         assert!(used >= 4 && used <= rest.len(), "consumed {used} of {}", rest.len());
-        let wire = control::encode(&frame).expect("a decoded frame encodes");
-        let again = control::decode::<T>(&wire).expect("re-encoded frame decodes");
+        // Re-encoding may grow a frame (numbers): no limit on the way back.
+        let wire = control::encode(&frame, u32::MAX as usize).expect("a decoded frame encodes");
+        let again = control::decode::<T>(&wire, u32::MAX as usize).expect("re-encoded frame decodes");
         assert_eq!(again, Some((frame, wire.len())));
         rest = &rest[used..];
     }

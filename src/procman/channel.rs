@@ -11,7 +11,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 
 use crate::control::{self, FrameError, FromWorker, ToWorker};
-use crate::limits::CONTROL_OUTBOX_MAX_BYTES;
+use crate::limits::CONTROL_OUTBOX_SLACK_BYTES;
 
 /// Most bytes read from one worker per turn of the poll loop.
 pub const READ_TURN_BYTES: usize = 256 * 1024;
@@ -25,6 +25,8 @@ pub struct Channel {
     /// Bytes of `outbox` already written.
     written: usize,
     open: bool,
+    /// The largest frame either way (`limits::control_frame_max_bytes`).
+    frame_max: usize,
 }
 
 /// What one turn of reading produced.
@@ -47,7 +49,7 @@ pub enum Queued {
 }
 
 impl Channel {
-    pub fn new(sock: UnixStream) -> io::Result<Channel> {
+    pub fn new(sock: UnixStream, frame_max: usize) -> io::Result<Channel> {
         sock.set_nonblocking(true)?;
         Ok(Channel {
             sock,
@@ -56,6 +58,7 @@ impl Channel {
             outbox: Vec::new(),
             written: 0,
             open: true,
+            frame_max,
         })
     }
 
@@ -100,7 +103,7 @@ impl Channel {
             }
         }
         loop {
-            match control::decode::<FromWorker>(&self.inbox[self.read_at..]) {
+            match control::decode::<FromWorker>(&self.inbox[self.read_at..], self.frame_max) {
                 Ok(Some((frame, used))) => {
                     self.read_at += used;
                     turn.frames.push(frame);
@@ -134,12 +137,12 @@ impl Channel {
         if !self.open {
             return Queued::Ok; // it is gone; its exit decides the task
         }
-        let bytes = match control::encode(frame) {
+        let bytes = match control::encode(frame, self.frame_max) {
             Ok(b) => b,
             Err(e) => return Queued::Refused(e),
         };
         let pending = self.outbox.len() - self.written;
-        if pending > 0 && pending + bytes.len() > CONTROL_OUTBOX_MAX_BYTES {
+        if pending > 0 && pending + bytes.len() > self.frame_max + CONTROL_OUTBOX_SLACK_BYTES {
             return Queued::Full;
         }
         self.outbox.extend_from_slice(&bytes);
@@ -178,7 +181,7 @@ mod tests {
 
     fn pair() -> (Channel, UnixStream) {
         let (ours, theirs) = UnixStream::pair().unwrap();
-        (Channel::new(ours).unwrap(), theirs)
+        (Channel::new(ours, 1 << 20).unwrap(), theirs)
     }
 
     #[test]
@@ -189,8 +192,8 @@ mod tests {
             cause: Cause::Completed,
             text: None,
         };
-        let pong = control::encode(&FromWorker::Pong).unwrap();
-        let wire = [pong.clone(), control::encode(&done).unwrap()].concat();
+        let pong = control::encode(&FromWorker::Pong, 1 << 20).unwrap();
+        let wire = [pong.clone(), control::encode(&done, 1 << 20).unwrap()].concat();
         let cut = pong.len() + 7;
         worker.write_all(&wire[..cut]).unwrap();
         let first = ch.read_turn(&mut [0; 4096]);
@@ -206,7 +209,7 @@ mod tests {
     #[test]
     fn a_flood_is_read_in_bounded_turns() {
         let (mut ch, worker) = pair();
-        let frame = control::encode(&FromWorker::Pong).unwrap();
+        let frame = control::encode(&FromWorker::Pong, 1 << 20).unwrap();
         let writer = std::thread::spawn(move || {
             let mut worker = worker;
             for _ in 0..100_000 {
@@ -237,7 +240,7 @@ mod tests {
         assert!(ch.read_turn(&mut [0; 4096]).broken.is_some());
         let (mut ch, mut worker) = pair();
         worker
-            .write_all(&control::encode(&FromWorker::Pong).unwrap()[..5])
+            .write_all(&control::encode(&FromWorker::Pong, 1 << 20).unwrap()[..5])
             .unwrap();
         drop(worker);
         let turn = ch.read_turn(&mut [0; 4096]);

@@ -89,7 +89,7 @@ impl Stop {
 }
 
 fn crashed_text(status: ExitStatus) -> String {
-    format!("the worker ended without a result: it {status}")
+    format!("the worker ended without a result: {status}")
 }
 
 /// The rungs of the kill ladder.
@@ -697,7 +697,7 @@ mod tests {
                 ending(
                     TaskState::Failed,
                     Cause::Crashed,
-                    Some("the worker ended without a result: it was killed by signal 11 (SIGSEGV; exit status 139)"),
+                    Some("the worker ended without a result: killed by signal 11 (SIGSEGV, exit status 139)"),
                 ),
             ),
             (
@@ -739,7 +739,7 @@ mod tests {
                 ending(
                     TaskState::Failed,
                     Cause::Crashed,
-                    Some("the worker ended without a result: it was killed by signal 9 (SIGKILL; exit status 137)"),
+                    Some("the worker ended without a result: killed by signal 9 (SIGKILL, exit status 137)"),
                 ),
             ),
             (

@@ -795,7 +795,7 @@ impl State {
             }
         });
         let now = Instant::now();
-        let chan = match Channel::new(ours) {
+        let chan = match Channel::new(ours, self.frame_max()) {
             Ok(c) => c,
             Err(e) => {
                 let _ = sys::kill_group(pid, libc::SIGKILL);
@@ -823,6 +823,7 @@ impl State {
         let mut env: Vec<(&str, std::ffi::OsString)> = vec![
             (worker::SUPERVISOR_PID_ENV, sys::getpid().to_string().into()),
             (worker::LOG_LEVEL_ENV, self.cfg.log_level.clone().into()),
+            (worker::FRAME_MAX_ENV, self.frame_max().to_string().into()),
         ];
         if let Some(cg) = cgroups {
             if let Some(f) = cg.kill_file() {
@@ -840,6 +841,11 @@ impl State {
         env.into_iter()
             .map(|(k, v)| cstring(&[k.as_bytes(), b"=", v.as_bytes()].concat()))
             .collect()
+    }
+
+    /// The control channel's frame limit, from the configured input limits.
+    fn frame_max(&self) -> usize {
+        limits::control_frame_max_bytes(self.cfg.body_max_bytes)
     }
 
     fn runner_spec(&self) -> RunnerSpec {

@@ -20,7 +20,7 @@ pub fn run(_task_id: &str, _context_id: &str, message: &Message, link: &Link, rx
     } else {
         message.parts.clone()
     };
-    link.send(&FromWorker::Artifact {
+    let sent = link.send(&FromWorker::Artifact {
         artifact: Artifact {
             artifact_id: crate::ids::new_id(),
             name: Some("echo".into()),
@@ -32,6 +32,13 @@ pub fn run(_task_id: &str, _context_id: &str, message: &Message, link: &Link, rx
         append: false,
         last_chunk: true,
     });
+    if let Err(e) = sent {
+        return Done {
+            outcome: Outcome::Failed,
+            cause: Cause::Failed,
+            text: Some(format!("the echo does not fit the control channel: {e}")),
+        };
+    }
     Done {
         outcome: Outcome::Completed,
         cause: Cause::Completed,

@@ -17,8 +17,7 @@
 //! is not one of these fails the task with the line number and the reason.
 //! A program that exits without a terminal line: 0 → COMPLETED, else FAILED.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::process::ChildStdin;
+use std::io::{BufRead, BufReader, Read};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,9 +30,10 @@ use crate::control::{Cause, FromWorker, Outcome, Progress};
 use crate::sys::{self, ExitStatus};
 use crate::wire::{Artifact, Message, Part, Role};
 
-/// Longest line a program may write; over it the task fails.
-pub const LINE_MAX_BYTES: usize = 4 * 1024 * 1024;
-/// After a terminal line, how long the program has to exit by itself.
+use crate::limits::JSONL_LINE_MAX_BYTES;
+/// After a terminal line, how long the program has to exit by itself; past
+/// it the task ends anyway (a helper may hold the pipes: we do not wait for
+/// their EOF), and procman's kill of the group takes what is left.
 const EXIT_GRACE: Duration = Duration::from_secs(1);
 
 /// One parsed line from the program.
@@ -176,15 +176,17 @@ pub fn run(prog: &Program, turn: &Turn<'_>, link: &Arc<Link>, events: &Receiver<
         Ok(r) => r,
         Err(done) => return done,
     };
-    let mut stdin = running.stdin.take();
-    write_to(&mut stdin, &message_line(turn.message, turn.task_id, turn.context_id));
     if let Some(stdout) = running.stdout.take() {
         let tx = running.tx.clone();
         let output_max = prog.output_max_bytes;
         std::thread::spawn(move || read_lines(stdout, output_max, &tx));
     }
-    let (pid, notes) = (running.pid, running.notes);
+    let (pid, notes, mut stdin) = (running.pid, running.notes, running.stdin);
     drop(running.tx);
+    // The stdin thread writes while this loop reads: a program that prints
+    // a lot before it reads its message cannot deadlock us.
+    // (An empty queue always has room for the first message.)
+    let _ = stdin.send(message_line(turn.message, turn.task_id, turn.context_id));
 
     let default_artifact = crate::ids::new_id();
     let mut line_no = 0usize;
@@ -213,61 +215,37 @@ pub fn run(prog: &Program, turn: &Turn<'_>, link: &Arc<Link>, events: &Receiver<
                     if verdict.is_some() || stop.is_some() {
                         continue; // the task is over; later lines change nothing
                     }
-                    match parse_line(&bytes) {
-                        Ok(Line::Reply(parts, metadata)) if line_no == 1 => {
-                            link.send(&FromWorker::Reply {
-                                message: Message {
-                                    message_id: crate::ids::new_id(),
-                                    context_id: Some(turn.context_id.to_string()),
-                                    task_id: None,
-                                    role: Role::Agent,
-                                    parts,
-                                    metadata,
-                                    extensions: Vec::new(),
-                                    reference_task_ids: Vec::new(),
-                                },
-                            });
-                            verdict = Some(Done { outcome: Outcome::Completed, cause: Cause::Completed, text: None });
-                            stdin = None;
+                    match step(line_no, &bytes, turn, &default_artifact) {
+                        Step::Send(frame) => {
+                            if let Err(e) = link.send(&frame) {
+                                verdict = Some(too_big(line_no, &e));
+                                let _ = sys::kill_pid(pid, libc::SIGKILL);
+                            }
+                        }
+                        Step::Reply(frame) => match link.send(&frame) {
+                            Ok(()) => {
+                                verdict = Some(Done { outcome: Outcome::Completed, cause: Cause::Completed, text: None });
+                                stdin.close();
+                                wind_down.get_or_insert(Instant::now() + EXIT_GRACE);
+                            }
+                            Err(e) => {
+                                verdict = Some(too_big(line_no, &e));
+                                let _ = sys::kill_pid(pid, libc::SIGKILL);
+                            }
+                        },
+                        Step::End(done) => {
+                            verdict = Some(done);
+                            stdin.close(); // EOF tells the program it may go
                             wind_down.get_or_insert(Instant::now() + EXIT_GRACE);
                         }
-                        Ok(Line::Reply(..)) => {
-                            verdict = Some(bad_line(line_no, "a `message` reply must be the program's first and only line"));
-                            let _ = sys::kill_pid(pid, libc::SIGKILL);
-                        }
-                        Ok(Line::Progress(state, text)) => link.send(&FromWorker::Status { state, text }),
-                        Ok(Line::End(outcome, text)) => {
-                            let cause = match outcome {
-                                Outcome::Completed => Cause::Completed,
-                                Outcome::Rejected => Cause::Refused,
-                                _ => Cause::Failed,
-                            };
-                            verdict = Some(Done { outcome, cause, text });
-                            stdin = None; // EOF tells the program it may go
-                            wind_down.get_or_insert(Instant::now() + EXIT_GRACE);
-                        }
-                        Ok(Line::Artifact { artifact_id, name, description, parts, metadata, append, last_chunk }) => {
-                            link.send(&FromWorker::Artifact {
-                                artifact: Artifact {
-                                    artifact_id: artifact_id.unwrap_or_else(|| default_artifact.clone()),
-                                    name,
-                                    description,
-                                    parts,
-                                    metadata,
-                                    extensions: Vec::new(),
-                                },
-                                append,
-                                last_chunk,
-                            });
-                        }
-                        Err(reason) => {
-                            verdict = Some(bad_line(line_no, &reason));
+                        Step::Bad(done) => {
+                            verdict = Some(done);
                             let _ = sys::kill_pid(pid, libc::SIGKILL);
                         }
                     }
                 }
                 Ok(Note::LineTooLong) => {
-                    verdict.get_or_insert(bad_line(line_no + 1, &format!("longer than {LINE_MAX_BYTES} bytes")));
+                    verdict.get_or_insert(bad_line(line_no + 1, &line_too_long()));
                     let _ = sys::kill_pid(pid, libc::SIGKILL);
                 }
                 Ok(Note::Exhausted) => {
@@ -279,6 +257,7 @@ pub fn run(prog: &Program, turn: &Turn<'_>, link: &Arc<Link>, events: &Receiver<
                     wind_down.get_or_insert(Instant::now() + PIPES_DRAIN);
                 }
                 Ok(Note::StdoutEof) => stdout_done = true,
+                Ok(Note::Output(_)) => {} // the text protocol's
                 Ok(Note::StderrTail(t)) => {
                     stderr_tail = t;
                     stderr_done = true;
@@ -291,7 +270,10 @@ pub fn run(prog: &Program, turn: &Turn<'_>, link: &Arc<Link>, events: &Receiver<
                     let _ = sys::kill_pid(pid, libc::SIGTERM);
                 }
                 Ok(Event::Input(message)) => {
-                    write_to(&mut stdin, &message_line(&message, turn.task_id, turn.context_id));
+                    if let Err(e) = stdin.send(message_line(&message, turn.task_id, turn.context_id)) {
+                        verdict.get_or_insert(program::failed(Cause::Failed, e.to_string()));
+                        let _ = sys::kill_pid(pid, libc::SIGKILL);
+                    }
                 }
                 Err(_) => {}
             },
@@ -307,6 +289,78 @@ pub fn run(prog: &Program, turn: &Turn<'_>, link: &Arc<Link>, events: &Receiver<
     }
 }
 
+/// What one line of the program's output does to the task.
+enum Step {
+    /// Relay this frame; the task goes on.
+    Send(FromWorker),
+    /// Relay this direct reply; the task is then over.
+    Reply(FromWorker),
+    /// The program's verdict: the task is over, the program may exit.
+    End(Done),
+    /// Not a valid line: the task fails and the program is killed.
+    Bad(Done),
+}
+
+fn step(line_no: usize, bytes: &[u8], turn: &Turn<'_>, default_artifact: &str) -> Step {
+    match parse_line(bytes) {
+        Ok(Line::Reply(parts, metadata)) if line_no == 1 => Step::Reply(FromWorker::Reply {
+            message: Message {
+                message_id: crate::ids::new_id(),
+                context_id: Some(turn.context_id.to_string()),
+                task_id: None,
+                role: Role::Agent,
+                parts,
+                metadata,
+                extensions: Vec::new(),
+                reference_task_ids: Vec::new(),
+            },
+        }),
+        Ok(Line::Reply(..)) => Step::Bad(bad_line(
+            line_no,
+            "a `message` reply must be the program's first and only line",
+        )),
+        Ok(Line::Progress(state, text)) => Step::Send(FromWorker::Status { state, text }),
+        Ok(Line::End(outcome, text)) => {
+            let cause = match outcome {
+                Outcome::Completed => Cause::Completed,
+                Outcome::Rejected => Cause::Refused,
+                _ => Cause::Failed,
+            };
+            Step::End(Done { outcome, cause, text })
+        }
+        Ok(Line::Artifact {
+            artifact_id,
+            name,
+            description,
+            parts,
+            metadata,
+            append,
+            last_chunk,
+        }) => Step::Send(FromWorker::Artifact {
+            artifact: Artifact {
+                artifact_id: artifact_id.unwrap_or_else(|| default_artifact.to_string()),
+                name,
+                description,
+                parts,
+                metadata,
+                extensions: Vec::new(),
+            },
+            append,
+            last_chunk,
+        }),
+        Err(reason) => Step::Bad(bad_line(line_no, &reason)),
+    }
+}
+
+/// A line within the limit always fits a frame (limits.rs says why); this
+/// is for a daemon whose limits were changed under a running worker.
+fn too_big(n: usize, e: &crate::control::FrameError) -> Done {
+    program::failed(
+        Cause::Failed,
+        format!("the program's output line {n} does not fit the control channel: {e}"),
+    )
+}
+
 fn bad_line(n: usize, reason: &str) -> Done {
     program::failed(
         Cause::Failed,
@@ -314,14 +368,12 @@ fn bad_line(n: usize, reason: &str) -> Done {
     )
 }
 
-/// Writes to the program's stdin; a program that closed it simply stops
-/// hearing from us (EPIPE is not an error of the task).
-fn write_to(stdin: &mut Option<ChildStdin>, bytes: &[u8]) {
-    if let Some(s) = stdin.as_mut() {
-        if s.write_all(bytes).and_then(|()| s.flush()).is_err() {
-            *stdin = None;
-        }
-    }
+/// Why a line over the limit fails the task, naming the limit.
+fn line_too_long() -> String {
+    format!(
+        "it is longer than the jsonl line limit of {JSONL_LINE_MAX_BYTES} bytes ({} MiB)",
+        JSONL_LINE_MAX_BYTES / (1024 * 1024)
+    )
 }
 
 /// Splits stdout into lines (bounded) and counts the output budget.
@@ -332,7 +384,7 @@ fn read_lines(stdout: impl Read, output_max: u64, tx: &Sender<Note>) {
     loop {
         line.clear();
         let n = match (&mut reader)
-            .take(LINE_MAX_BYTES as u64 + 1)
+            .take(JSONL_LINE_MAX_BYTES as u64 + 1)
             .read_until(b'\n', &mut line)
         {
             Ok(0) => break,
@@ -348,7 +400,7 @@ fn read_lines(stdout: impl Read, output_max: u64, tx: &Sender<Note>) {
             if line.last() == Some(&b'\r') {
                 line.pop();
             }
-        } else if n > LINE_MAX_BYTES {
+        } else if n > JSONL_LINE_MAX_BYTES {
             let _ = tx.send(Note::LineTooLong);
             break;
         }
@@ -416,6 +468,37 @@ mod tests {
             parse_line(br#"{"message":{"parts":[{"text":"hi"}]}}"#).unwrap(),
             Line::Reply(..)
         ));
+    }
+
+    /// What read_lines makes of `input`.
+    fn lines_of(input: &[u8]) -> Vec<Note> {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        read_lines(input, u64::MAX, &tx);
+        drop(tx);
+        rx.iter().collect()
+    }
+
+    #[test]
+    fn a_line_at_the_limit_passes_one_byte_over_fails() {
+        let mut at = vec![b' '; JSONL_LINE_MAX_BYTES];
+        at[..2].copy_from_slice(b"{}");
+        at.push(b'\n');
+        let notes = lines_of(&at);
+        assert!(
+            matches!(notes.as_slice(), [Note::Line(l), Note::StdoutEof] if l.len() == JSONL_LINE_MAX_BYTES),
+            "a line of exactly the limit is one line"
+        );
+        let mut over = at.clone();
+        over.insert(0, b' ');
+        let notes = lines_of(&over);
+        assert!(matches!(notes.as_slice(), [Note::LineTooLong, Note::StdoutEof]));
+        assert_eq!(
+            bad_line(1, &line_too_long()).text.as_deref(),
+            Some(
+                "the program's output line 1 is not valid jsonl: it is longer than the jsonl line \
+                 limit of 4194304 bytes (4 MiB)"
+            )
+        );
     }
 
     #[test]

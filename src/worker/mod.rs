@@ -48,6 +48,9 @@ pub const CGROUP_KILL_ENV: &str = "AGENTD_CGROUP_KILL";
 pub const CGROUP_PROCS_ENV: &str = "AGENTD_CGROUP_PROCS";
 /// Environment variable carrying the daemon's log level to the worker.
 pub const LOG_LEVEL_ENV: &str = "AGENTD_LOG_LEVEL";
+/// Environment variable carrying the control channel's frame limit
+/// (`limits::control_frame_max_bytes` of the daemon's configuration).
+pub const FRAME_MAX_ENV: &str = "AGENTD_CONTROL_FRAME_MAX_BYTES";
 /// What a worker inherits from agentd's environment: what its program may
 /// inherit (exec::ENV_ALLOW) plus RUST_LOG for its own logging.
 pub const INHERITED_ENV: &[&str] = &[
@@ -66,22 +69,27 @@ pub const TASK_NAME: &std::ffi::CStr = c"agentd-task";
 /// The worker's half of the control channel, shared by its threads.
 pub struct Link {
     writer: Mutex<UnixStream>,
+    frame_max: usize,
 }
 
 impl Link {
-    /// Sends one frame. A failure means the supervisor is gone.
-    pub fn send(&self, frame: &FromWorker) {
+    /// Sends one frame. A frame over the channel's limit is not sent: the
+    /// error names the limit, for the runner to fail its task with. A write
+    /// failure means the supervisor is gone: the task's group is killed.
+    pub fn send(&self, frame: &FromWorker) -> Result<(), control::FrameError> {
+        let bytes = control::encode(frame, self.frame_max)?;
         let mut w = match self.writer.lock() {
             Ok(w) => w,
             Err(poisoned) => poisoned.into_inner(),
         };
-        if let Err(e) = control::write_frame(&mut *w, frame) {
+        if let Err(e) = std::io::Write::write_all(&mut *w, &bytes) {
             log::error!(
                 "worker.link.lost pid={} error={e}; killing the task's group",
                 sys::getpid()
             );
             sys::kill_own_task();
         }
+        Ok(())
     }
 }
 
@@ -147,16 +155,23 @@ pub fn main() -> i32 {
 
 fn run(ctrl: UnixStream, containment: sys::Containment) -> io::Result<()> {
     let mut reader = ctrl.try_clone()?;
+    let frame_max = std::env::var(FRAME_MAX_ENV)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(crate::limits::control_frame_max_bytes(
+            crate::limits::HTTP_BODY_MAX_BYTES,
+        ));
     let link = Link {
         writer: Mutex::new(ctrl),
+        frame_max,
     };
-    link.send(&FromWorker::Ready { pid: sys::getpid() });
+    let _ = link.send(&FromWorker::Ready { pid: sys::getpid() });
     let Some(ToWorker::Spawn {
         task_id,
         context_id,
         message,
         runner,
-    }) = control::read_frame::<ToWorker>(&mut reader)?
+    }) = control::read_frame::<ToWorker>(&mut reader, frame_max)?
     else {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
@@ -214,11 +229,19 @@ fn run(ctrl: UnixStream, containment: sys::Containment) -> io::Result<()> {
         // was re-parented to us; procman can see only the group.
         sys::kill_children();
     }
-    link.send(&FromWorker::Done {
+    let sent = link.send(&FromWorker::Done {
         outcome: done.outcome,
         cause: done.cause,
         text: done.text,
     });
+    if let Err(e) = sent {
+        // Only a text can make `done` that big; the verdict still goes.
+        let _ = link.send(&FromWorker::Done {
+            outcome: Outcome::Failed,
+            cause: Cause::Failed,
+            text: Some(format!("the task's final status text does not fit: {e}")),
+        });
+    }
     Ok(())
 }
 
@@ -226,8 +249,10 @@ fn run(ctrl: UnixStream, containment: sys::Containment) -> io::Result<()> {
 /// worker) and forwards the rest to the runner.
 fn read_control(mut reader: UnixStream, link: &Link, tx: Sender<Event>) {
     loop {
-        match control::read_frame::<ToWorker>(&mut reader) {
-            Ok(Some(ToWorker::Ping)) => link.send(&FromWorker::Pong),
+        match control::read_frame::<ToWorker>(&mut reader, link.frame_max) {
+            Ok(Some(ToWorker::Ping)) => {
+                let _ = link.send(&FromWorker::Pong);
+            }
             Ok(Some(ToWorker::Cancel)) => {
                 let _ = tx.send(Event::Cancel);
             }

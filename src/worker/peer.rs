@@ -147,7 +147,9 @@ impl Relay<'_> {
         }
         if let Some(m) = r.get("message") {
             if let Ok(message) = serde_json::from_value::<Message>(m.clone()) {
-                self.link.send(&FromWorker::Reply { message });
+                if let Err(e) = self.link.send(&FromWorker::Reply { message }) {
+                    return Some(too_big(&e));
+                }
                 return Some(Done {
                     outcome: Outcome::Completed,
                     cause: Cause::Completed,
@@ -157,11 +159,14 @@ impl Relay<'_> {
         }
         if let Some(a) = r.get("artifactUpdate") {
             if let Ok(artifact) = serde_json::from_value::<Artifact>(a["artifact"].clone()) {
-                self.link.send(&FromWorker::Artifact {
+                let sent = self.link.send(&FromWorker::Artifact {
                     artifact,
                     append: a["append"] == true,
                     last_chunk: a["lastChunk"] == true,
                 });
+                if let Err(e) = sent {
+                    return Some(too_big(&e));
+                }
             }
         }
         if let Some(s) = r.get("statusUpdate") {
@@ -179,7 +184,11 @@ impl Relay<'_> {
                 _ => None,
             };
             match progress {
-                Some(p) => self.link.send(&FromWorker::Status { state: p, text }),
+                Some(p) => {
+                    if let Err(e) = self.link.send(&FromWorker::Status { state: p, text }) {
+                        return Some(too_big(&e));
+                    }
+                }
                 None if state.is_terminal() => {
                     let mut done = self.verdict(state);
                     done.text = text.or(done.text);
@@ -203,5 +212,15 @@ impl Relay<'_> {
             cause,
             text: None,
         }
+    }
+}
+
+/// The peer's events may be bigger than ours (its limits are its own): one
+/// that does not fit our control channel fails the task, naming the limit.
+fn too_big(e: &crate::control::FrameError) -> Done {
+    Done {
+        outcome: Outcome::Failed,
+        cause: Cause::Failed,
+        text: Some(format!("the peer agent sent an event that does not fit: {e}")),
     }
 }

@@ -1,10 +1,13 @@
 //! Starting and watching a task's program, shared by the `exec` runner's
 //! protocols: the command set up (scrubbed environment, rlimits, PDEATHSIG),
 //! a thread that waits for its exit, a thread that keeps stderr's tail, and
-//! one channel of [`Note`]s the protocol loop selects on. Exit codes use the
-//! shell's vocabulary: 127 not found, 126 not executable, 128+N signal.
+//! one channel of [`Note`]s the protocol loop selects on, and [`Stdin`], a
+//! writer thread, so that writing to the program never waits on it reading
+//! (a program that prints a lot before it reads would deadlock a loop that
+//! does both). Exit codes use the shell's vocabulary: 127 not found, 126 not
+//! executable, 128+N signal; [`ended`] puts them in the manual's words.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
@@ -13,14 +16,15 @@ use crossbeam_channel::{Receiver, Sender};
 
 use super::Done;
 use crate::control::{Cause, Outcome, Rlimits};
-use crate::limits::STDERR_TAIL_BYTES;
+use crate::limits::{STDERR_TAIL_BYTES, STDIN_QUEUE_MAX_MESSAGES};
 use crate::sys::{self, ExitStatus, Rlimit};
 
 /// Variables a program inherits from agentd's environment; nothing else
 /// leaks (agent.env adds more).
 pub const ENV_ALLOW: &[&str] = &["PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR"];
 /// How long to wait for stdout/stderr EOF once the program exited (a
-/// background grandchild may hold them open).
+/// background grandchild may hold them open); past it the task ends without
+/// them, and procman's kill of the worker's group takes the grandchild.
 pub const PIPES_DRAIN: Duration = Duration::from_millis(500);
 
 pub struct Program {
@@ -38,6 +42,8 @@ pub enum Note {
     /// Output went over tasks.output_max_bytes.
     Exhausted,
     StderrTail(Vec<u8>),
+    /// Bytes of a text program's stdout, as read.
+    Output(Vec<u8>),
     /// One line of a jsonl program's stdout (without the newline).
     Line(Vec<u8>),
     LineTooLong,
@@ -46,7 +52,7 @@ pub enum Note {
 /// A started program: its pid, its pipes, and the channel of notes.
 pub struct Running {
     pub pid: i32,
-    pub stdin: Option<ChildStdin>,
+    pub stdin: Stdin,
     pub stdout: Option<ChildStdout>,
     pub tx: Sender<Note>,
     pub notes: Receiver<Note>,
@@ -106,7 +112,7 @@ pub fn start(prog: &Program) -> Result<Running, Done> {
         let tx = tx.clone();
         std::thread::spawn(move || keep_tail(stderr, &tx));
     }
-    let stdin = child.stdin.take();
+    let stdin = Stdin::spawn(child.stdin.take());
     let stdout = child.stdout.take();
     {
         let tx = tx.clone();
@@ -128,6 +134,85 @@ pub fn start(prog: &Program) -> Result<Running, Done> {
         tx,
         notes,
     })
+}
+
+/// The program's standard input, written by a thread of its own from a
+/// bounded queue: the protocol loop never blocks on a program that is not
+/// reading, and keeps reading the program's output meanwhile.
+pub struct Stdin {
+    queue: Option<Sender<Vec<u8>>>,
+}
+
+/// Why bytes could not be queued for the program's stdin.
+#[derive(Debug, PartialEq, Eq)]
+pub enum StdinError {
+    /// STDIN_QUEUE_MAX_MESSAGES are already waiting: the program is not
+    /// reading its standard input.
+    Full,
+}
+
+impl std::fmt::Display for StdinError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StdinError::Full => write!(
+                f,
+                "the program is not reading its standard input: {STDIN_QUEUE_MAX_MESSAGES} messages are \
+                 already waiting for it"
+            ),
+        }
+    }
+}
+
+impl Stdin {
+    fn spawn(stdin: Option<ChildStdin>) -> Stdin {
+        let Some(mut stdin) = stdin else {
+            return Stdin { queue: None };
+        };
+        let (tx, rx) = crossbeam_channel::bounded::<Vec<u8>>(STDIN_QUEUE_MAX_MESSAGES);
+        // Detached: it may stay blocked in write(2) on a pipe that a
+        // grandchild holds open and never reads; the worker's exit ends it.
+        let spawned = std::thread::Builder::new().name("stdin".into()).spawn(move || {
+            for bytes in rx {
+                // EPIPE: the program closed its stdin; it simply stops
+                // hearing from us (not an error of the task).
+                if stdin.write_all(&bytes).and_then(|()| stdin.flush()).is_err() {
+                    return;
+                }
+            }
+            // The queue closed: dropping `stdin` here is the program's EOF.
+        });
+        match spawned {
+            Ok(_) => Stdin { queue: Some(tx) },
+            Err(e) => {
+                log::error!(
+                    "worker.stdin pid={} error={e}; the program gets no input",
+                    sys::getpid()
+                );
+                Stdin { queue: None }
+            }
+        }
+    }
+
+    /// Queues `bytes` for the program without waiting. A program that has
+    /// closed its stdin (or had it closed) drops them silently.
+    pub fn send(&mut self, bytes: Vec<u8>) -> Result<(), StdinError> {
+        let Some(queue) = &self.queue else {
+            return Ok(());
+        };
+        match queue.try_send(bytes) {
+            Ok(()) => Ok(()),
+            Err(crossbeam_channel::TrySendError::Full(_)) => Err(StdinError::Full),
+            Err(crossbeam_channel::TrySendError::Disconnected(_)) => {
+                self.queue = None;
+                Ok(())
+            }
+        }
+    }
+
+    /// EOF for the program once what is queued has been written.
+    pub fn close(&mut self) {
+        self.queue = None;
+    }
 }
 
 /// Counts `n` more bytes of the program's stdout against its budget;
@@ -161,9 +246,9 @@ pub fn judge_exit(status: ExitStatus, stderr_tail: &[u8]) -> Done {
     let tail = String::from_utf8_lossy(stderr_tail);
     let tail = tail.trim();
     let text = if tail.is_empty() {
-        format!("the program {status}")
+        format!("the program {}", ended(status))
     } else {
-        format!("the program {status}: {tail}")
+        format!("the program {}: {tail}", ended(status))
     };
     let cause = if matches!(status, ExitStatus::Signal(_)) {
         Cause::Crashed
@@ -173,12 +258,22 @@ pub fn judge_exit(status: ExitStatus, stderr_tail: &[u8]) -> Done {
     failed(cause, text)
 }
 
+/// How a program ended, as the manual words it after "the program ":
+/// `ended with exit status 3`, `was killed by signal 11 (SIGSEGV, exit
+/// status 139)`.
+pub fn ended(status: ExitStatus) -> String {
+    match status {
+        ExitStatus::Code(_) => format!("ended with {status}"),
+        ExitStatus::Signal(_) => format!("was {status}"),
+    }
+}
+
 pub fn canceled(status: Option<ExitStatus>) -> Done {
     Done {
         outcome: Outcome::Canceled,
         cause: Cause::Cancelled,
         text: Some(match status {
-            Some(s) => format!("canceled; the program {s}"),
+            Some(s) => format!("canceled; the program {}", ended(s)),
             None => "canceled".into(),
         }),
     }
@@ -209,4 +304,57 @@ fn keep_tail(mut stderr: impl Read, tx: &Sender<Note>) {
         }
     }
     let _ = tx.send(Note::StderrTail(tail));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exits_in_the_manuals_words() {
+        assert_eq!(ended(ExitStatus::Code(3)), "ended with exit status 3");
+        assert_eq!(
+            ended(ExitStatus::Signal(libc::SIGSEGV)),
+            "was killed by signal 11 (SIGSEGV, exit status 139)"
+        );
+        let done = judge_exit(ExitStatus::Code(3), b"  it broke\n");
+        assert_eq!(
+            done.text.as_deref(),
+            Some("the program ended with exit status 3: it broke")
+        );
+        assert_eq!(done.cause, Cause::Failed);
+        let done = judge_exit(ExitStatus::Signal(libc::SIGKILL), b"");
+        assert_eq!(
+            done.text.as_deref(),
+            Some("the program was killed by signal 9 (SIGKILL, exit status 137)")
+        );
+        assert_eq!(done.cause, Cause::Crashed);
+        assert_eq!(
+            canceled(Some(ExitStatus::Signal(libc::SIGTERM))).text.as_deref(),
+            Some("canceled; the program was killed by signal 15 (SIGTERM, exit status 143)")
+        );
+    }
+
+    /// A program that never reads: sending never blocks, and the queue
+    /// says so once it is full.
+    #[test]
+    fn stdin_never_blocks_and_refuses_past_its_queue() {
+        let mut child = Command::new("sleep").arg("30").stdin(Stdio::piped()).spawn().unwrap();
+        let mut stdin = Stdin::spawn(child.stdin.take());
+        let big = vec![b'x'; 1024 * 1024]; // more than a pipe holds
+        let started = std::time::Instant::now();
+        let refused = (0..STDIN_QUEUE_MAX_MESSAGES + 2).find(|_| stdin.send(big.clone()).is_err());
+        assert!(started.elapsed() < Duration::from_secs(5), "a send blocked");
+        let n = refused.expect("the queue filled up");
+        assert!(
+            (STDIN_QUEUE_MAX_MESSAGES..=STDIN_QUEUE_MAX_MESSAGES + 1).contains(&n),
+            "{n}"
+        );
+        assert_eq!(
+            stdin.send(vec![1]).unwrap_err().to_string(),
+            "the program is not reading its standard input: 8 messages are already waiting for it"
+        );
+        let _ = child.kill();
+        let _ = child.wait();
+    }
 }

@@ -3,9 +3,9 @@
 //! an empty `lastChunk`); exit 0 is COMPLETED, anything else FAILED with
 //! the tail of stderr.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
@@ -22,29 +22,39 @@ pub fn run(prog: &Program, message: &Message, link: &Arc<Link>, events: &Receive
         Ok(r) => r,
         Err(done) => return done,
     };
-    if let Some(mut stdin) = running.stdin.take() {
-        let text = message.text();
-        // A program that never reads stdin must not block us: write in a
-        // thread, and ignore EPIPE.
-        std::thread::spawn(move || {
-            let _ = stdin.write_all(text.as_bytes());
-        });
-    }
+    // The stdin thread writes while this loop reads: a program that never
+    // reads, or prints a lot first, blocks neither. Then EOF.
+    let _ = running.stdin.send(message.text().into_bytes());
+    running.stdin.close();
     if let Some(stdout) = running.stdout.take() {
-        let (tx, link) = (running.tx.clone(), link.clone());
+        let tx = running.tx.clone();
         let output_max = prog.output_max_bytes;
         // Detached: a grandchild may hold stdout open after the program exits.
-        std::thread::spawn(move || stream_stdout(stdout, &link, output_max, &tx));
+        std::thread::spawn(move || read_stdout(stdout, output_max, &tx));
     }
     let (pid, notes) = (running.pid, running.notes);
     drop(running.tx);
+    let mut out = Output::new(link);
     let mut stop: Option<Cause> = None;
+    let mut status: Option<ExitStatus> = None;
     let mut stderr_tail = Vec::new();
     let (mut stdout_done, mut stderr_done) = (false, false);
-    let status = loop {
+    // Once the program has exited, its pipes get PIPES_DRAIN to reach EOF:
+    // a helper it left behind may hold them open for good.
+    let mut drain_until: Option<Instant> = None;
+    while !(status.is_some() && stdout_done && stderr_done) {
+        let timeout = match drain_until {
+            Some(d) if d <= Instant::now() => break,
+            Some(d) => d - Instant::now(),
+            None => Duration::from_secs(3600),
+        };
         crossbeam_channel::select! {
             recv(notes) -> note => match note {
-                Ok(Note::Exited(s)) => break s,
+                Ok(Note::Output(bytes)) => out.push(&bytes),
+                Ok(Note::Exited(s)) => {
+                    status = Some(s);
+                    drain_until = Some(Instant::now() + PIPES_DRAIN);
+                }
                 Ok(Note::Exhausted) => {
                     stop.get_or_insert(Cause::Exhausted);
                     let _ = sys::kill_pid(pid, libc::SIGKILL);
@@ -55,7 +65,7 @@ pub fn run(prog: &Program, message: &Message, link: &Arc<Link>, events: &Receive
                 }
                 Ok(Note::StdoutEof) => stdout_done = true,
                 Ok(_) => {}
-                Err(_) => break ExitStatus::Code(1),
+                Err(_) => break,
             },
             recv(events) -> ev => match ev {
                 Ok(Event::Cancel) => {
@@ -67,24 +77,11 @@ pub fn run(prog: &Program, message: &Message, link: &Arc<Link>, events: &Receive
                 }
                 Err(_) => {}
             },
-        }
-    };
-    // Let the pipes drain so no output is lost, but not forever.
-    let deadline = Instant::now() + PIPES_DRAIN;
-    while !(stdout_done && stderr_done) {
-        match notes.recv_deadline(deadline) {
-            Ok(Note::StdoutEof) => stdout_done = true,
-            Ok(Note::StderrTail(t)) => {
-                stderr_tail = t;
-                stderr_done = true;
-            }
-            Ok(Note::Exhausted) => {
-                stop.get_or_insert(Cause::Exhausted);
-            }
-            Ok(_) => {}
-            Err(_) => break,
+            default(timeout) => {}
         }
     }
+    out.finish();
+    let status = status.unwrap_or(ExitStatus::Code(1));
     match stop {
         Some(Cause::Cancelled) => program::canceled(Some(status)),
         Some(_) => program::exhausted(),
@@ -92,29 +89,12 @@ pub fn run(prog: &Program, message: &Message, link: &Arc<Link>, events: &Receive
     }
 }
 
-/// Forwards stdout as artifact chunks as it arrives, whole UTF-8 characters
-/// only; ends with an empty `lastChunk` so clients know the artifact is done.
-fn stream_stdout(mut stdout: impl Read, link: &Link, output_max: u64, tx: &Sender<Note>) {
-    let artifact_id = crate::ids::new_id();
+/// Reads stdout as it comes and counts the output budget; the protocol
+/// loop turns the bytes into chunks, so nothing reaches the supervisor
+/// after the task's `done`, even from a helper that keeps writing.
+fn read_stdout(mut stdout: impl Read, output_max: u64, tx: &Sender<Note>) {
     let mut buf = vec![0u8; READ_CHUNK_BYTES];
-    let mut pending: Vec<u8> = Vec::new();
     let mut total: u64 = 0;
-    let mut first = true;
-    let send = |text: String, last: bool, first: &mut bool| {
-        link.send(&FromWorker::Artifact {
-            artifact: Artifact {
-                artifact_id: artifact_id.clone(),
-                name: Some("output".into()),
-                description: None,
-                parts: vec![Part::text(text)],
-                metadata: None,
-                extensions: Vec::new(),
-            },
-            append: !*first,
-            last_chunk: last,
-        });
-        *first = false;
-    };
     loop {
         let n = match stdout.read(&mut buf) {
             Ok(0) => break,
@@ -125,18 +105,64 @@ fn stream_stdout(mut stdout: impl Read, link: &Link, output_max: u64, tx: &Sende
         if !program::charge_output(&mut total, n, output_max, tx) {
             break;
         }
-        pending.extend_from_slice(&buf[..n]);
-        let keep = incomplete_utf8_tail(&pending);
-        let cut = pending.len() - keep;
-        if cut > 0 {
-            let text = String::from_utf8_lossy(&pending[..cut]).into_owned();
-            pending.drain(..cut);
-            send(text, false, &mut first);
+        if tx.send(Note::Output(buf[..n].to_vec())).is_err() {
+            return;
         }
     }
-    let rest = String::from_utf8_lossy(&pending).into_owned();
-    send(rest, true, &mut first);
     let _ = tx.send(Note::StdoutEof);
+}
+
+/// stdout as one artifact in chunks, whole UTF-8 characters only; it ends
+/// with a `lastChunk` (possibly empty) so clients know the artifact is done.
+struct Output<'a> {
+    link: &'a Link,
+    artifact_id: String,
+    pending: Vec<u8>,
+    first: bool,
+}
+
+impl<'a> Output<'a> {
+    fn new(link: &'a Link) -> Output<'a> {
+        Output {
+            link,
+            artifact_id: crate::ids::new_id(),
+            pending: Vec::new(),
+            first: true,
+        }
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        self.pending.extend_from_slice(bytes);
+        let cut = self.pending.len() - incomplete_utf8_tail(&self.pending);
+        if cut > 0 {
+            let text = String::from_utf8_lossy(&self.pending[..cut]).into_owned();
+            self.pending.drain(..cut);
+            self.send(text, false);
+        }
+    }
+
+    fn finish(mut self) {
+        let rest = String::from_utf8_lossy(&self.pending).into_owned();
+        self.send(rest, true);
+    }
+
+    fn send(&mut self, text: String, last: bool) {
+        // A chunk is at most READ_CHUNK_BYTES of text, escaped at most 6×:
+        // far under any frame limit.
+        let _ = self.link.send(&FromWorker::Artifact {
+            artifact: Artifact {
+                artifact_id: self.artifact_id.clone(),
+                name: Some("output".into()),
+                description: None,
+                parts: vec![Part::text(text)],
+                metadata: None,
+                extensions: Vec::new(),
+            },
+            append: !self.first,
+            last_chunk: last,
+        });
+        self.first = false;
+    }
 }
 
 /// Bytes at the end of `b` that start a UTF-8 character not yet complete.
