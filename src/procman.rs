@@ -23,14 +23,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
-use serde_json::json;
 
 use crate::cgroup::{Isolation, TaskCgroups};
 use crate::config::{Config, Runner};
 use crate::control::{self, Cause, FromWorker, Outcome, Progress, Rlimits, RunnerSpec, ToWorker};
 use crate::limits;
 use crate::sys::{self, ExitStatus};
-use crate::tasks::TaskTable;
+use crate::tasks::{Notice, TaskTable};
 use crate::wire::{Message, TaskState};
 use crate::worker;
 
@@ -298,14 +297,6 @@ impl State {
         }
     }
 
-    /// A worker record in the daemon-wide events feed.
-    fn publish(&self, task_id: &str, kind: &str, extra: &[(&str, serde_json::Value)]) {
-        let principal = self.tasks.principal_of(task_id).unwrap_or_default();
-        let mut fields = crate::tasks::fields(&[("taskId", json!(task_id))]);
-        fields.extend(extra.iter().map(|(k, v)| (k.to_string(), v.clone())));
-        self.tasks.feed().publish(&principal, kind, fields);
-    }
-
     /// Starts queued tasks while there is room under tasks.max_running.
     fn start_queued(&mut self) {
         while self.workers.len() < self.tasks.max_running() && self.shutdown.is_none() {
@@ -320,7 +311,7 @@ impl State {
             };
             match self.fork_worker(&id, context_id, message) {
                 Ok(pid) => {
-                    self.publish(&id, "worker.spawn", &[("pid", json!(pid))]);
+                    self.tasks.worker_notice(&Notice::WorkerSpawn { task_id: &id, pid });
                     self.tasks.set_progress(&id, TaskState::Working, None);
                     log::info!("task.start task={id} pid={pid}");
                 }
@@ -538,6 +529,8 @@ impl State {
                 ]
             })
             .flatten()
+            // Finished tasks expire on time even when nothing else happens.
+            .chain(self.tasks.expire().map(|due| Instant::now() + due))
             .min()
     }
 
@@ -656,16 +649,13 @@ impl State {
             }
             let (state, cause, text) = verdict(&w);
             let exit = w.exit.map(|(s, _)| s).unwrap_or(ExitStatus::Code(1));
-            self.publish(
-                &w.task_id,
-                "worker.exit",
-                &[
-                    ("pid", json!(pid)),
-                    ("exitCode", json!(exit.shell_code())),
-                    ("exit", json!(exit.to_string())),
-                    ("cause", json!(cause.as_str())),
-                ],
-            );
+            self.tasks.worker_notice(&Notice::WorkerExit {
+                task_id: &w.task_id,
+                pid,
+                exit_code: exit.shell_code(),
+                exit: &exit.to_string(),
+                cause: cause.as_str(),
+            });
             log::info!(
                 "task.end task={} pid={pid} state={} cause={} ms={}",
                 w.task_id,

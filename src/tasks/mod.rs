@@ -1,7 +1,7 @@
-//! The task table: every task's A2A state, history, artifacts and event log,
-//! behind one `Mutex` with one `Condvar` that is notified on every change.
+//! The task table: every task's A2A state, history, artifacts and event log.
 //! Handlers wait on it (blocking sends, cancels, streams); procman writes it.
-//! No sockets, no processes here.
+//! No sockets, no processes, no extensions here: whoever wants to hear of
+//! every change (the events feed) subscribes as an [`Observer`].
 //!
 //! ```text
 //!  SUBMITTED ──▶ WORKING ──▶ COMPLETED | FAILED | CANCELED | REJECTED
@@ -10,24 +10,33 @@
 //!      │     INPUT_REQUIRED / AUTH_REQUIRED
 //!      └──────────────────────▶ CANCELED (cancelled while queued)
 //! ```
-//! Terminal tasks are immutable and kept for a bounded time and count.
+//! Terminal tasks are immutable and kept within three bounds: count
+//! (`retain_max`), age (`retain_ms`, enforced by [`TaskTable::expire`] from
+//! procman's timers) and bytes (`retain_bytes`), oldest first.
+//!
+//! Locks: the index (id → task, counters, the finished list) is held only
+//! to find, add or drop a task — never while a task's own lock is held.
+//! Each task has its own lock and condvar; a change of a task notifies its
+//! condvar once, after its lock is released ([`Slot::change`]), so a blocked
+//! client wakes for its own task only. Rendering a task for the wire copies
+//! after the lock is released (see `entry`).
+
+mod entry;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 use crate::clock;
 use crate::control::Cause;
-use crate::ext::events::Feed;
-use crate::limits;
 use crate::principal::Principal;
-use crate::wire::{
-    Artifact, ListTasksResponse, Message, StreamResponse, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus,
-    TaskStatusUpdateEvent,
-};
+use crate::wire::{Artifact, ListTasksResponse, Message, StreamResponse, Task, TaskState, TaskStatus};
+use entry::{Entry, View};
 
 /// Metadata key holding the machine-readable reason a task ended.
 pub const TERMINAL_KEY: &str = "agentd.dev/terminal";
@@ -36,8 +45,60 @@ pub const TERMINAL_KEY: &str = "agentd.dev/terminal";
 pub struct TableLimits {
     pub max_running: usize,
     pub max_queued: usize,
+    /// Bytes of the first messages of tasks waiting in SUBMITTED.
+    pub queued_max_bytes: usize,
     pub retain_max: usize,
     pub retain_ms: u64,
+    /// Estimated bytes all finished tasks may hold together.
+    pub retain_bytes: usize,
+}
+
+/// Something that hears of every change of every task (the events
+/// extension's feed). Called with the task's own lock held, so notices of
+/// one task arrive in order: it must be quick and must not call the table.
+pub trait Observer: Send + Sync {
+    fn notice(&self, principal: &str, notice: &Notice<'_>);
+}
+
+/// One change, as an observer hears it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice<'a> {
+    Created {
+        task_id: &'a str,
+        context_id: &'a str,
+    },
+    /// A non-terminal status.
+    State {
+        task_id: &'a str,
+        context_id: &'a str,
+        state: TaskState,
+    },
+    Artifact {
+        task_id: &'a str,
+        context_id: &'a str,
+        artifact_id: &'a str,
+        append: bool,
+        last_chunk: bool,
+    },
+    Terminal {
+        task_id: &'a str,
+        context_id: &'a str,
+        state: TaskState,
+        cause: Option<&'a str>,
+    },
+    /// procman started a worker for the task.
+    WorkerSpawn {
+        task_id: &'a str,
+        pid: i32,
+    },
+    /// The task's worker is gone (reaped, its group empty).
+    WorkerExit {
+        task_id: &'a str,
+        pid: i32,
+        exit_code: i32,
+        exit: &'a str,
+        cause: &'a str,
+    },
 }
 
 /// One entry of a task's event log; `seq` increases by one per event.
@@ -45,25 +106,6 @@ pub struct TableLimits {
 pub struct LoggedEvent {
     pub seq: u64,
     pub event: StreamResponse,
-}
-
-struct Entry {
-    task: Task,
-    principal: String,
-    status_ms: u64,
-    artifacts: Vec<Artifact>,
-    history: VecDeque<Message>,
-    events: VecDeque<LoggedEvent>,
-    last_seq: u64,
-    /// The worker has said something (a status, artifact, message or end):
-    /// from then on a stream knows whether this is a task or a direct reply.
-    spoke: bool,
-    /// The agent answered with a Message instead of a task.
-    direct_reply: Option<Message>,
-    /// Notified on every change of this task, so a waiter wakes only for
-    /// its own task (one table-wide condvar woke every blocked client on
-    /// every event of every task).
-    changed: Arc<Condvar>,
 }
 
 /// What a stream gets when it asks for events after a sequence number.
@@ -76,7 +118,7 @@ pub enum Next {
     Resync(Box<Task>, u64),
     /// Nothing new within the timeout.
     Timeout,
-    /// The task is no longer visible (pruned).
+    /// The task is no longer visible (evicted).
     Gone,
 }
 
@@ -93,26 +135,12 @@ pub enum Opening {
     Gone,
 }
 
-#[derive(Default)]
-struct Inner {
-    tasks: HashMap<String, Entry>,
-    /// Finished tasks, oldest first, for retention.
-    finished: VecDeque<(u64, String)>,
-    submitted: usize,
-}
-
-pub struct TaskTable {
-    inner: Mutex<Inner>,
-    limits: TableLimits,
-    /// The running cap in force (the command extension changes it).
-    max_running: AtomicUsize,
-    /// The daemon-wide lifecycle feed (the events extension).
-    feed: Arc<Feed>,
-}
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CreateError {
+    /// tasks.max_queued tasks are waiting already.
     QueueFull { max: usize },
+    /// The waiting tasks' messages hold tasks.queued_max_bytes already.
+    QueueBytes { max_bytes: usize },
 }
 
 /// Why a follow-up message cannot go to a task.
@@ -124,6 +152,9 @@ pub enum ContinueError {
     ContextMismatch { task_context: String },
 }
 
+/// A predicate on a task's metadata (ListTasks filters).
+pub type MetadataFilter = Box<dyn Fn(Option<&Map<String, Value>>) -> bool + Send + Sync>;
+
 /// What a ListTasks page asks for, validated.
 pub struct ListQuery {
     pub context_id: Option<String>,
@@ -133,24 +164,175 @@ pub struct ListQuery {
     pub cursor: Option<(u64, String)>,
     pub history_length: Option<usize>,
     pub include_artifacts: bool,
-    /// Task-annotation labels every listed task must carry.
-    pub labels: Option<crate::ext::annotations::Labels>,
+    /// Every listed task's metadata must pass it.
+    pub metadata: Option<MetadataFilter>,
 }
 
-impl TaskTable {
-    pub fn new(limits: TableLimits, feed: Arc<Feed>) -> TaskTable {
-        TaskTable {
-            inner: Mutex::new(Inner::default()),
-            max_running: AtomicUsize::new(limits.max_running),
-            feed,
-            limits,
+/// One task: what never changes outside its lock, its state inside.
+struct Slot {
+    id: String,
+    context_id: String,
+    principal: String,
+    /// Bytes of the first message, counted against queued_max_bytes while
+    /// the task waits in SUBMITTED.
+    queued_bytes: usize,
+    entry: Mutex<Entry>,
+    changed: Condvar,
+}
+
+impl Slot {
+    fn lock(&self) -> MutexGuard<'_, Entry> {
+        // A panic while holding the lock leaves consistent-enough data
+        // (every mutation is a few assignments); keep serving.
+        self.entry.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The one way a task changes: `f` runs under the task's lock and
+    /// returns `None` when nothing changed; otherwise whoever waits on this
+    /// task is woken, once, after the lock is released.
+    fn change<R>(&self, f: impl FnOnce(&mut Entry) -> Option<R>) -> Option<R> {
+        let out = f(&mut self.lock());
+        if out.is_some() {
+            self.changed.notify_all();
+        }
+        out
+    }
+
+    fn may_see(&self, principal: &Principal) -> bool {
+        principal.is_operator() || self.principal == principal.name()
+    }
+
+    /// Waits on this task's condvar until `ready` returns something or
+    /// `deadline` passes (then `timeout` gives the answer).
+    fn wait<R>(
+        &self,
+        deadline: Option<Instant>,
+        mut ready: impl FnMut(&Entry) -> Option<R>,
+        timeout: impl FnOnce(&Entry) -> R,
+    ) -> R {
+        let mut entry = self.lock();
+        loop {
+            if let Some(r) = ready(&entry) {
+                return r;
+            }
+            entry = match deadline {
+                None => self.changed.wait(entry).unwrap_or_else(|p| p.into_inner()),
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return timeout(&entry);
+                    }
+                    self.changed
+                        .wait_timeout(entry, left)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0
+                }
+            };
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
-        // A panic while holding the lock leaves consistent-enough data
-        // (every mutation is a few assignments); keep serving.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    fn render(&self, view: View) -> Task {
+        view.render(&self.id, &self.context_id)
+    }
+}
+
+struct Finished {
+    at_ms: u64,
+    id: String,
+    bytes: usize,
+}
+
+#[derive(Default)]
+struct Index {
+    tasks: HashMap<String, Arc<Slot>>,
+    /// Finished tasks, oldest first, for retention.
+    finished: VecDeque<Finished>,
+    retained_bytes: usize,
+    submitted: usize,
+    queued_bytes: usize,
+    /// Started and not finished.
+    active: usize,
+}
+
+pub struct TaskTable {
+    index: Mutex<Index>,
+    limits: TableLimits,
+    /// The running cap in force (the command extension changes it).
+    max_running: AtomicUsize,
+    observers: Vec<Arc<dyn Observer>>,
+}
+
+/// A stream's hold on one task: reads its log without the table's index,
+/// and keeps a finished task's log whole until the stream has read it.
+pub struct Watch {
+    slot: Arc<Slot>,
+}
+
+impl TaskTable {
+    pub fn new(limits: TableLimits) -> TaskTable {
+        TaskTable {
+            index: Mutex::new(Index::default()),
+            max_running: AtomicUsize::new(limits.max_running),
+            limits,
+            observers: Vec::new(),
+        }
+    }
+
+    /// Adds an observer of every change (before the table is shared).
+    pub fn subscribe(&mut self, observer: Arc<dyn Observer>) {
+        self.observers.push(observer);
+    }
+
+    fn index(&self) -> MutexGuard<'_, Index> {
+        self.index.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn find(&self, id: &str) -> Option<Arc<Slot>> {
+        self.index().tasks.get(id).cloned()
+    }
+
+    fn visible(&self, principal: &Principal, id: &str) -> Option<Arc<Slot>> {
+        self.find(id).filter(|s| s.may_see(principal))
+    }
+
+    fn tell(&self, principal: &str, notice: &Notice<'_>) {
+        for o in &self.observers {
+            o.notice(principal, notice);
+        }
+    }
+
+    /// Sets a task's status, logs it and tells the observers (under the
+    /// task's lock, from inside a `change`).
+    fn set_status(&self, slot: &Slot, entry: &mut Entry, state: TaskState, message: Option<Message>) {
+        let now = clock::now_ms();
+        let status = entry.set_status(
+            TaskStatus {
+                state,
+                message,
+                timestamp: Some(clock::format_ms(now)),
+            },
+            now,
+        );
+        let (task_id, context_id) = (slot.id.as_str(), slot.context_id.as_str());
+        let notice = if state.is_terminal() {
+            let cause = status
+                .message
+                .as_ref()
+                .and_then(|m| m.metadata.as_ref()?.get(TERMINAL_KEY)?.as_str());
+            Notice::Terminal {
+                task_id,
+                context_id,
+                state,
+                cause,
+            }
+        } else {
+            Notice::State {
+                task_id,
+                context_id,
+                state,
+            }
+        };
+        self.tell(&slot.principal, &notice);
     }
 
     /// Creates a task in SUBMITTED for `message`, filling in its ids. The
@@ -161,58 +343,53 @@ impl TaskTable {
         mut message: Message,
         metadata: Option<Map<String, Value>>,
     ) -> Result<Task, CreateError> {
-        let mut inner = self.lock();
-        // Tasks about to take a free running slot are not "waiting".
-        let active = inner
-            .tasks
-            .values()
-            .filter(|e| !e.task.status.state.is_terminal() && e.task.status.state != TaskState::Submitted)
-            .count();
-        let free_slots = self.max_running().saturating_sub(active);
-        if inner.submitted >= self.limits.max_queued + free_slots {
-            return Err(CreateError::QueueFull {
-                max: self.limits.max_queued,
-            });
-        }
         let id = crate::ids::new_id();
         let context_id = message.context_id.clone().unwrap_or_else(crate::ids::new_id);
         message.task_id = Some(id.clone());
         message.context_id = Some(context_id.clone());
         let now = clock::now_ms();
-        let task = Task {
+        let status = TaskStatus {
+            state: TaskState::Submitted,
+            message: None,
+            timestamp: Some(clock::format_ms(now)),
+        };
+        let queued_bytes = entry::message_bytes(&message);
+        let slot = Arc::new(Slot {
             id: id.clone(),
             context_id,
-            status: TaskStatus {
-                state: TaskState::Submitted,
-                message: None,
-                timestamp: Some(clock::format_ms(now)),
-            },
-            artifacts: None,
-            history: None,
-            metadata,
-        };
-        let entry = Entry {
-            task,
             principal: principal.name(),
-            status_ms: now,
-            artifacts: Vec::new(),
-            history: VecDeque::from([message]),
-            events: VecDeque::new(),
-            last_seq: 0,
-            spoke: false,
-            direct_reply: None,
-            changed: Arc::new(Condvar::new()),
-        };
-        let snapshot = render(&entry, None, true);
-        self.feed.publish(
-            &entry.principal,
-            "task.created",
-            fields(&[("taskId", json!(id)), ("contextId", json!(snapshot.context_id))]),
+            queued_bytes,
+            entry: Mutex::new(Entry::new(status, now, message, metadata)),
+            changed: Condvar::new(),
+        });
+        let view = slot.lock().view(None, true);
+        {
+            let mut ix = self.index();
+            // Tasks about to take a free running slot are not "waiting".
+            let free_slots = self.max_running().saturating_sub(ix.active);
+            if ix.submitted >= self.limits.max_queued + free_slots {
+                return Err(CreateError::QueueFull {
+                    max: self.limits.max_queued,
+                });
+            }
+            // One message alone always fits: it is bounded by the body size.
+            if ix.submitted > 0 && ix.queued_bytes + queued_bytes > self.limits.queued_max_bytes {
+                return Err(CreateError::QueueBytes {
+                    max_bytes: self.limits.queued_max_bytes,
+                });
+            }
+            ix.submitted += 1;
+            ix.queued_bytes += queued_bytes;
+            ix.tasks.insert(id.clone(), slot.clone());
+        }
+        self.tell(
+            &slot.principal,
+            &Notice::Created {
+                task_id: &slot.id,
+                context_id: &slot.context_id,
+            },
         );
-        inner.tasks.insert(id, entry);
-        inner.submitted += 1;
-        prune(&mut inner, &self.limits, now);
-        Ok(snapshot)
+        Ok(slot.render(view))
     }
 
     /// Checks that `message` may continue task `id` (interrupted, same
@@ -224,54 +401,62 @@ impl TaskTable {
         id: &str,
         message: &mut Message,
     ) -> Result<(Task, u64), ContinueError> {
-        let mut inner = self.lock();
-        let entry = visible_mut(&mut inner, principal, id).ok_or(ContinueError::NotFound)?;
-        let cv = entry.changed.clone();
-        let state = entry.task.status.state;
-        if state.is_terminal() {
-            return Err(ContinueError::Terminal(state));
-        }
-        if !state.is_interrupted() {
-            return Err(ContinueError::Busy(state));
-        }
-        match &message.context_id {
-            Some(c) if *c != entry.task.context_id => {
-                return Err(ContinueError::ContextMismatch {
-                    task_context: entry.task.context_id.clone(),
-                })
+        let slot = self.visible(principal, id).ok_or(ContinueError::NotFound)?;
+        let mut refused = None;
+        let changed = slot.change(|e| {
+            let state = e.state();
+            refused = if e.gone {
+                Some(ContinueError::NotFound)
+            } else if state.is_terminal() {
+                Some(ContinueError::Terminal(state))
+            } else if !state.is_interrupted() {
+                Some(ContinueError::Busy(state))
+            } else {
+                match &message.context_id {
+                    Some(c) if *c != slot.context_id => Some(ContinueError::ContextMismatch {
+                        task_context: slot.context_id.clone(),
+                    }),
+                    _ => None,
+                }
+            };
+            if refused.is_some() {
+                return None;
             }
-            _ => message.context_id = Some(entry.task.context_id.clone()),
+            message.context_id = Some(slot.context_id.clone());
+            message.task_id = Some(id.to_string());
+            e.push_history(message.clone());
+            self.set_status(&slot, e, TaskState::Working, None);
+            Some((e.view(None, true), e.last_seq))
+        });
+        match (changed, refused) {
+            (Some((view, seq)), _) => Ok((slot.render(view), seq)),
+            (None, Some(why)) => Err(why),
+            (None, None) => Err(ContinueError::NotFound),
         }
-        message.task_id = Some(id.to_string());
-        push_history(entry, message.clone());
-        set_status(&self.feed, entry, TaskState::Working, None);
-        let snapshot = (render(entry, None, true), entry.last_seq);
-        drop(inner);
-        cv.notify_all();
-        Ok(snapshot)
     }
 
     /// The task as `principal` may see it, or `None` (absent and not
     /// visible are the same answer: no existence leaks).
     pub fn get(&self, principal: &Principal, id: &str, history_length: Option<usize>) -> Option<Task> {
-        let inner = self.lock();
-        let entry = visible(&inner, principal, id)?;
-        Some(render(entry, history_length, true))
+        let slot = self.visible(principal, id)?;
+        let view = slot.lock().view(history_length, true);
+        Some(slot.render(view))
     }
 
     pub fn state(&self, id: &str) -> Option<TaskState> {
-        self.lock().tasks.get(id).map(|e| e.task.status.state)
+        Some(self.find(id)?.lock().state())
     }
 
     /// The first message of a task and its context: what a worker starts on.
     pub fn start_info(&self, id: &str) -> Option<(String, Message)> {
-        let inner = self.lock();
-        let e = inner.tasks.get(id)?;
-        Some((e.task.context_id.clone(), e.history.front()?.clone()))
+        let slot = self.find(id)?;
+        let first = slot.lock().first_message()?.clone();
+        Some((slot.context_id.clone(), first))
     }
 
-    /// Waits until `done(state)` holds for task `id` or `timeout` passes;
-    /// returns the task then (or `None` if it vanished).
+    /// Waits until `done(state)` holds for task `id` (or the agent replied
+    /// directly) or `timeout` passes; returns the task then. A task that is
+    /// evicted while waited on is still answered if it got there.
     pub fn wait_until(
         &self,
         principal: &Principal,
@@ -280,136 +465,198 @@ impl TaskTable {
         timeout: Option<Duration>,
         done: impl Fn(TaskState) -> bool,
     ) -> Option<Task> {
+        let slot = self.visible(principal, id)?;
         let deadline = timeout.map(|t| Instant::now() + t);
-        let mut inner = self.lock();
-        loop {
-            let entry = visible(&inner, principal, id)?;
-            if done(entry.task.status.state) || entry.direct_reply.is_some() {
-                return Some(render(entry, history_length, true));
-            }
-            let cv = entry.changed.clone();
-            inner = match deadline {
-                None => cv.wait(inner).unwrap_or_else(|p| p.into_inner()),
-                Some(d) => {
-                    let left = d.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        return Some(render(entry, history_length, true));
-                    }
-                    cv.wait_timeout(inner, left).unwrap_or_else(|p| p.into_inner()).0
+        let view = slot.wait(
+            deadline,
+            |e| {
+                if done(e.state()) || e.direct_reply.is_some() {
+                    Some(Some(e.view(history_length, true)))
+                } else if e.gone {
+                    Some(None)
+                } else {
+                    None
                 }
-            };
-        }
+            },
+            |e| Some(e.view(history_length, true)),
+        )?;
+        Some(slot.render(view))
     }
 
     /// Moves a task to a non-terminal state (WORKING, INPUT_REQUIRED, …),
     /// with an optional agent message. Ignored for finished tasks.
     pub fn set_progress(&self, id: &str, state: TaskState, text: Option<String>) {
         debug_assert!(!state.is_terminal());
-        let mut inner = self.lock();
-        let Some(entry) = inner.tasks.get_mut(id) else {
-            return;
-        };
-        let cv = entry.changed.clone();
-        if entry.task.status.state.is_terminal() {
-            log::debug!("tasks ignoring {state:?} for finished task={id}");
-            return;
-        }
-        if entry.task.status.state == state && text.is_none() {
-            return; // nothing new to tell anyone
-        }
-        let was_submitted = entry.task.status.state == TaskState::Submitted;
-        let message = text.map(|t| {
-            let m = Message::agent_text(t, id, &entry.task.context_id);
-            push_history(entry, m.clone());
-            m
+        let Some(slot) = self.find(id) else { return };
+        let from = slot.change(|e| {
+            let from = e.state();
+            if from.is_terminal() {
+                log::debug!("tasks ignoring {state:?} for finished task={id}");
+                return None;
+            }
+            if from == state && text.is_none() {
+                return None; // nothing new to tell anyone
+            }
+            let message = text.map(|t| {
+                let m = Message::agent_text(t, id, &slot.context_id);
+                e.push_history(m.clone());
+                m
+            });
+            self.set_status(&slot, e, state, message);
+            Some(from)
         });
-        set_status(&self.feed, entry, state, message);
-        if was_submitted && state != TaskState::Submitted {
-            inner.submitted = inner.submitted.saturating_sub(1);
+        if let Some(from) = from {
+            self.moved(&slot, from, state, 0);
         }
-        drop(inner);
-        cv.notify_all();
     }
 
     /// Ends a task: terminal state, readable text and machine-readable cause.
     pub fn finish(&self, id: &str, state: TaskState, cause: Cause, text: Option<String>) {
         debug_assert!(state.is_terminal());
-        let now = clock::now_ms();
-        let mut inner = self.lock();
-        let Some(entry) = inner.tasks.get_mut(id) else {
+        let Some(slot) = self.find(id) else { return };
+        let done = slot.change(|e| {
+            let from = e.state();
+            if from.is_terminal() {
+                return None;
+            }
+            let text = text.unwrap_or_else(|| default_text(state, cause).to_string());
+            let mut message = Message::agent_text(text, id, &slot.context_id);
+            let mut md = Map::new();
+            md.insert(TERMINAL_KEY.into(), Value::String(cause.as_str().into()));
+            message.metadata = Some(md);
+            e.push_history(message.clone());
+            self.set_status(&slot, e, state, Some(message));
+            if e.watchers == 0 {
+                e.trim_log();
+            }
+            Some((from, e.bytes()))
+        });
+        if let Some((from, bytes)) = done {
+            self.moved(&slot, from, state, bytes);
+        }
+    }
+
+    /// Keeps the index's counters and finished list in step with a task
+    /// that went from `from` to `to` (called after its lock is released).
+    fn moved(&self, slot: &Slot, from: TaskState, to: TaskState, bytes: usize) {
+        let queued = |s: TaskState| s == TaskState::Submitted;
+        let active = |s: TaskState| !s.is_terminal() && s != TaskState::Submitted;
+        if from == to || (active(from) && active(to)) {
             return;
+        }
+        let evicted = {
+            let mut ix = self.index();
+            if queued(from) {
+                ix.submitted = ix.submitted.saturating_sub(1);
+                ix.queued_bytes = ix.queued_bytes.saturating_sub(slot.queued_bytes);
+            } else if active(from) {
+                ix.active = ix.active.saturating_sub(1);
+            }
+            if active(to) {
+                ix.active += 1;
+            }
+            if !to.is_terminal() {
+                return;
+            }
+            ix.retained_bytes += bytes;
+            ix.finished.push_back(Finished {
+                at_ms: clock::now_ms(),
+                id: slot.id.clone(),
+                bytes,
+            });
+            self.evict(&mut ix, clock::now_ms())
         };
-        let cv = entry.changed.clone();
-        if entry.task.status.state.is_terminal() {
-            return;
+        gone(evicted);
+    }
+
+    /// Takes the finished tasks past the count, byte or age bound out of
+    /// the index, oldest first. The caller tells them they are gone after
+    /// the index lock is released (and drops them there, so freeing a big
+    /// task does not hold the index).
+    fn evict(&self, ix: &mut Index, now_ms: u64) -> Vec<Arc<Slot>> {
+        let l = &self.limits;
+        let mut out = Vec::new();
+        while let Some(oldest) = ix.finished.front() {
+            let over = ix.finished.len() > l.retain_max
+                || ix.retained_bytes > l.retain_bytes
+                || now_ms.saturating_sub(oldest.at_ms) > l.retain_ms;
+            if !over {
+                break;
+            }
+            let Some(f) = ix.finished.pop_front() else { break };
+            ix.retained_bytes = ix.retained_bytes.saturating_sub(f.bytes);
+            if let Some(slot) = ix.tasks.remove(&f.id) {
+                log::debug!("tasks.evicted task={} bytes={}", f.id, f.bytes);
+                out.push(slot);
+            }
         }
-        let was_submitted = entry.task.status.state == TaskState::Submitted;
-        let text = text.unwrap_or_else(|| default_text(state, cause).to_string());
-        let mut message = Message::agent_text(text, id, &entry.task.context_id);
-        let mut md = Map::new();
-        md.insert(TERMINAL_KEY.into(), Value::String(cause.as_str().into()));
-        message.metadata = Some(md);
-        push_history(entry, message.clone());
-        set_status(&self.feed, entry, state, Some(message));
-        if was_submitted {
-            inner.submitted = inner.submitted.saturating_sub(1);
-        }
-        inner.finished.push_back((now, id.to_string()));
-        prune(&mut inner, &self.limits, now);
-        drop(inner);
-        cv.notify_all();
+        out
+    }
+
+    /// Drops the finished tasks older than retain_ms; returns how long
+    /// until the next one is due (`None`: no finished task). procman calls
+    /// it from its timers, so an idle daemon forgets on time too.
+    pub fn expire(&self) -> Option<Duration> {
+        let now = clock::now_ms();
+        let (evicted, next) = {
+            let mut ix = self.index();
+            let evicted = self.evict(&mut ix, now);
+            let next = ix.finished.front().map(|f| {
+                let due = f.at_ms.saturating_add(self.limits.retain_ms).saturating_add(1);
+                Duration::from_millis(due.saturating_sub(now))
+            });
+            (evicted, next)
+        };
+        gone(evicted);
+        next
     }
 
     /// Adds an artifact or a chunk of one (`append` extends the artifact
     /// with the same id; otherwise it is added or replaced).
     pub fn add_artifact(&self, id: &str, artifact: Artifact, append: bool, last_chunk: bool) {
-        let mut inner = self.lock();
-        let Some(entry) = inner.tasks.get_mut(id) else {
-            return;
-        };
-        let cv = entry.changed.clone();
-        if entry.task.status.state.is_terminal() {
-            return;
-        }
-        match entry
-            .artifacts
-            .iter_mut()
-            .find(|a| a.artifact_id == artifact.artifact_id)
-        {
-            Some(existing) if append => merge_parts(existing, &artifact),
-            Some(existing) => *existing = artifact.clone(),
-            None => entry.artifacts.push(artifact.clone()),
-        }
-        let event = StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
-            task_id: id.to_string(),
-            context_id: entry.task.context_id.clone(),
-            artifact,
-            append,
-            last_chunk,
-            metadata: None,
+        let Some(slot) = self.find(id) else { return };
+        slot.change(|e| {
+            if e.state().is_terminal() {
+                return None;
+            }
+            self.tell(
+                &slot.principal,
+                &Notice::Artifact {
+                    task_id: &slot.id,
+                    context_id: &slot.context_id,
+                    artifact_id: &artifact.artifact_id,
+                    append,
+                    last_chunk,
+                },
+            );
+            e.add_artifact(artifact, append, last_chunk);
+            Some(())
         });
-        log_event(&self.feed, entry, event);
-        drop(inner);
-        cv.notify_all();
     }
 
     /// One page of the tasks `principal` may see, newest status first.
     pub fn list(&self, principal: &Principal, q: &ListQuery) -> ListTasksResponse {
-        let inner = self.lock();
-        let mut rows: Vec<&Entry> = inner
+        let slots: Vec<Arc<Slot>> = self
+            .index()
             .tasks
             .values()
-            .filter(|e| may_see(principal, e))
-            .filter(|e| q.context_id.as_ref().is_none_or(|c| *c == e.task.context_id))
-            .filter(|e| q.status.is_none_or(|s| s == e.task.status.state))
-            .filter(|e| q.after_ms.is_none_or(|t| e.status_ms >= t))
-            .filter(|e| {
-                q.labels
-                    .as_ref()
-                    .is_none_or(|l| crate::ext::annotations::matches(e.task.metadata.as_ref(), l))
+            .filter(|s| s.may_see(principal))
+            .cloned()
+            .collect();
+        let mut rows: Vec<(u64, Arc<Slot>)> = slots
+            .into_iter()
+            .filter(|s| q.context_id.as_ref().is_none_or(|c| *c == s.context_id))
+            .filter_map(|s| {
+                let e = s.lock();
+                let keep = q.status.is_none_or(|st| st == e.state())
+                    && q.after_ms.is_none_or(|t| e.status_ms >= t)
+                    && q.metadata.as_ref().is_none_or(|f| f(e.metadata.as_deref()));
+                let ms = e.status_ms;
+                drop(e);
+                keep.then_some((ms, s))
             })
             .collect();
-        rows.sort_by(|a, b| b.status_ms.cmp(&a.status_ms).then_with(|| a.task.id.cmp(&b.task.id)));
+        rows.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.id.cmp(&b.1.id)));
         let total = rows.len();
         let start = match &q.cursor {
             None => 0,
@@ -418,21 +665,21 @@ impl TaskTable {
             // place by their new timestamp, none is skipped or repeated.
             Some((ms, id)) => rows
                 .iter()
-                .position(|e| e.status_ms < *ms || (e.status_ms == *ms && e.task.id > *id))
+                .position(|(at, s)| *at < *ms || (*at == *ms && s.id > *id))
                 .unwrap_or(total),
         };
-        let page: Vec<&Entry> = rows.iter().skip(start).take(q.page_size).copied().collect();
-        let next = if start + page.len() < total {
-            page.last()
-                .map(|e| encode_cursor(e.status_ms, &e.task.id))
-                .unwrap_or_default()
-        } else {
-            String::new()
+        let page = &rows[start.min(total)..(start + q.page_size).min(total)];
+        let next = match page.last() {
+            Some((ms, s)) if start + page.len() < total => encode_cursor(*ms, &s.id),
+            _ => String::new(),
         };
         ListTasksResponse {
             tasks: page
                 .iter()
-                .map(|e| render(e, q.history_length, q.include_artifacts))
+                .map(|(_, s)| {
+                    let view = s.lock().view(q.history_length, q.include_artifacts);
+                    s.render(view)
+                })
                 .collect(),
             next_page_token: next,
             page_size: q.page_size as i32,
@@ -442,108 +689,52 @@ impl TaskTable {
 
     /// Records that the worker of task `id` said something.
     pub fn mark_spoke(&self, id: &str) {
-        let mut inner = self.lock();
-        if let Some(e) = inner.tasks.get_mut(id) {
-            if !e.spoke {
-                e.spoke = true;
-                let cv = e.changed.clone();
-                drop(inner);
-                cv.notify_all();
-            }
+        if let Some(slot) = self.find(id) {
+            slot.change(|e| (!e.spoke).then(|| e.spoke = true));
         }
     }
 
     /// The agent answered with a Message instead of working on a task.
     pub fn set_direct_reply(&self, id: &str, mut message: Message) {
-        let mut inner = self.lock();
-        let Some(entry) = inner.tasks.get_mut(id) else { return };
-        let cv = entry.changed.clone();
-        if entry.task.status.state.is_terminal() {
-            return;
-        }
-        message.context_id = Some(entry.task.context_id.clone());
-        message.task_id = None;
-        message.role = crate::wire::Role::Agent;
-        if message.message_id.is_empty() {
-            message.message_id = crate::ids::new_id();
-        }
-        push_history(entry, message.clone());
-        entry.direct_reply = Some(message);
-        entry.spoke = true;
-        drop(inner);
-        cv.notify_all();
+        let Some(slot) = self.find(id) else { return };
+        slot.change(|e| {
+            if e.state().is_terminal() {
+                return None;
+            }
+            message.context_id = Some(slot.context_id.clone());
+            message.task_id = None;
+            message.role = crate::wire::Role::Agent;
+            if message.message_id.is_empty() {
+                message.message_id = crate::ids::new_id();
+            }
+            e.direct_reply = Some(e.push_history(message));
+            e.spoke = true;
+            Some(())
+        });
     }
 
     /// The Message a task's agent replied with, if it did.
     pub fn direct_reply(&self, id: &str) -> Option<Message> {
-        self.lock().tasks.get(id)?.direct_reply.clone()
+        let slot = self.find(id)?;
+        let reply = slot.lock().direct_reply.clone()?;
+        Some(Message::clone(&reply))
     }
 
     /// The task's snapshot and the last event sequence it reflects.
     pub fn snapshot(&self, principal: &Principal, id: &str, history_length: Option<usize>) -> Option<(Task, u64)> {
-        let inner = self.lock();
-        let entry = visible(&inner, principal, id)?;
-        Some((render(entry, history_length, true), entry.last_seq))
-    }
-
-    /// Waits (up to `timeout`) until the worker of `id` has spoken or the
-    /// task ended, then says how a stream should open.
-    pub fn opening(&self, principal: &Principal, id: &str, timeout: Duration) -> Opening {
-        let deadline = Instant::now() + timeout;
-        let mut inner = self.lock();
-        loop {
-            let Some(entry) = visible(&inner, principal, id) else {
-                return Opening::Gone;
-            };
-            if let Some(m) = &entry.direct_reply {
-                return Opening::Reply(m.clone());
-            }
-            if entry.spoke || entry.task.status.state.is_terminal() {
-                return Opening::Task;
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Opening::Waiting;
-            }
-            let cv = entry.changed.clone();
-            inner = cv.wait_timeout(inner, left).unwrap_or_else(|p| p.into_inner()).0;
-        }
-    }
-
-    /// Events of task `id` after sequence `after`, waiting up to `timeout`
-    /// for the first one.
-    pub fn next_events(&self, principal: &Principal, id: &str, after: u64, timeout: Duration) -> Next {
-        let deadline = Instant::now() + timeout;
-        let mut inner = self.lock();
-        loop {
-            let Some(entry) = visible(&inner, principal, id) else {
-                return Next::Gone;
-            };
-            if entry.last_seq > after {
-                let oldest = entry.events.front().map(|e| e.seq).unwrap_or(entry.last_seq + 1);
-                if oldest > after + 1 {
-                    return Next::Resync(Box::new(render(entry, None, true)), entry.last_seq);
-                }
-                let events = entry.events.iter().filter(|e| e.seq > after).cloned().collect();
-                return Next::Events(events);
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Next::Timeout;
-            }
-            let cv = entry.changed.clone();
-            inner = cv.wait_timeout(inner, left).unwrap_or_else(|p| p.into_inner()).0;
-        }
-    }
-
-    /// Whether events after `seq` are still all retained (for Last-Event-ID).
-    pub fn can_replay_from(&self, principal: &Principal, id: &str, seq: u64) -> bool {
-        let inner = self.lock();
-        let Some(entry) = visible(&inner, principal, id) else {
-            return false;
+        let slot = self.visible(principal, id)?;
+        let (view, seq) = {
+            let e = slot.lock();
+            (e.view(history_length, true), e.last_seq)
         };
-        let oldest = entry.events.front().map(|e| e.seq).unwrap_or(entry.last_seq + 1);
-        seq <= entry.last_seq && oldest <= seq + 1
+        Some((slot.render(view), seq))
+    }
+
+    /// A stream's hold on task `id` (see [`Watch`]), if `principal` may see it.
+    pub fn watch(&self, principal: &Principal, id: &str) -> Option<Watch> {
+        let slot = self.visible(principal, id)?;
+        slot.lock().watchers += 1;
+        Some(Watch { slot })
     }
 
     pub fn max_running(&self) -> usize {
@@ -554,60 +745,169 @@ impl TaskTable {
         self.max_running.store(n.max(1), Ordering::SeqCst);
     }
 
-    pub fn feed(&self) -> &Feed {
-        &self.feed
-    }
-
     /// Who created task `id` (for records about it), if it exists.
     pub fn principal_of(&self, id: &str) -> Option<String> {
-        self.lock().tasks.get(id).map(|e| e.principal.clone())
+        Some(self.find(id)?.principal.clone())
     }
 
-    /// Merges task-annotation labels into a task (follow-up messages).
-    pub fn add_labels(&self, id: &str, labels: &crate::ext::annotations::Labels) -> Result<(), crate::rpc::RpcError> {
-        let mut inner = self.lock();
-        match inner.tasks.get_mut(id) {
-            Some(e) => crate::ext::annotations::merge_into(&mut e.task.metadata, labels),
-            None => Ok(()),
-        }
+    /// A worker record (spawn, exit) for the observers, under the task's
+    /// principal (empty if the task is gone).
+    pub fn worker_notice(&self, notice: &Notice<'_>) {
+        let task_id = match notice {
+            Notice::WorkerSpawn { task_id, .. } | Notice::WorkerExit { task_id, .. } => task_id,
+            _ => {
+                debug_assert!(false, "worker_notice takes worker records only: {notice:?}");
+                return;
+            }
+        };
+        let principal = self.principal_of(task_id).unwrap_or_default();
+        self.tell(&principal, notice);
     }
 
-    /// Whether `labels` would fit on task `id` (checked before a follow-up
-    /// changes anything).
-    pub fn check_labels(&self, id: &str, labels: &crate::ext::annotations::Labels) -> Result<(), crate::rpc::RpcError> {
-        let inner = self.lock();
-        match inner.tasks.get(id) {
-            Some(e) => crate::ext::annotations::check_fits(e.task.metadata.as_ref(), labels),
-            None => Ok(()),
-        }
+    /// Changes task `id`'s metadata with `f` (the annotations extension's
+    /// labels); an error from `f` leaves it as it was. A task that does not
+    /// exist is left alone.
+    pub fn update_metadata<E>(
+        &self,
+        id: &str,
+        f: impl FnOnce(&mut Option<Map<String, Value>>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let Some(slot) = self.find(id) else { return Ok(()) };
+        let mut outcome = Ok(());
+        slot.change(|e| {
+            let mut md = e.metadata.as_deref().cloned();
+            outcome = f(&mut md);
+            outcome.is_ok().then(|| e.metadata = md.map(Arc::new))
+        });
+        outcome
     }
 
     /// Counts of (submitted, active, finished) tasks.
     pub fn counts(&self) -> (usize, usize, usize) {
-        let inner = self.lock();
-        let finished = inner.finished.len();
-        (
-            inner.submitted,
-            inner.tasks.len() - finished - inner.submitted,
-            finished,
-        )
+        let ix = self.index();
+        (ix.submitted, ix.active, ix.finished.len())
+    }
+
+    /// Estimated bytes the retained finished tasks hold (tasks.retain_bytes
+    /// bounds it).
+    pub fn retained_bytes(&self) -> usize {
+        self.index().retained_bytes
     }
 
     /// Ids of every task not yet finished.
     pub fn unfinished(&self) -> Vec<String> {
-        let inner = self.lock();
-        inner
-            .tasks
-            .values()
-            .filter(|e| !e.task.status.state.is_terminal())
-            .map(|e| e.task.id.clone())
+        let slots: Vec<Arc<Slot>> = self.index().tasks.values().cloned().collect();
+        slots
+            .into_iter()
+            .filter(|s| !s.lock().state().is_terminal())
+            .map(|s| s.id.clone())
             .collect()
     }
 }
 
-/// A JSON object from a few fields.
-pub fn fields(pairs: &[(&str, Value)]) -> Map<String, Value> {
-    pairs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()
+impl Watch {
+    pub fn task_id(&self) -> &str {
+        &self.slot.id
+    }
+
+    /// The task now and the last event sequence it reflects.
+    pub fn snapshot(&self, history_length: Option<usize>) -> (Task, u64) {
+        let (view, seq) = {
+            let e = self.slot.lock();
+            (e.view(history_length, true), e.last_seq)
+        };
+        (self.slot.render(view), seq)
+    }
+
+    /// Waits (up to `timeout`) until the worker has spoken or the task
+    /// ended, then says how a stream should open.
+    pub fn opening(&self, timeout: Duration) -> Opening {
+        self.slot.wait(
+            Some(Instant::now() + timeout),
+            |e| {
+                if let Some(m) = &e.direct_reply {
+                    Some(Opening::Reply(Message::clone(m)))
+                } else if e.spoke || e.state().is_terminal() {
+                    Some(Opening::Task)
+                } else if e.gone {
+                    Some(Opening::Gone)
+                } else {
+                    None
+                }
+            },
+            |_| Opening::Waiting,
+        )
+    }
+
+    /// Events after sequence `after`, waiting up to `timeout` for the first.
+    pub fn next_events(&self, after: u64, timeout: Duration) -> Next {
+        enum Got {
+            Events(Vec<entry::Logged>),
+            Resync(View, u64),
+            Gone,
+        }
+        let got = self.slot.wait(
+            Some(Instant::now() + timeout),
+            |e| {
+                if e.last_seq > after {
+                    if e.oldest_seq() > after + 1 {
+                        return Some(Some(Got::Resync(e.view(None, true), e.last_seq)));
+                    }
+                    return Some(Some(Got::Events(e.events_after(after))));
+                }
+                e.gone.then_some(Some(Got::Gone))
+            },
+            |_| None,
+        );
+        // The copies for the wire are made here, without the lock.
+        let (id, context) = (&self.slot.id, &self.slot.context_id);
+        match got {
+            None => Next::Timeout,
+            Some(Got::Gone) => Next::Gone,
+            Some(Got::Resync(view, seq)) => Next::Resync(Box::new(self.slot.render(view)), seq),
+            Some(Got::Events(events)) => Next::Events(
+                events
+                    .iter()
+                    .map(|l| LoggedEvent {
+                        seq: l.seq,
+                        event: l.render(id, context),
+                    })
+                    .collect(),
+            ),
+        }
+    }
+
+    /// Whether events after `seq` are still all retained (for Last-Event-ID).
+    pub fn can_replay_from(&self, seq: u64) -> bool {
+        let e = self.slot.lock();
+        seq <= e.last_seq && e.oldest_seq() <= seq + 1
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let mut e = self.slot.lock();
+        e.watchers = e.watchers.saturating_sub(1);
+        if e.watchers == 0 && e.state().is_terminal() {
+            e.trim_log();
+        }
+    }
+}
+
+impl std::fmt::Debug for Watch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Watch(task={})", self.slot.id)
+    }
+}
+
+/// Evicted tasks: whoever still waits on one learns it is gone.
+fn gone(evicted: Vec<Arc<Slot>>) {
+    for slot in evicted {
+        slot.change(|e| {
+            e.gone = true;
+            Some(())
+        });
+    }
 }
 
 /// Parses a ListTasks `pageToken` (hex of `MS:ID`).
@@ -628,114 +928,6 @@ fn encode_cursor(ms: u64, id: &str) -> String {
     format!("{ms}:{id}").bytes().map(|b| format!("{b:02x}")).collect()
 }
 
-fn may_see(principal: &Principal, e: &Entry) -> bool {
-    principal.is_operator() || e.principal == principal.name()
-}
-
-fn visible<'a>(inner: &'a Inner, principal: &Principal, id: &str) -> Option<&'a Entry> {
-    inner.tasks.get(id).filter(|e| may_see(principal, e))
-}
-
-fn visible_mut<'a>(inner: &'a mut Inner, principal: &Principal, id: &str) -> Option<&'a mut Entry> {
-    inner.tasks.get_mut(id).filter(|e| may_see(principal, e))
-}
-
-fn set_status(feed: &Feed, entry: &mut Entry, state: TaskState, message: Option<Message>) {
-    let now = clock::now_ms();
-    entry.status_ms = now;
-    entry.task.status = TaskStatus {
-        state,
-        message,
-        timestamp: Some(clock::format_ms(now)),
-    };
-    let event = StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
-        task_id: entry.task.id.clone(),
-        context_id: entry.task.context_id.clone(),
-        status: entry.task.status.clone(),
-        metadata: None,
-    });
-    log_event(feed, entry, event);
-}
-
-/// Appends to the task's own log and mirrors it into the daemon-wide feed.
-fn log_event(feed: &Feed, entry: &mut Entry, event: StreamResponse) {
-    let ids = [
-        ("taskId", json!(entry.task.id)),
-        ("contextId", json!(entry.task.context_id)),
-    ];
-    match &event {
-        StreamResponse::StatusUpdate(u) => {
-            let state = u.status.state;
-            let mut f = fields(&ids);
-            f.insert("state".into(), json!(state));
-            let kind = if state.is_terminal() {
-                let cause = u
-                    .status
-                    .message
-                    .as_ref()
-                    .and_then(|m| m.metadata.as_ref()?.get(TERMINAL_KEY).cloned());
-                f.insert("cause".into(), cause.unwrap_or(Value::Null));
-                "task.terminal"
-            } else {
-                "task.state"
-            };
-            feed.publish(&entry.principal, kind, f);
-        }
-        StreamResponse::ArtifactUpdate(a) => {
-            let mut f = fields(&ids);
-            f.insert("artifactId".into(), json!(a.artifact.artifact_id));
-            f.insert("append".into(), json!(a.append));
-            f.insert("lastChunk".into(), json!(a.last_chunk));
-            feed.publish(&entry.principal, "task.artifact", f);
-        }
-        _ => {}
-    }
-    entry.last_seq += 1;
-    entry.events.push_back(LoggedEvent {
-        seq: entry.last_seq,
-        event,
-    });
-    if entry.events.len() > limits::TASK_EVENTS_MAX {
-        entry.events.pop_front();
-    }
-}
-
-fn push_history(entry: &mut Entry, message: Message) {
-    entry.history.push_back(message);
-    if entry.history.len() > limits::TASK_HISTORY_MAX {
-        entry.history.pop_front();
-    }
-}
-
-fn merge_parts(existing: &mut Artifact, chunk: &Artifact) {
-    for part in &chunk.parts {
-        // Consecutive text chunks join into one text part, so the stored
-        // artifact reads as the program wrote it.
-        match (existing.parts.last_mut(), part.as_text()) {
-            (Some(last), Some(more)) if last.as_text().is_some() && part.metadata.is_none() => {
-                if let crate::wire::PartContent::Text(t) = &mut last.content {
-                    t.push_str(more);
-                }
-            }
-            _ => existing.parts.push(part.clone()),
-        }
-    }
-}
-
-/// A copy of the task for the wire: history trimmed to the last `n`
-/// (`Some(0)` = none), artifacts only when asked for and present.
-fn render(entry: &Entry, history_length: Option<usize>, include_artifacts: bool) -> Task {
-    let mut task = entry.task.clone();
-    let keep = history_length.unwrap_or(usize::MAX).min(entry.history.len());
-    if keep > 0 {
-        task.history = Some(entry.history.iter().skip(entry.history.len() - keep).cloned().collect());
-    }
-    if include_artifacts && !entry.artifacts.is_empty() {
-        task.artifacts = Some(entry.artifacts.clone());
-    }
-    task
-}
-
 fn default_text(state: TaskState, cause: Cause) -> &'static str {
     match (state, cause) {
         (TaskState::Completed, _) => "completed",
@@ -748,148 +940,5 @@ fn default_text(state: TaskState, cause: Cause) -> &'static str {
         (_, Cause::Crashed) => "failed: the worker crashed",
         (TaskState::Rejected, _) => "rejected by the agent",
         _ => "failed",
-    }
-}
-
-/// Drops finished tasks past the retention time or count, oldest first.
-fn prune(inner: &mut Inner, limits: &TableLimits, now: u64) {
-    while let Some((at, id)) = inner.finished.front().cloned() {
-        let too_many = inner.finished.len() > limits.retain_max;
-        let too_old = now.saturating_sub(at) > limits.retain_ms;
-        if !(too_many || too_old) {
-            break;
-        }
-        inner.finished.pop_front();
-        if let Some(gone) = inner.tasks.remove(&id) {
-            // Whoever waits on it learns it is gone.
-            gone.changed.notify_all();
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::wire::{Part, Role};
-
-    fn table(retain_max: usize) -> TaskTable {
-        TaskTable::new(
-            TableLimits {
-                max_running: 0,
-                max_queued: 3,
-                retain_max,
-                retain_ms: 60_000,
-            },
-            Arc::new(Feed::new(16)),
-        )
-    }
-
-    fn op() -> Principal {
-        Principal::Unix { uid: 0, pid: 1 }
-    }
-
-    fn msg(text: &str) -> Message {
-        Message {
-            message_id: "m".into(),
-            context_id: None,
-            task_id: None,
-            role: Role::User,
-            parts: vec![Part::text(text)],
-            metadata: None,
-            extensions: vec![],
-            reference_task_ids: vec![],
-        }
-    }
-
-    #[test]
-    fn queue_cap_refuses_without_creating() {
-        let t = table(10);
-        for _ in 0..3 {
-            t.create(&op(), msg("x"), None).unwrap();
-        }
-        assert_eq!(t.create(&op(), msg("x"), None), Err(CreateError::QueueFull { max: 3 }));
-        assert_eq!(t.counts(), (3, 0, 0));
-    }
-
-    #[test]
-    fn finish_is_final_and_retention_is_bounded() {
-        let t = table(2);
-        let ids: Vec<String> = (0..3).map(|_| t.create(&op(), msg("x"), None).unwrap().id).collect();
-        for id in &ids {
-            t.set_progress(id, TaskState::Working, None);
-            t.finish(id, TaskState::Completed, Cause::Completed, None);
-            t.finish(id, TaskState::Failed, Cause::Crashed, None);
-        }
-        assert!(t.get(&op(), &ids[0], None).is_none(), "oldest pruned");
-        let last = t.get(&op(), &ids[2], None).unwrap();
-        assert_eq!(last.status.state, TaskState::Completed);
-        let md = last.status.message.unwrap().metadata.unwrap();
-        assert_eq!(md[TERMINAL_KEY], "completed");
-    }
-
-    #[test]
-    fn appended_chunks_join() {
-        let t = table(2);
-        let id = t.create(&op(), msg("x"), None).unwrap().id;
-        let chunk = |s: &str| Artifact {
-            artifact_id: "a".into(),
-            name: None,
-            description: None,
-            parts: vec![Part::text(s)],
-            metadata: None,
-            extensions: vec![],
-        };
-        t.add_artifact(&id, chunk("hel"), false, false);
-        t.add_artifact(&id, chunk("lo"), true, true);
-        let task = t.get(&op(), &id, Some(0)).unwrap();
-        assert!(task.history.is_none());
-        assert_eq!(task.artifacts.unwrap()[0].parts, vec![Part::text("hello")]);
-    }
-
-    #[test]
-    fn cursor_round_trips_and_rejects_junk() {
-        assert_eq!(decode_cursor(&encode_cursor(12, "ab-c")), Some((12, "ab-c".into())));
-        assert_eq!(decode_cursor("zz"), None);
-        assert_eq!(decode_cursor("abc"), None);
-    }
-
-    #[test]
-    fn pages_cover_everything_once() {
-        let t = TaskTable::new(
-            TableLimits {
-                max_running: 0,
-                max_queued: 100,
-                retain_max: 100,
-                retain_ms: 60_000,
-            },
-            Arc::new(Feed::new(16)),
-        );
-        let mut ids: Vec<String> = (0..7).map(|_| t.create(&op(), msg("x"), None).unwrap().id).collect();
-        let mut seen = Vec::new();
-        let mut cursor = None;
-        loop {
-            let page = t.list(
-                &op(),
-                &ListQuery {
-                    context_id: None,
-                    status: None,
-                    after_ms: None,
-                    page_size: 3,
-                    cursor: cursor.clone(),
-                    history_length: None,
-                    include_artifacts: false,
-                    labels: None,
-                },
-            );
-            assert_eq!(page.total_size, 7);
-            seen.extend(page.tasks.iter().map(|t| t.id.clone()));
-            if page.next_page_token.is_empty() {
-                break;
-            }
-            cursor = decode_cursor(&page.next_page_token);
-        }
-        ids.sort();
-        seen.sort();
-        assert_eq!(ids, seen);
     }
 }
