@@ -22,8 +22,13 @@
 //! after the lock is released (see `entry`).
 
 mod entry;
+mod list;
 #[cfg(test)]
 mod tests;
+mod watch;
+
+pub use list::{decode_cursor, ListQuery, MetadataFilter};
+pub use watch::{LoggedEvent, Next, Opening, Watch};
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -35,7 +40,7 @@ use serde_json::{Map, Value};
 use crate::clock;
 use crate::control::Cause;
 use crate::principal::Principal;
-use crate::wire::{Artifact, ListTasksResponse, Message, StreamResponse, Task, TaskState, TaskStatus};
+use crate::wire::{Artifact, Message, Task, TaskState, TaskStatus};
 use entry::{Entry, View};
 
 /// Metadata key holding the machine-readable reason a task ended.
@@ -101,40 +106,6 @@ pub enum Notice<'a> {
     },
 }
 
-/// One entry of a task's event log; `seq` increases by one per event.
-#[derive(Debug, Clone)]
-pub struct LoggedEvent {
-    pub seq: u64,
-    pub event: StreamResponse,
-}
-
-/// What a stream gets when it asks for events after a sequence number.
-#[derive(Debug)]
-pub enum Next {
-    /// New events, in order.
-    Events(Vec<LoggedEvent>),
-    /// The client fell behind the retained log: a fresh snapshot and the
-    /// sequence it reflects.
-    Resync(Box<Task>, u64),
-    /// Nothing new within the timeout.
-    Timeout,
-    /// The task is no longer visible (evicted).
-    Gone,
-}
-
-/// How a stream should begin, as far as the task table can tell.
-#[derive(Debug)]
-pub enum Opening {
-    /// The agent replied with a Message: that is the whole stream.
-    Reply(Message),
-    /// The agent works on a task: stream it.
-    Task,
-    /// The worker has not said anything yet.
-    Waiting,
-    /// The task is not visible (any more).
-    Gone,
-}
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CreateError {
     /// tasks.max_queued tasks are waiting already.
@@ -150,22 +121,6 @@ pub enum ContinueError {
     Terminal(TaskState),
     Busy(TaskState),
     ContextMismatch { task_context: String },
-}
-
-/// A predicate on a task's metadata (ListTasks filters).
-pub type MetadataFilter = Box<dyn Fn(Option<&Map<String, Value>>) -> bool + Send + Sync>;
-
-/// What a ListTasks page asks for, validated.
-pub struct ListQuery {
-    pub context_id: Option<String>,
-    pub status: Option<TaskState>,
-    pub after_ms: Option<u64>,
-    pub page_size: usize,
-    pub cursor: Option<(u64, String)>,
-    pub history_length: Option<usize>,
-    pub include_artifacts: bool,
-    /// Every listed task's metadata must pass it.
-    pub metadata: Option<MetadataFilter>,
 }
 
 /// One task: what never changes outside its lock, its state inside.
@@ -260,12 +215,6 @@ pub struct TaskTable {
     /// The running cap in force (the command extension changes it).
     max_running: AtomicUsize,
     observers: Vec<Arc<dyn Observer>>,
-}
-
-/// A stream's hold on one task: reads its log without the table's index,
-/// and keeps a finished task's log whole until the stream has read it.
-pub struct Watch {
-    slot: Arc<Slot>,
 }
 
 impl TaskTable {
@@ -634,59 +583,6 @@ impl TaskTable {
         });
     }
 
-    /// One page of the tasks `principal` may see, newest status first.
-    pub fn list(&self, principal: &Principal, q: &ListQuery) -> ListTasksResponse {
-        let slots: Vec<Arc<Slot>> = self
-            .index()
-            .tasks
-            .values()
-            .filter(|s| s.may_see(principal))
-            .cloned()
-            .collect();
-        let mut rows: Vec<(u64, Arc<Slot>)> = slots
-            .into_iter()
-            .filter(|s| q.context_id.as_ref().is_none_or(|c| *c == s.context_id))
-            .filter_map(|s| {
-                let e = s.lock();
-                let keep = q.status.is_none_or(|st| st == e.state())
-                    && q.after_ms.is_none_or(|t| e.status_ms >= t)
-                    && q.metadata.as_ref().is_none_or(|f| f(e.metadata.as_deref()));
-                let ms = e.status_ms;
-                drop(e);
-                keep.then_some((ms, s))
-            })
-            .collect();
-        rows.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.id.cmp(&b.1.id)));
-        let total = rows.len();
-        let start = match &q.cursor {
-            None => 0,
-            // The first row after the cursor in the sort order (newest
-            // status first, then id): tasks that changed since keep their
-            // place by their new timestamp, none is skipped or repeated.
-            Some((ms, id)) => rows
-                .iter()
-                .position(|(at, s)| *at < *ms || (*at == *ms && s.id > *id))
-                .unwrap_or(total),
-        };
-        let page = &rows[start.min(total)..(start + q.page_size).min(total)];
-        let next = match page.last() {
-            Some((ms, s)) if start + page.len() < total => encode_cursor(*ms, &s.id),
-            _ => String::new(),
-        };
-        ListTasksResponse {
-            tasks: page
-                .iter()
-                .map(|(_, s)| {
-                    let view = s.lock().view(q.history_length, q.include_artifacts);
-                    s.render(view)
-                })
-                .collect(),
-            next_page_token: next,
-            page_size: q.page_size as i32,
-            total_size: total as i32,
-        }
-    }
-
     /// Records that the worker of task `id` said something.
     pub fn mark_spoke(&self, id: &str) {
         if let Some(slot) = self.find(id) {
@@ -728,13 +624,6 @@ impl TaskTable {
             (e.view(history_length, true), e.last_seq)
         };
         Some((slot.render(view), seq))
-    }
-
-    /// A stream's hold on task `id` (see [`Watch`]), if `principal` may see it.
-    pub fn watch(&self, principal: &Principal, id: &str) -> Option<Watch> {
-        let slot = self.visible(principal, id)?;
-        slot.lock().watchers += 1;
-        Some(Watch { slot })
     }
 
     pub fn max_running(&self) -> usize {
@@ -805,101 +694,6 @@ impl TaskTable {
     }
 }
 
-impl Watch {
-    pub fn task_id(&self) -> &str {
-        &self.slot.id
-    }
-
-    /// The task now and the last event sequence it reflects.
-    pub fn snapshot(&self, history_length: Option<usize>) -> (Task, u64) {
-        let (view, seq) = {
-            let e = self.slot.lock();
-            (e.view(history_length, true), e.last_seq)
-        };
-        (self.slot.render(view), seq)
-    }
-
-    /// Waits (up to `timeout`) until the worker has spoken or the task
-    /// ended, then says how a stream should open.
-    pub fn opening(&self, timeout: Duration) -> Opening {
-        self.slot.wait(
-            Some(Instant::now() + timeout),
-            |e| {
-                if let Some(m) = &e.direct_reply {
-                    Some(Opening::Reply(Message::clone(m)))
-                } else if e.spoke || e.state().is_terminal() {
-                    Some(Opening::Task)
-                } else if e.gone {
-                    Some(Opening::Gone)
-                } else {
-                    None
-                }
-            },
-            |_| Opening::Waiting,
-        )
-    }
-
-    /// Events after sequence `after`, waiting up to `timeout` for the first.
-    pub fn next_events(&self, after: u64, timeout: Duration) -> Next {
-        enum Got {
-            Events(Vec<entry::Logged>),
-            Resync(View, u64),
-            Gone,
-        }
-        let got = self.slot.wait(
-            Some(Instant::now() + timeout),
-            |e| {
-                if e.last_seq > after {
-                    if e.oldest_seq() > after + 1 {
-                        return Some(Some(Got::Resync(e.view(None, true), e.last_seq)));
-                    }
-                    return Some(Some(Got::Events(e.events_after(after))));
-                }
-                e.gone.then_some(Some(Got::Gone))
-            },
-            |_| None,
-        );
-        // The copies for the wire are made here, without the lock.
-        let (id, context) = (&self.slot.id, &self.slot.context_id);
-        match got {
-            None => Next::Timeout,
-            Some(Got::Gone) => Next::Gone,
-            Some(Got::Resync(view, seq)) => Next::Resync(Box::new(self.slot.render(view)), seq),
-            Some(Got::Events(events)) => Next::Events(
-                events
-                    .iter()
-                    .map(|l| LoggedEvent {
-                        seq: l.seq,
-                        event: l.render(id, context),
-                    })
-                    .collect(),
-            ),
-        }
-    }
-
-    /// Whether events after `seq` are still all retained (for Last-Event-ID).
-    pub fn can_replay_from(&self, seq: u64) -> bool {
-        let e = self.slot.lock();
-        seq <= e.last_seq && e.oldest_seq() <= seq + 1
-    }
-}
-
-impl Drop for Watch {
-    fn drop(&mut self) {
-        let mut e = self.slot.lock();
-        e.watchers = e.watchers.saturating_sub(1);
-        if e.watchers == 0 && e.state().is_terminal() {
-            e.trim_log();
-        }
-    }
-}
-
-impl std::fmt::Debug for Watch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Watch(task={})", self.slot.id)
-    }
-}
-
 /// Evicted tasks: whoever still waits on one learns it is gone.
 fn gone(evicted: Vec<Arc<Slot>>) {
     for slot in evicted {
@@ -908,24 +702,6 @@ fn gone(evicted: Vec<Arc<Slot>>) {
             Some(())
         });
     }
-}
-
-/// Parses a ListTasks `pageToken` (hex of `MS:ID`).
-pub fn decode_cursor(token: &str) -> Option<(u64, String)> {
-    if token.len() % 2 != 0 || token.len() > 512 {
-        return None;
-    }
-    let bytes: Option<Vec<u8>> = (0..token.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(token.get(i..i + 2)?, 16).ok())
-        .collect();
-    let text = String::from_utf8(bytes?).ok()?;
-    let (ms, id) = text.split_once(':')?;
-    Some((ms.parse().ok()?, id.to_string()))
-}
-
-fn encode_cursor(ms: u64, id: &str) -> String {
-    format!("{ms}:{id}").bytes().map(|b| format!("{b:02x}")).collect()
 }
 
 fn default_text(state: TaskState, cause: Cause) -> &'static str {

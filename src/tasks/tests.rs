@@ -1,5 +1,6 @@
+use super::list::encode_cursor;
 use super::*;
-use crate::wire::{Part, Role};
+use crate::wire::{Part, Role, StreamResponse};
 
 fn limits() -> TableLimits {
     TableLimits {
