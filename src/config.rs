@@ -52,6 +52,7 @@ keys! {
     "agent.env", "NAME=VALUE", "", "An environment variable for the program. Repeatable. The program otherwise sees only PATH, HOME, USER, LOGNAME, LANG, LC_ALL, TZ and TMPDIR from agentd's environment.";
     "tasks.max_running", "N", "32", "Tasks whose process runs at once; more wait in TASK_STATE_SUBMITTED.";
     "tasks.max_queued", "N", "1024", "Tasks waiting in TASK_STATE_SUBMITTED; a send over it is refused (-32603, reason QUEUE_FULL) and nothing is created.";
+    "tasks.queued_max_bytes", "BYTES", "67108864", "Bytes of the messages of the tasks waiting in TASK_STATE_SUBMITTED; a send over it is refused (-32603, reason QUEUE_FULL) and nothing is created. One waiting message always fits.";
     "tasks.deadline_ms", "MS", "0", "Wall-clock budget of one task; past it the kill ladder runs and the task FAILS with cause `deadline`. 0 = no deadline.";
     "tasks.input_idle_ms", "MS", "600000", "How long a task in TASK_STATE_INPUT_REQUIRED or TASK_STATE_AUTH_REQUIRED keeps its process waiting for the next message; past it the task FAILS with cause `idle`.";
     "tasks.ping_interval_ms", "MS", "5000", "How often each worker is pinged on its control channel.";
@@ -61,7 +62,8 @@ keys! {
     "tasks.memory_max_bytes", "BYTES", "0", "Memory one task may use (needs a memory cgroup); the OOM killer ends it and it FAILS with cause `exhausted`. 0 = no limit.";
     "tasks.prespawn", "auto|N", "auto", "Idle workers kept spawned ahead of demand, so starting a task does not wait for a process to be spawned and exec'd (they show as `agentd __worker idle`). auto = as many as tasks started in the last 250 ms, at least 1, at most 8; N = exactly N; 0 = spawn on demand.";
     "tasks.retain_max", "N", "1000", "Finished tasks kept for GetTask and ListTasks; the oldest go first.";
-    "tasks.retain_ms", "MS", "3600000", "How long a finished task is kept.";
+    "tasks.retain_ms", "MS", "3600000", "How long a finished task is kept; expired tasks are dropped on time, also on an idle daemon.";
+    "tasks.retain_bytes", "BYTES", "268435456", "Estimated bytes all finished tasks may hold together (artifacts, history, metadata); past it the oldest finished tasks are dropped first (GetTask then answers -32001). A waiting client still gets its task's result.";
     "tasks.cancel_grace_ms", "MS", "1000", "Kill ladder: time between the cancel request to the worker and SIGTERM to its process group.";
     "tasks.term_grace_ms", "MS", "2000", "Kill ladder: time between SIGTERM and SIGKILL to the process group.";
     "tasks.output_max_bytes", "BYTES", "67108864", "Most bytes a task's program may write to stdout (artifact text, or jsonl lines of any kind); over it the task FAILS with cause `exhausted`.";
@@ -123,6 +125,8 @@ pub struct Tasks {
     pub stall_timeout_ms: u64,
     pub retain_max: usize,
     pub retain_ms: u64,
+    pub retain_bytes: usize,
+    pub queued_max_bytes: usize,
     pub cancel_grace_ms: u64,
     pub term_grace_ms: u64,
     pub output_max_bytes: u64,
@@ -205,6 +209,8 @@ impl Default for Config {
                 stall_timeout_ms: limits::WORKER_STALL_TIMEOUT_MS,
                 retain_max: limits::TASKS_RETAIN_MAX,
                 retain_ms: limits::TASKS_RETAIN_MS,
+                retain_bytes: limits::TASKS_RETAIN_BYTES,
+                queued_max_bytes: limits::TASKS_QUEUED_MAX_BYTES,
                 cancel_grace_ms: limits::LADDER_CANCEL_GRACE_MS,
                 term_grace_ms: limits::LADDER_TERM_GRACE_MS,
                 output_max_bytes: limits::TASK_OUTPUT_MAX_BYTES,
@@ -396,6 +402,8 @@ impl Config {
             }
             "tasks.retain_max" => self.tasks.retain_max = number(key, value)? as usize,
             "tasks.retain_ms" => self.tasks.retain_ms = number(key, value)?,
+            "tasks.retain_bytes" => self.tasks.retain_bytes = positive(key, value)?,
+            "tasks.queued_max_bytes" => self.tasks.queued_max_bytes = positive(key, value)?,
             "tasks.cancel_grace_ms" => self.tasks.cancel_grace_ms = number(key, value)?,
             "tasks.term_grace_ms" => self.tasks.term_grace_ms = number(key, value)?,
             "tasks.output_max_bytes" => self.tasks.output_max_bytes = positive(key, value)? as u64,

@@ -59,10 +59,20 @@ pub const PRESPAWN_AUTO_MAX: usize = 8;
 pub const TASKS_RETAIN_MAX: usize = 1000;
 /// How long a finished task is kept (config: `tasks.retain_ms`).
 pub const TASKS_RETAIN_MS: u64 = 3_600_000;
+/// Estimated bytes all finished tasks may hold together (config:
+/// `tasks.retain_bytes`); past it the oldest finished tasks are dropped.
+pub const TASKS_RETAIN_BYTES: usize = 256 * 1024 * 1024;
+/// Bytes of the messages of tasks waiting in SUBMITTED (config:
+/// `tasks.queued_max_bytes`); a send over it is refused with -32603 and
+/// reason QUEUE_FULL, and nothing is created.
+pub const TASKS_QUEUED_MAX_BYTES: usize = 64 * 1024 * 1024;
 /// Events kept per task for replay; older ones are dropped first.
 pub const TASK_EVENTS_MAX: usize = 4096;
 /// Messages kept in one task's history; older ones are dropped first.
 pub const TASK_HISTORY_MAX: usize = 1000;
+/// Bytes of one task's history; past it the oldest messages are dropped
+/// (the newest always stays: it is bounded by the request body size).
+pub const TASK_HISTORY_MAX_BYTES: usize = 16 * 1024 * 1024;
 
 /// Kill ladder: wait after the `cancel` frame before SIGTERM to the group
 /// (config: `tasks.cancel_grace_ms`).

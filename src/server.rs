@@ -31,6 +31,8 @@ const CARD_PATH: &str = "/.well-known/agent-card.json";
 /// Everything a connection thread needs.
 struct Shared {
     agent: Agent,
+    /// The events extension's feed (it subscribes to the task table).
+    feed: Arc<Feed>,
     card: Card,
     gate: Gate,
     http_limits: http::Limits,
@@ -83,15 +85,16 @@ pub fn serve(cfg: Config) -> Result<(), ServeError> {
         },
     );
     let feed = Arc::new(Feed::new(cfg.events_ring));
-    let tasks = Arc::new(TaskTable::new(
-        TableLimits {
-            max_running: cfg.tasks.max_running,
-            max_queued: cfg.tasks.max_queued,
-            retain_max: cfg.tasks.retain_max,
-            retain_ms: cfg.tasks.retain_ms,
-        },
-        feed.clone(),
-    ));
+    let mut tasks = TaskTable::new(TableLimits {
+        max_running: cfg.tasks.max_running,
+        max_queued: cfg.tasks.max_queued,
+        queued_max_bytes: cfg.tasks.queued_max_bytes,
+        retain_max: cfg.tasks.retain_max,
+        retain_ms: cfg.tasks.retain_ms,
+        retain_bytes: cfg.tasks.retain_bytes,
+    });
+    tasks.subscribe(feed.clone());
+    let tasks = Arc::new(tasks);
     let (procman, procman_thread) = crate::procman::spawn(cfg.clone(), tasks.clone(), isolation.clone())
         .map_err(|e| ServeError::Setup("starting procman", e))?;
     let shared = Arc::new(Shared {
@@ -103,6 +106,7 @@ pub fn serve(cfg: Config) -> Result<(), ServeError> {
             idle_timeout: Duration::from_millis(cfg.idle_timeout_ms),
             ..http::Limits::default()
         },
+        feed: feed.clone(),
         agent: Agent {
             cfg: cfg.clone(),
             tasks,
@@ -506,7 +510,7 @@ fn write_stream(
         headers.push(("A2A-Extensions".to_string(), echo.join(", ")));
     }
     let subject = match &source {
-        Source::Task(plan) => format!("task={}", plan.task_id),
+        Source::Task(plan) => format!("task={}", plan.task_id()),
         Source::Events(_) => "events".to_string(),
     };
     let strip_labels = !active.has(ext::ANNOTATIONS);
@@ -529,8 +533,8 @@ fn write_stream(
         Emit::KeepAlive => out.chunk(&sse::encode_comment("keep-alive")),
     };
     let pumped = match source {
-        Source::Task(plan) => stream::pump(&shared.agent.tasks, principal, *plan, keepalive, &mut sink),
-        Source::Events(from) => ext::events::pump(shared.agent.tasks.feed(), principal, from, keepalive, &mut sink),
+        Source::Task(plan) => stream::pump(*plan, keepalive, &mut sink),
+        Source::Events(from) => ext::events::pump(&shared.feed, principal, from, keepalive, &mut sink),
     };
     match pumped {
         Ok(()) => {

@@ -18,7 +18,7 @@ use crate::ext;
 use crate::principal::Principal;
 use crate::procman::Procman;
 use crate::rpc::{self, RpcError};
-use crate::tasks::{ContinueError, CreateError, ListQuery, TaskTable};
+use crate::tasks::{ContinueError, CreateError, ListQuery, TaskTable, Watch};
 use crate::wire::{
     CancelTaskRequest, GetTaskRequest, ListTasksRequest, Role, SendMessageRequest, StreamResponse,
     SubscribeToTaskRequest, Task, TaskState,
@@ -152,12 +152,9 @@ impl Agent {
 
     /// Validates a send and hands the message to a new task or to the
     /// waiting one. Returns the task as of then, its event sequence, and
-    /// whether it is new.
-    fn begin_send(
-        &self,
-        call: &Call<'_>,
-        req: SendMessageRequest,
-    ) -> Result<(Task, u64, bool, crate::wire::SendMessageConfiguration), RpcError> {
+    /// whether it is new; with `watch`, also a stream's hold on the task,
+    /// taken before the task can move.
+    fn begin_send(&self, call: &Call<'_>, req: SendMessageRequest, watch: bool) -> Result<Begun, RpcError> {
         let principal = call.principal;
         let config = req.configuration.unwrap_or_default();
         history_length(config.history_length, "configuration.historyLength")?;
@@ -180,17 +177,30 @@ impl Agent {
         match message.task_id.clone() {
             Some(task_id) => {
                 if let Some(l) = &labels {
-                    self.tasks.check_labels(&task_id, l)?;
+                    self.tasks
+                        .update_metadata(&task_id, |md| ext::annotations::check_fits(md.as_ref(), l))?;
                 }
                 let (task, seq) = self
                     .tasks
                     .continue_with(principal, &task_id, &mut message)
                     .map_err(|e| continue_error(&task_id, e))?;
                 if let Some(l) = &labels {
-                    self.tasks.add_labels(&task_id, l)?;
+                    self.tasks
+                        .update_metadata(&task_id, |md| ext::annotations::merge_into(md, l))?;
                 }
+                let watch = if watch {
+                    self.tasks.watch(principal, &task_id)
+                } else {
+                    None
+                };
                 self.procman.input(&task_id, message);
-                Ok((task, seq, false, config))
+                Ok(Begun {
+                    task,
+                    seq,
+                    is_new: false,
+                    config,
+                    watch,
+                })
             }
             None => {
                 if self.daemon.draining.load(Ordering::SeqCst) {
@@ -215,9 +225,30 @@ impl Agent {
                         format!("Too many tasks waiting ({max}, tasks.max_queued); nothing was created — retry later"),
                         &[("maxQueued", &max.to_string())],
                     ),
+                    CreateError::QueueBytes { max_bytes } => RpcError::with_reason(
+                        rpc::INTERNAL_ERROR,
+                        "QUEUE_FULL",
+                        rpc::AGENTD_DOMAIN,
+                        format!(
+                            "The waiting tasks' messages hold {max_bytes} bytes already (tasks.queued_max_bytes); \
+                             nothing was created — retry later"
+                        ),
+                        &[("queuedMaxBytes", &max_bytes.to_string())],
+                    ),
                 })?;
+                let watch = if watch {
+                    self.tasks.watch(principal, &task.id)
+                } else {
+                    None
+                };
                 self.procman.start(&task.id);
-                Ok((task, 0, true, config))
+                Ok(Begun {
+                    task,
+                    seq: 0,
+                    is_new: true,
+                    config,
+                    watch,
+                })
             }
         }
     }
@@ -227,7 +258,7 @@ impl Agent {
             return to_value(&StreamResponse::Message(reply));
         }
         let principal = call.principal;
-        let (task, _, _, config) = self.begin_send(call, req)?;
+        let Begun { task, config, .. } = self.begin_send(call, req, false)?;
         let history_length = history_length(config.history_length, "configuration.historyLength")?;
         if config.return_immediately {
             let task = self.tasks.get(principal, &task.id, history_length).unwrap_or(task);
@@ -277,19 +308,25 @@ impl Agent {
     fn send_streaming(&self, call: &Call<'_>, req: SendMessageRequest) -> Result<stream::Plan, RpcError> {
         if let Some(reply) = self.command(call, &req)? {
             return Ok(stream::Plan {
-                task_id: String::new(),
+                watch: None,
                 start: stream::Start::Reply(reply),
                 until: stream::Until::TurnEnd,
             });
         }
-        let (mut task, seq, is_new, config) = self.begin_send(call, req)?;
+        let Begun {
+            mut task,
+            seq,
+            is_new,
+            config,
+            watch,
+        } = self.begin_send(call, req, true)?;
         if let Some(n) = history_length(config.history_length, "configuration.historyLength")? {
             let history = task.history.take().unwrap_or_default();
             let keep = history.len().min(n);
             task.history = Some(history[history.len() - keep..].to_vec()).filter(|h| !h.is_empty());
         }
         Ok(stream::Plan {
-            task_id: task.id.clone(),
+            watch,
             start: stream::Start::Snapshot {
                 task,
                 seq,
@@ -306,10 +343,11 @@ impl Agent {
         last_event_id: Option<u64>,
     ) -> Result<stream::Plan, RpcError> {
         require_id(&req.id)?;
-        let (task, seq) = self
+        let watch = self
             .tasks
-            .snapshot(principal, &req.id, None)
+            .watch(principal, &req.id)
             .ok_or_else(|| RpcError::task_not_found(&req.id))?;
+        let (task, seq) = watch.snapshot(None);
         if task.status.state.is_terminal() {
             return Err(RpcError::unsupported(
                 format!(
@@ -321,7 +359,7 @@ impl Agent {
             ));
         }
         let start = match last_event_id {
-            Some(n) if self.tasks.can_replay_from(principal, &req.id, n) => stream::Start::Replay { seq: n },
+            Some(n) if watch.can_replay_from(n) => stream::Start::Replay { seq: n },
             _ => stream::Start::Snapshot {
                 task,
                 seq,
@@ -329,7 +367,7 @@ impl Agent {
             },
         };
         Ok(stream::Plan {
-            task_id: req.id,
+            watch: Some(watch),
             start,
             until: stream::Until::Terminal,
         })
@@ -408,7 +446,8 @@ impl Agent {
             cursor,
             history_length: history_length(req.history_length, "historyLength")?,
             include_artifacts: req.include_artifacts.unwrap_or(false),
-            labels,
+            metadata: labels
+                .map(|l| -> crate::tasks::MetadataFilter { Box::new(move |md| ext::annotations::matches(md, &l)) }),
         };
         to_value(&self.tasks.list(principal, &query))
     }
@@ -443,6 +482,15 @@ impl Agent {
             .ok_or_else(|| RpcError::task_not_found(&req.id))?;
         to_value(&task)
     }
+}
+
+/// What a send produced (see `Agent::begin_send`).
+struct Begun {
+    task: Task,
+    seq: u64,
+    is_new: bool,
+    config: crate::wire::SendMessageConfiguration,
+    watch: Option<Watch>,
 }
 
 fn parse<T: DeserializeOwned>(params: Value) -> Result<T, RpcError> {

@@ -32,6 +32,7 @@ pub fn run(agent: &Agent, op: &Op) -> Map<String, Value> {
         "maxConnections": agent.cfg.max_connections,
         "retainMax": t.retain_max,
         "retainMs": t.retain_ms,
+        "retainBytes": t.retain_bytes,
     });
     if let Op::Limits { .. } = op {
         return Map::from_iter([("op".to_string(), json!("limits")), ("limits".to_string(), limits)]);
@@ -54,7 +55,7 @@ pub fn run(agent: &Agent, op: &Op) -> Map<String, Value> {
         ),
         (
             "tasks".to_string(),
-            json!({"running": active, "queued": queued, "retained": retained}),
+            json!({"running": active, "queued": queued, "retained": retained, "retainedBytes": agent.tasks.retained_bytes()}),
         ),
         ("limits".to_string(), limits),
     ])

@@ -16,8 +16,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::ext::events::Emit;
-use crate::principal::Principal;
-use crate::tasks::{Next, Opening, TaskTable};
+use crate::tasks::{Next, Opening, Watch};
 use crate::wire::{Message, StreamResponse, Task, TaskState};
 
 /// When a stream is over.
@@ -54,26 +53,34 @@ pub enum Start {
 /// A stream the server should open.
 #[derive(Debug)]
 pub struct Plan {
-    pub task_id: String,
+    /// The task streamed (taken before the task could move, so none of its
+    /// events is trimmed away before the stream reads it); `None` for a
+    /// stream that is one reply.
+    pub watch: Option<Watch>,
     pub start: Start,
     pub until: Until,
 }
 
+impl Plan {
+    pub fn task_id(&self) -> &str {
+        self.watch.as_ref().map_or("", Watch::task_id)
+    }
+}
+
 /// Runs a stream to its end. A sink error (the client went away) ends only
 /// this stream; the task and every other stream go on.
-pub fn pump(
-    tasks: &TaskTable,
-    principal: &Principal,
-    plan: Plan,
-    keepalive: Duration,
-    sink: &mut dyn FnMut(Emit) -> std::io::Result<()>,
-) -> std::io::Result<()> {
-    let id = plan.task_id.as_str();
+pub fn pump(plan: Plan, keepalive: Duration, sink: &mut dyn FnMut(Emit) -> std::io::Result<()>) -> std::io::Result<()> {
+    if let Start::Reply(m) = plan.start {
+        return sink(Emit::Event(None, message_event(m)));
+    }
+    let Some(watch) = plan.watch else {
+        return Ok(());
+    };
     let mut seq = match plan.start {
         Start::Snapshot { task, seq, may_reply } => {
             if may_reply {
                 loop {
-                    match tasks.opening(principal, id, keepalive) {
+                    match watch.opening(keepalive) {
                         Opening::Reply(m) => return sink(Emit::Event(None, message_event(m))),
                         Opening::Task => break,
                         Opening::Waiting => sink(Emit::KeepAlive)?,
@@ -89,10 +96,10 @@ pub fn pump(
             seq
         }
         Start::Replay { seq } => seq,
-        Start::Reply(m) => return sink(Emit::Event(None, message_event(m))),
+        Start::Reply(_) => return Ok(()),
     };
     loop {
-        match tasks.next_events(principal, id, seq, keepalive) {
+        match watch.next_events(seq, keepalive) {
             Next::Events(events) => {
                 for e in events {
                     seq = e.seq;

@@ -19,6 +19,7 @@ use std::time::Duration;
 use serde_json::{json, Map, Value};
 
 use crate::principal::Principal;
+use crate::tasks::{Notice, Observer};
 
 /// What an SSE stream writes next (the task streams of `a2a::stream` and
 /// this feed alike).
@@ -140,6 +141,80 @@ impl Feed {
     pub fn close(&self) {
         self.lock().closed = true;
         self.changed.notify_all();
+    }
+}
+
+/// The feed subscribes to the task table: each notice becomes one record.
+impl Observer for Feed {
+    fn notice(&self, principal: &str, notice: &Notice<'_>) {
+        let (kind, fields) = record(notice);
+        self.publish(principal, kind, fields);
+    }
+}
+
+/// A notice's record kind and fields (after `seq`, `time` and `kind`).
+fn record(notice: &Notice<'_>) -> (&'static str, Map<String, Value>) {
+    let ids = |task_id: &str, context_id: &str| {
+        Map::from_iter([
+            ("taskId".to_string(), json!(task_id)),
+            ("contextId".to_string(), json!(context_id)),
+        ])
+    };
+    match *notice {
+        Notice::Created { task_id, context_id } => ("task.created", ids(task_id, context_id)),
+        Notice::State {
+            task_id,
+            context_id,
+            state,
+        } => {
+            let mut f = ids(task_id, context_id);
+            f.insert("state".into(), json!(state));
+            ("task.state", f)
+        }
+        Notice::Terminal {
+            task_id,
+            context_id,
+            state,
+            cause,
+        } => {
+            let mut f = ids(task_id, context_id);
+            f.insert("state".into(), json!(state));
+            f.insert("cause".into(), json!(cause));
+            ("task.terminal", f)
+        }
+        Notice::Artifact {
+            task_id,
+            context_id,
+            artifact_id,
+            append,
+            last_chunk,
+        } => {
+            let mut f = ids(task_id, context_id);
+            f.insert("artifactId".into(), json!(artifact_id));
+            f.insert("append".into(), json!(append));
+            f.insert("lastChunk".into(), json!(last_chunk));
+            ("task.artifact", f)
+        }
+        Notice::WorkerSpawn { task_id, pid } => (
+            "worker.spawn",
+            Map::from_iter([("taskId".to_string(), json!(task_id)), ("pid".to_string(), json!(pid))]),
+        ),
+        Notice::WorkerExit {
+            task_id,
+            pid,
+            exit_code,
+            exit,
+            cause,
+        } => (
+            "worker.exit",
+            Map::from_iter([
+                ("taskId".to_string(), json!(task_id)),
+                ("pid".to_string(), json!(pid)),
+                ("exitCode".to_string(), json!(exit_code)),
+                ("exit".to_string(), json!(exit)),
+                ("cause".to_string(), json!(cause)),
+            ]),
+        ),
     }
 }
 

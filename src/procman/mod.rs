@@ -24,7 +24,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
-use serde_json::json;
 
 use self::channel::{Channel, Queued};
 use self::lifecycle::{Action, Ending, Event, Life, Stop, Timing};
@@ -33,7 +32,7 @@ use crate::config::{Config, Runner};
 use crate::control::{Cause, FromWorker, Progress, Rlimits, RunnerSpec, ToWorker};
 use crate::limits;
 use crate::sys;
-use crate::tasks::TaskTable;
+use crate::tasks::{Notice, TaskTable};
 use crate::wire::{Message, TaskState};
 use crate::worker;
 
@@ -252,11 +251,15 @@ impl State {
         // A pool grown by a burst is looked at again until it has shrunk.
         let idle = self.workers.values().filter(|w| w.task.is_none()).count();
         let pool_review = (self.cfg.tasks.prespawn.is_none() && idle > 1).then(|| Instant::now() + DEMAND_WINDOW);
+        // Finished tasks past tasks.retain_ms go even on an idle daemon:
+        // expire() drops what is due and says when the next one is.
+        let retention = self.tasks.expire().map(|due| Instant::now() + due);
         self.workers
             .values()
             .filter_map(|w| w.life.next_due())
             .chain(cgroup_check)
             .chain(pool_review)
+            .chain(retention)
             .min()
     }
 
@@ -349,14 +352,16 @@ impl State {
                 // reap them first, or their zombies keep the group alive.
                 self.reap();
                 let Some(w) = self.workers.get(&pid) else { return };
-                if w.cgroups.is_none() && w.life.exit_status() == Some(sys::ExitStatus::Signal(libc::SIGKILL)) {
-                    // Without a cgroup the worker was the subreaper of what
-                    // its program started; SIGKILLed, it could not kill them,
-                    // and they came to us. Nothing but workers may be ours.
-                    self.kill_adopted();
-                }
+                // Without a cgroup the worker was the subreaper of what its
+                // program started; SIGKILLed, it could not kill them, and
+                // they come to us (some only as the group's last members
+                // exit). Nothing but workers may be ours: the task is not
+                // over while any is left.
+                let adopted = w.cgroups.is_none()
+                    && w.life.exit_status() == Some(sys::ExitStatus::Signal(libc::SIGKILL))
+                    && self.kill_adopted() > 0;
                 let Some(w) = self.workers.get(&pid) else { return };
-                let alive = sys::group_alive(pid) || w.cgroups.as_ref().is_some_and(TaskCgroups::populated);
+                let alive = adopted || sys::group_alive(pid) || w.cgroups.as_ref().is_some_and(TaskCgroups::populated);
                 if alive {
                     kill(w); // and look again at the next group_poll
                 } else {
@@ -368,10 +373,12 @@ impl State {
     }
 
     /// SIGKILLs every child of agentd that is not a worker: escapees of a
-    /// task whose worker was killed before it could kill them.
-    fn kill_adopted(&self) {
+    /// task whose worker was killed before it could kill them. Returns how
+    /// many there were.
+    fn kill_adopted(&self) -> usize {
+        let mut found = 0;
         let Ok(threads) = std::fs::read_dir("/proc/self/task") else {
-            return;
+            return 0;
         };
         for thread in threads.flatten() {
             let Ok(list) = std::fs::read_to_string(thread.path().join("children")) else {
@@ -381,9 +388,11 @@ impl State {
                 if !self.workers.contains_key(&child) {
                     log::info!("procman.adopted pid={child} killed: it outlived its task's worker");
                     let _ = sys::kill_pid(child, libc::SIGKILL);
+                    found += 1;
                 }
             }
         }
+        found
     }
 
     /// Queues a frame; a worker that does not read is stopped for it.
@@ -595,30 +604,19 @@ impl State {
         }
         let ms = w.assigned.elapsed().as_millis();
         let exit = w.life.exit_status().unwrap_or(sys::ExitStatus::Code(1));
-        self.publish(
-            &id,
-            "worker.exit",
-            &[
-                ("pid", json!(pid)),
-                ("exitCode", json!(exit.shell_code())),
-                ("exit", json!(exit.to_string())),
-                ("cause", json!(ending.cause.as_str())),
-            ],
-        );
+        self.tasks.worker_notice(&Notice::WorkerExit {
+            task_id: &id,
+            pid,
+            exit_code: exit.shell_code(),
+            exit: &exit.to_string(),
+            cause: ending.cause.as_str(),
+        });
         log::info!(
             "task.end task={id} pid={pid} state={} cause={} ms={ms}",
             ending.state.short_name(),
             ending.cause.as_str()
         );
         self.tasks.finish(&id, ending.state, ending.cause, ending.text);
-    }
-
-    /// A worker record in the daemon-wide events feed.
-    fn publish(&self, task_id: &str, kind: &str, extra: &[(&str, serde_json::Value)]) {
-        let principal = self.tasks.principal_of(task_id).unwrap_or_default();
-        let mut fields = crate::tasks::fields(&[("taskId", json!(task_id))]);
-        fields.extend(extra.iter().map(|(k, v)| (k.to_string(), v.clone())));
-        self.tasks.feed().publish(&principal, kind, fields);
     }
 
     fn busy(&self) -> usize {
@@ -673,7 +671,7 @@ impl State {
             .set_deadline((deadline_ms > 0).then(|| now + Duration::from_millis(deadline_ms)));
         self.by_task.insert(id.clone(), pid);
         self.event(pid, Event::Assigned);
-        self.publish(&id, "worker.spawn", &[("pid", json!(pid))]);
+        self.tasks.worker_notice(&Notice::WorkerSpawn { task_id: &id, pid });
         self.tasks.set_progress(&id, TaskState::Working, None);
         log::info!("task.start task={id} pid={pid}");
         let spawn = ToWorker::Spawn {

@@ -1,0 +1,385 @@
+//! One task's state as the table holds it, behind that task's own lock.
+//!
+//! Nothing here is copied twice: an artifact is the list of chunks the
+//! worker sent (`Arc`s), and the event log points at the same chunks and
+//! the same status. Taking a view under the lock is reference counting
+//! only; the deep copy for the wire (joining chunks, cloning text) is made
+//! by `View::render` after the lock is released.
+//!
+//! Sizes are estimates from what is stored (text and data bytes plus the
+//! struct overhead of each part, message, artifact and event), so the
+//! retention budget tracks what a finished task really holds without
+//! rendering it.
+
+use std::collections::{HashMap, VecDeque};
+use std::mem::size_of;
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+use crate::limits;
+use crate::wire::{
+    Artifact, Message, Part, PartContent, StreamResponse, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus,
+    TaskStatusUpdateEvent,
+};
+
+/// One artifact: its first chunk (name, description, metadata and first
+/// parts) and the chunks appended to it, joined only when rendered.
+#[derive(Clone)]
+struct Stored {
+    chunks: Vec<Arc<Artifact>>,
+    bytes: usize,
+}
+
+/// An event in a task's log, sharing its bytes with the task.
+#[derive(Clone)]
+pub(super) enum Body {
+    Status(Arc<TaskStatus>),
+    Artifact {
+        chunk: Arc<Artifact>,
+        append: bool,
+        last_chunk: bool,
+    },
+}
+
+#[derive(Clone)]
+pub(super) struct Logged {
+    pub seq: u64,
+    pub body: Body,
+}
+
+impl Logged {
+    /// The wire event (a deep copy: call it without the task's lock).
+    pub fn render(&self, task_id: &str, context_id: &str) -> StreamResponse {
+        match &self.body {
+            Body::Status(status) => StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
+                task_id: task_id.to_string(),
+                context_id: context_id.to_string(),
+                status: TaskStatus::clone(status),
+                metadata: None,
+            }),
+            Body::Artifact {
+                chunk,
+                append,
+                last_chunk,
+            } => StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
+                task_id: task_id.to_string(),
+                context_id: context_id.to_string(),
+                artifact: Artifact::clone(chunk),
+                append: *append,
+                last_chunk: *last_chunk,
+                metadata: None,
+            }),
+        }
+    }
+}
+
+pub(super) struct Entry {
+    pub status: Arc<TaskStatus>,
+    pub status_ms: u64,
+    pub metadata: Option<Arc<Map<String, Value>>>,
+    history: VecDeque<Arc<Message>>,
+    history_bytes: usize,
+    artifacts: Vec<Arc<Stored>>,
+    /// Artifact id → its place in `artifacts`: an append is a lookup.
+    by_id: HashMap<String, usize>,
+    artifact_bytes: usize,
+    events: VecDeque<Logged>,
+    pub last_seq: u64,
+    /// The worker has said something (a status, artifact, message or end):
+    /// from then on a stream knows whether this is a task or a direct reply.
+    pub spoke: bool,
+    /// The agent answered with a Message instead of a task.
+    pub direct_reply: Option<Arc<Message>>,
+    /// Streams reading the log; a finished task trims its log when none is.
+    pub watchers: usize,
+    /// Evicted from the table: whoever still holds it learns it is gone.
+    pub gone: bool,
+}
+
+/// What a reader takes under the lock: reference counts only.
+pub(super) struct View {
+    status: Arc<TaskStatus>,
+    metadata: Option<Arc<Map<String, Value>>>,
+    history: Vec<Arc<Message>>,
+    artifacts: Vec<Arc<Stored>>,
+}
+
+impl View {
+    /// The task for the wire.
+    pub fn render(self, id: &str, context_id: &str) -> Task {
+        let history: Vec<Message> = self.history.iter().map(|m| Message::clone(m)).collect();
+        let artifacts: Vec<Artifact> = self.artifacts.iter().map(|s| s.render()).collect();
+        Task {
+            id: id.to_string(),
+            context_id: context_id.to_string(),
+            status: TaskStatus::clone(&self.status),
+            artifacts: Some(artifacts).filter(|a| !a.is_empty()),
+            history: Some(history).filter(|h| !h.is_empty()),
+            metadata: self.metadata.map(Arc::unwrap_or_clone),
+        }
+    }
+}
+
+impl Stored {
+    fn new(chunk: Arc<Artifact>) -> Stored {
+        Stored {
+            bytes: artifact_bytes(&chunk),
+            chunks: vec![chunk],
+        }
+    }
+
+    fn render(&self) -> Artifact {
+        let mut chunks = self.chunks.iter();
+        let mut out = chunks.next().map(|c| Artifact::clone(c)).unwrap_or_else(|| Artifact {
+            artifact_id: String::new(),
+            name: None,
+            description: None,
+            parts: Vec::new(),
+            metadata: None,
+            extensions: Vec::new(),
+        });
+        for chunk in chunks {
+            merge_parts(&mut out, chunk);
+        }
+        out
+    }
+}
+
+impl Entry {
+    pub fn new(status: TaskStatus, status_ms: u64, first: Message, metadata: Option<Map<String, Value>>) -> Entry {
+        let mut entry = Entry {
+            status: Arc::new(status),
+            status_ms,
+            metadata: metadata.map(Arc::new),
+            history: VecDeque::new(),
+            history_bytes: 0,
+            artifacts: Vec::new(),
+            by_id: HashMap::new(),
+            artifact_bytes: 0,
+            events: VecDeque::new(),
+            last_seq: 0,
+            spoke: false,
+            direct_reply: None,
+            watchers: 0,
+            gone: false,
+        };
+        entry.push_history(first);
+        entry
+    }
+
+    pub fn state(&self) -> TaskState {
+        self.status.state
+    }
+
+    pub fn first_message(&self) -> Option<&Message> {
+        self.history.front().map(|m| &**m)
+    }
+
+    /// A new status, logged as an event; returns it (for notices).
+    pub fn set_status(&mut self, status: TaskStatus, now_ms: u64) -> Arc<TaskStatus> {
+        self.status_ms = now_ms;
+        self.status = Arc::new(status);
+        self.log(Body::Status(self.status.clone()));
+        self.status.clone()
+    }
+
+    /// Adds an artifact or a chunk of one: `append` extends the artifact
+    /// with the same id (or starts it); otherwise it is added or replaced.
+    pub fn add_artifact(&mut self, chunk: Artifact, append: bool, last_chunk: bool) {
+        let chunk = Arc::new(chunk);
+        match self.by_id.get(&chunk.artifact_id).copied() {
+            Some(at) => {
+                let stored = Arc::make_mut(&mut self.artifacts[at]);
+                let bytes = artifact_bytes(&chunk);
+                self.artifact_bytes -= stored.bytes;
+                if append {
+                    stored.chunks.push(chunk.clone());
+                    stored.bytes += bytes;
+                } else {
+                    *stored = Stored::new(chunk.clone());
+                }
+                self.artifact_bytes += stored.bytes;
+            }
+            None => {
+                let stored = Stored::new(chunk.clone());
+                self.artifact_bytes += stored.bytes;
+                self.by_id.insert(chunk.artifact_id.clone(), self.artifacts.len());
+                self.artifacts.push(Arc::new(stored));
+            }
+        }
+        self.log(Body::Artifact {
+            chunk,
+            append,
+            last_chunk,
+        });
+    }
+
+    /// Appends to the history, dropping the oldest messages past
+    /// TASK_HISTORY_MAX messages or TASK_HISTORY_MAX_BYTES (the newest one
+    /// always stays).
+    pub fn push_history(&mut self, message: Message) -> Arc<Message> {
+        let message = Arc::new(message);
+        self.history_bytes += message_bytes(&message);
+        self.history.push_back(message.clone());
+        while self.history.len() > 1
+            && (self.history.len() > limits::TASK_HISTORY_MAX || self.history_bytes > limits::TASK_HISTORY_MAX_BYTES)
+        {
+            if let Some(old) = self.history.pop_front() {
+                self.history_bytes -= message_bytes(&old);
+            }
+        }
+        message
+    }
+
+    fn log(&mut self, body: Body) {
+        self.last_seq += 1;
+        self.events.push_back(Logged {
+            seq: self.last_seq,
+            body,
+        });
+        if self.events.len() > limits::TASK_EVENTS_MAX {
+            self.events.pop_front();
+        }
+    }
+
+    /// The sequence of the oldest event still in the log.
+    pub fn oldest_seq(&self) -> u64 {
+        self.events.front().map_or(self.last_seq + 1, |e| e.seq)
+    }
+
+    /// The logged events after `after` (reference counts only).
+    pub fn events_after(&self, after: u64) -> Vec<Logged> {
+        let skip = after.saturating_sub(self.oldest_seq().saturating_sub(1)) as usize;
+        self.events.iter().skip(skip).cloned().collect()
+    }
+
+    /// A finished task keeps of its log only the final status: everything
+    /// a late reader can use (one further behind gets a snapshot).
+    pub fn trim_log(&mut self) {
+        while self.events.len() > 1 {
+            self.events.pop_front();
+        }
+    }
+
+    pub fn view(&self, history_length: Option<usize>, include_artifacts: bool) -> View {
+        let keep = history_length.unwrap_or(usize::MAX).min(self.history.len());
+        View {
+            status: self.status.clone(),
+            metadata: self.metadata.clone(),
+            history: self.history.iter().skip(self.history.len() - keep).cloned().collect(),
+            artifacts: if include_artifacts {
+                self.artifacts.clone()
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
+    /// Estimated bytes this task holds (see the module comment). A
+    /// finished task is charged for its trimmed log, even while a stream
+    /// that is still reading keeps the rest a little longer.
+    pub fn bytes(&self) -> usize {
+        let events = if self.state().is_terminal() {
+            self.events.len().min(1)
+        } else {
+            self.events.len()
+        };
+        let status = self.status.message.as_ref().map_or(0, message_bytes);
+        let metadata = self.metadata.as_deref().map_or(0, map_bytes);
+        let index = self
+            .by_id
+            .keys()
+            .map(|k| k.len() + size_of::<(String, usize)>())
+            .sum::<usize>();
+        size_of::<Entry>()
+            + status
+            + metadata
+            + self.history_bytes
+            + self.artifact_bytes
+            + index
+            + events * size_of::<Logged>()
+    }
+
+    #[cfg(test)]
+    pub fn events_len(&self) -> usize {
+        self.events.len()
+    }
+
+    #[cfg(test)]
+    pub fn by_id_len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    #[cfg(test)]
+    pub fn position_of(&self, artifact_id: &str) -> Option<usize> {
+        self.by_id.get(artifact_id).copied()
+    }
+}
+
+/// Joins a chunk's parts onto an artifact: consecutive text chunks become
+/// one text part, so the stored artifact reads as the program wrote it.
+pub(super) fn merge_parts(existing: &mut Artifact, chunk: &Artifact) {
+    for part in &chunk.parts {
+        match (existing.parts.last_mut(), part.as_text()) {
+            (Some(last), Some(more)) if last.as_text().is_some() && part.metadata.is_none() => {
+                if let PartContent::Text(t) = &mut last.content {
+                    t.push_str(more);
+                }
+            }
+            _ => existing.parts.push(part.clone()),
+        }
+    }
+}
+
+pub(super) fn message_bytes(m: &Message) -> usize {
+    size_of::<Message>()
+        + m.message_id.len()
+        + m.context_id.as_ref().map_or(0, String::len)
+        + m.task_id.as_ref().map_or(0, String::len)
+        + m.parts.iter().map(part_bytes).sum::<usize>()
+        + m.metadata.as_ref().map_or(0, map_bytes)
+        + m.extensions
+            .iter()
+            .chain(&m.reference_task_ids)
+            .map(String::len)
+            .sum::<usize>()
+}
+
+fn artifact_bytes(a: &Artifact) -> usize {
+    size_of::<Artifact>()
+        + a.artifact_id.len()
+        + a.name.as_ref().map_or(0, String::len)
+        + a.description.as_ref().map_or(0, String::len)
+        + a.parts.iter().map(part_bytes).sum::<usize>()
+        + a.metadata.as_ref().map_or(0, map_bytes)
+        + a.extensions.iter().map(String::len).sum::<usize>()
+}
+
+fn part_bytes(p: &Part) -> usize {
+    let content = match &p.content {
+        PartContent::Text(s) | PartContent::Raw(s) | PartContent::Url(s) => s.len(),
+        PartContent::Data(v) => value_bytes(v),
+    };
+    size_of::<Part>()
+        + content
+        + p.metadata.as_ref().map_or(0, map_bytes)
+        + p.filename.as_ref().map_or(0, String::len)
+        + p.media_type.as_ref().map_or(0, String::len)
+}
+
+fn map_bytes(m: &Map<String, Value>) -> usize {
+    m.iter()
+        .map(|(k, v)| k.len() + size_of::<String>() + value_bytes(v))
+        .sum()
+}
+
+fn value_bytes(v: &Value) -> usize {
+    size_of::<Value>()
+        + match v {
+            Value::String(s) => s.len(),
+            Value::Array(items) => items.iter().map(value_bytes).sum(),
+            Value::Object(m) => map_bytes(m),
+            _ => 0,
+        }
+}

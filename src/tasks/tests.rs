@@ -1,0 +1,467 @@
+use super::list::encode_cursor;
+use super::*;
+use crate::wire::{Part, Role, StreamResponse};
+
+fn limits() -> TableLimits {
+    TableLimits {
+        max_running: 0,
+        max_queued: 3,
+        queued_max_bytes: 1 << 30,
+        retain_max: 100,
+        retain_ms: 60_000,
+        retain_bytes: 1 << 30,
+    }
+}
+
+fn table(retain_max: usize) -> TaskTable {
+    TaskTable::new(TableLimits { retain_max, ..limits() })
+}
+
+fn op() -> Principal {
+    Principal::Unix { uid: 0, pid: 1 }
+}
+
+fn msg(text: &str) -> Message {
+    Message {
+        message_id: "m".into(),
+        context_id: None,
+        task_id: None,
+        role: Role::User,
+        parts: vec![Part::text(text)],
+        metadata: None,
+        extensions: vec![],
+        reference_task_ids: vec![],
+    }
+}
+
+fn chunk(id: &str, text: &str) -> Artifact {
+    Artifact {
+        artifact_id: id.into(),
+        name: None,
+        description: None,
+        parts: vec![Part::text(text)],
+        metadata: None,
+        extensions: vec![],
+    }
+}
+
+/// A task that ran and finished with `artifact_text` as its one artifact.
+fn finished(t: &TaskTable, artifact_text: &str) -> String {
+    let id = t.create(&op(), msg("x"), None).unwrap().id;
+    t.set_progress(&id, TaskState::Working, None);
+    t.add_artifact(&id, chunk("out", artifact_text), false, true);
+    t.finish(&id, TaskState::Completed, Cause::Completed, None);
+    id
+}
+
+#[derive(Default)]
+struct Recorder(Mutex<Vec<String>>);
+
+impl Observer for Recorder {
+    fn notice(&self, principal: &str, notice: &Notice<'_>) {
+        let line = match notice {
+            Notice::Created { .. } => "created".to_string(),
+            Notice::State { state, .. } => format!("state {}", state.short_name()),
+            Notice::Artifact {
+                artifact_id, append, ..
+            } => format!("artifact {artifact_id} {append}"),
+            Notice::Terminal { state, cause, .. } => format!("terminal {} {cause:?}", state.short_name()),
+            Notice::WorkerSpawn { pid, .. } => format!("spawn {pid}"),
+            Notice::WorkerExit { pid, cause, .. } => format!("exit {pid} {cause}"),
+        };
+        self.0.lock().unwrap().push(format!("{principal}: {line}"));
+    }
+}
+
+#[test]
+fn queue_cap_refuses_without_creating() {
+    let t = table(10);
+    for _ in 0..3 {
+        t.create(&op(), msg("x"), None).unwrap();
+    }
+    assert_eq!(t.create(&op(), msg("x"), None), Err(CreateError::QueueFull { max: 3 }));
+    assert_eq!(t.counts(), (3, 0, 0));
+}
+
+#[test]
+fn queued_bytes_are_bounded_and_freed_when_a_task_starts() {
+    let t = TaskTable::new(TableLimits {
+        max_queued: 100,
+        queued_max_bytes: 10_000,
+        ..limits()
+    });
+    let big = "b".repeat(6_000);
+    // One message alone always fits, whatever its size.
+    let first = t.create(&op(), msg(&"h".repeat(20_000)), None).unwrap().id;
+    assert_eq!(
+        t.create(&op(), msg(&big), None),
+        Err(CreateError::QueueBytes { max_bytes: 10_000 })
+    );
+    assert_eq!(t.counts(), (1, 0, 0), "nothing was created");
+    t.set_progress(&first, TaskState::Working, None);
+    let second = t.create(&op(), msg(&big), None).unwrap().id;
+    assert!(
+        t.create(&op(), msg(&big), None).is_err(),
+        "6,000 + 6,000 bytes > 10,000"
+    );
+    t.finish(&second, TaskState::Canceled, Cause::Cancelled, None);
+    t.create(&op(), msg(&big), None)
+        .expect("a cancelled queued task frees its bytes");
+}
+
+#[test]
+fn finish_is_final_and_retention_is_bounded() {
+    let t = table(2);
+    let ids: Vec<String> = (0..3).map(|_| t.create(&op(), msg("x"), None).unwrap().id).collect();
+    for id in &ids {
+        t.set_progress(id, TaskState::Working, None);
+        t.finish(id, TaskState::Completed, Cause::Completed, None);
+        t.finish(id, TaskState::Failed, Cause::Crashed, None);
+    }
+    assert!(t.get(&op(), &ids[0], None).is_none(), "oldest pruned");
+    let last = t.get(&op(), &ids[2], None).unwrap();
+    assert_eq!(last.status.state, TaskState::Completed);
+    let md = last.status.message.unwrap().metadata.unwrap();
+    assert_eq!(md[TERMINAL_KEY], "completed");
+    assert_eq!(t.counts(), (0, 0, 2));
+}
+
+#[test]
+fn appended_chunks_join() {
+    let t = table(2);
+    let id = t.create(&op(), msg("x"), None).unwrap().id;
+    t.add_artifact(&id, chunk("a", "hel"), false, false);
+    t.add_artifact(&id, chunk("a", "lo"), true, true);
+    let task = t.get(&op(), &id, Some(0)).unwrap();
+    assert!(task.history.is_none());
+    assert_eq!(task.artifacts.unwrap()[0].parts, vec![Part::text("hello")]);
+}
+
+#[test]
+fn chunk_semantics_replace_append_and_keep_order() {
+    let t = table(2);
+    let id = t.create(&op(), msg("x"), None).unwrap().id;
+    let mut named = chunk("a", "one");
+    named.name = Some("first".into());
+    t.add_artifact(&id, named, false, false);
+    t.add_artifact(&id, chunk("b", "bee"), true, false); // append to nothing starts it
+    let mut data = chunk("a", "");
+    data.parts = vec![Part {
+        content: crate::wire::PartContent::Data(serde_json::json!({"k": 1})),
+        metadata: None,
+        filename: None,
+        media_type: None,
+    }];
+    t.add_artifact(&id, data, true, false); // a non-text part is its own part
+    let mut renamed = chunk("a", " two");
+    renamed.name = Some("ignored on append".into());
+    t.add_artifact(&id, renamed, true, false); // text after data: a new part
+    t.add_artifact(&id, chunk("b", "replaced"), false, true);
+    let arts = t.get(&op(), &id, None).unwrap().artifacts.unwrap();
+    assert_eq!(arts.len(), 2);
+    assert_eq!(arts[0].artifact_id, "a");
+    assert_eq!(arts[0].name.as_deref(), Some("first"));
+    assert_eq!(arts[0].parts.len(), 3);
+    assert_eq!(arts[0].parts[0], Part::text("one"));
+    assert_eq!(arts[0].parts[2], Part::text(" two"));
+    assert_eq!(arts[1].artifact_id, "b", "a replaced artifact keeps its place");
+    assert_eq!(arts[1].parts, vec![Part::text("replaced")]);
+}
+
+#[test]
+fn artifacts_are_found_by_id_among_50000() {
+    let t = table(2);
+    let id = t.create(&op(), msg("x"), None).unwrap().id;
+    for n in 0..50_000 {
+        t.add_artifact(&id, chunk(&format!("a-{n}"), "x"), false, false);
+    }
+    // An append to one in the middle lands on it through the index.
+    t.add_artifact(&id, chunk("a-25000", "y"), true, true);
+    t.add_artifact(&id, chunk("a-49999", "z"), false, true);
+    let slot = t.find(&id).unwrap();
+    {
+        let e = slot.lock();
+        assert_eq!(e.by_id_len(), 50_000);
+        assert_eq!(e.position_of("a-25000"), Some(25_000));
+    }
+    let arts = t.get(&op(), &id, Some(0)).unwrap().artifacts.unwrap();
+    assert_eq!(arts.len(), 50_000);
+    assert_eq!(arts[25_000].parts, vec![Part::text("xy")]);
+    assert_eq!(arts[49_999].parts, vec![Part::text("z")]);
+    assert_eq!(arts[0].artifact_id, "a-0");
+}
+
+#[test]
+fn a_snapshot_taken_before_an_append_does_not_see_it() {
+    let t = table(2);
+    let id = t.create(&op(), msg("x"), None).unwrap().id;
+    t.add_artifact(&id, chunk("a", "1"), false, false);
+    let slot = t.find(&id).unwrap();
+    let view = slot.lock().view(None, true);
+    t.add_artifact(&id, chunk("a", "2"), true, true);
+    assert_eq!(slot.render(view).artifacts.unwrap()[0].parts, vec![Part::text("1")]);
+    assert_eq!(
+        t.get(&op(), &id, None).unwrap().artifacts.unwrap()[0].parts,
+        vec![Part::text("12")]
+    );
+}
+
+#[test]
+fn finished_log_keeps_only_the_final_status() {
+    let t = table(10);
+    let id = t.create(&op(), msg("x"), None).unwrap().id;
+    t.set_progress(&id, TaskState::Working, None);
+    for n in 0..10 {
+        t.add_artifact(&id, chunk("a", &n.to_string()), n > 0, n == 9);
+    }
+    let late = t.watch(&op(), &id).unwrap();
+    // Caught up to just before the end: the final status still comes.
+    let (_, before_end) = late.snapshot(None);
+    drop(late);
+    t.finish(&id, TaskState::Completed, Cause::Completed, None);
+    assert_eq!(t.find(&id).unwrap().lock().events_len(), 1);
+    let w = t.watch(&op(), &id).unwrap();
+    match w.next_events(before_end, Duration::ZERO) {
+        Next::Events(ev) => {
+            assert_eq!(ev.len(), 1);
+            assert!(matches!(&ev[0].event, StreamResponse::StatusUpdate(s) if s.status.state == TaskState::Completed));
+        }
+        other => panic!("expected the final status, got {other:?}"),
+    }
+    // Further behind: a snapshot of the finished task.
+    match w.next_events(1, Duration::ZERO) {
+        Next::Resync(task, seq) => {
+            assert_eq!(task.status.state, TaskState::Completed);
+            assert_eq!(seq, before_end + 1);
+        }
+        other => panic!("expected a resync, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_watched_task_keeps_its_log_until_the_stream_ends() {
+    let t = table(10);
+    let id = t.create(&op(), msg("x"), None).unwrap().id;
+    let w = t.watch(&op(), &id).unwrap();
+    t.set_progress(&id, TaskState::Working, None);
+    t.add_artifact(&id, chunk("a", "1"), false, true);
+    t.finish(&id, TaskState::Completed, Cause::Completed, None);
+    match w.next_events(0, Duration::ZERO) {
+        Next::Events(ev) => assert_eq!(ev.len(), 3, "working, the artifact, completed"),
+        other => panic!("expected every event, got {other:?}"),
+    }
+    let slot = t.find(&id).unwrap();
+    assert_eq!(slot.lock().events_len(), 3);
+    drop(w);
+    assert_eq!(slot.lock().events_len(), 1);
+}
+
+#[test]
+fn retained_bytes_are_bounded_oldest_evicted_first() {
+    let budget = 100_000;
+    let t = TaskTable::new(TableLimits {
+        retain_bytes: budget,
+        ..limits()
+    });
+    let ids: Vec<String> = (0..10).map(|_| finished(&t, &"x".repeat(30_000))).collect();
+    let retained = t.retained_bytes();
+    assert!(retained <= budget, "{retained} > {budget}");
+    assert!(retained >= 60_000, "the text is counted: {retained}");
+    let kept: Vec<bool> = ids.iter().map(|id| t.get(&op(), id, None).is_some()).collect();
+    let first_kept = kept.iter().position(|k| *k).unwrap();
+    assert!(first_kept >= 7, "about three 30 KB tasks fit in 100 KB: {kept:?}");
+    assert!(kept[first_kept..].iter().all(|k| *k), "only the oldest go: {kept:?}");
+    assert_eq!(t.counts().2, 10 - first_kept);
+}
+
+#[test]
+fn a_waiter_gets_its_task_even_if_it_is_evicted_at_once() {
+    let t = Arc::new(TaskTable::new(TableLimits {
+        retain_bytes: 1,
+        ..limits()
+    }));
+    let id = t.create(&op(), msg("x"), None).unwrap().id;
+    // `done` runs under the task's lock: once it has, the waiter is
+    // waiting (or about to, with the lock held) and sees every change.
+    let asked = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let waiter = {
+        let (t, id, asked) = (t.clone(), id.clone(), asked.clone());
+        std::thread::spawn(move || {
+            t.wait_until(&op(), &id, None, None, |s| {
+                asked.store(true, Ordering::SeqCst);
+                s.is_terminal()
+            })
+        })
+    };
+    while !asked.load(Ordering::SeqCst) {
+        std::thread::yield_now();
+    }
+    t.set_progress(&id, TaskState::Working, None);
+    t.add_artifact(&id, chunk("a", "result"), false, true);
+    t.finish(&id, TaskState::Completed, Cause::Completed, None);
+    assert!(t.get(&op(), &id, None).is_none(), "over a 1-byte budget: evicted");
+    let task = waiter.join().unwrap().expect("the waiter still gets the result");
+    assert_eq!(task.status.state, TaskState::Completed);
+    assert_eq!(task.artifacts.unwrap()[0].parts, vec![Part::text("result")]);
+}
+
+#[test]
+fn expire_drops_tasks_past_retain_ms_and_says_when_the_next_is_due() {
+    let t = TaskTable::new(TableLimits {
+        retain_ms: 200,
+        ..limits()
+    });
+    assert_eq!(t.expire(), None, "nothing finished, nothing due");
+    let id = finished(&t, "x");
+    let due = t.expire().expect("one finished task: a due time");
+    assert!(due <= Duration::from_millis(201), "{due:?}");
+    assert!(t.get(&op(), &id, None).is_some(), "not yet");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while t.get(&op(), &id, None).is_some() && Instant::now() < deadline {
+        std::thread::sleep(t.expire().unwrap_or(Duration::from_millis(10)));
+    }
+    assert!(t.get(&op(), &id, None).is_none(), "expired");
+    assert_eq!(t.expire(), None);
+    assert_eq!((t.counts().2, t.retained_bytes()), (0, 0));
+}
+
+#[test]
+fn history_is_bounded_by_bytes_too() {
+    let t = table(2);
+    let id = t.create(&op(), msg("x"), None).unwrap().id;
+    t.set_progress(&id, TaskState::Working, None);
+    let text = "h".repeat(1 << 20);
+    for _ in 0..40 {
+        t.set_progress(&id, TaskState::Working, Some(text.clone()));
+    }
+    let history = t.get(&op(), &id, None).unwrap().history.unwrap();
+    let bytes: usize = history.iter().map(|m| m.text().len()).sum();
+    assert!(bytes <= crate::limits::TASK_HISTORY_MAX_BYTES, "{bytes}");
+    assert!(history.len() >= 10, "{}", history.len());
+}
+
+#[test]
+fn observers_hear_every_change_in_order() {
+    let rec = Arc::new(Recorder::default());
+    let mut t = table(10);
+    t.subscribe(rec.clone());
+    let id = t.create(&op(), msg("x"), None).unwrap().id;
+    t.worker_notice(&Notice::WorkerSpawn { task_id: &id, pid: 7 });
+    t.set_progress(&id, TaskState::Working, None);
+    t.add_artifact(&id, chunk("a", "1"), false, false);
+    t.add_artifact(&id, chunk("a", "2"), true, true);
+    t.finish(&id, TaskState::Failed, Cause::Deadline, None);
+    t.worker_notice(&Notice::WorkerExit {
+        task_id: &id,
+        pid: 7,
+        exit_code: 137,
+        exit: "was killed by SIGKILL",
+        cause: "deadline",
+    });
+    t.finish(&id, TaskState::Completed, Cause::Completed, None); // ignored: already final
+    let who = op().name();
+    let want: Vec<String> = [
+        "created",
+        "spawn 7",
+        "state working",
+        "artifact a false",
+        "artifact a true",
+        "terminal failed Some(\"deadline\")",
+        "exit 7 deadline",
+    ]
+    .iter()
+    .map(|l| format!("{who}: {l}"))
+    .collect();
+    assert_eq!(*rec.0.lock().unwrap(), want);
+}
+
+#[test]
+fn metadata_updates_apply_or_leave_it_alone() {
+    let t = table(2);
+    let id = t.create(&op(), msg("x"), None).unwrap().id;
+    t.update_metadata(&id, |md| {
+        md.get_or_insert_with(Map::new).insert("k".into(), Value::from("v"));
+        Ok::<(), String>(())
+    })
+    .unwrap();
+    let err = t.update_metadata(&id, |md| {
+        md.take();
+        Err("no".to_string())
+    });
+    assert_eq!(err, Err("no".to_string()));
+    assert_eq!(t.get(&op(), &id, None).unwrap().metadata.unwrap()["k"], "v");
+    assert_eq!(t.update_metadata("missing", |_| Err("never called")), Ok(()));
+}
+
+#[test]
+fn cursor_round_trips_and_rejects_junk() {
+    assert_eq!(decode_cursor(&encode_cursor(12, "ab-c")), Some((12, "ab-c".into())));
+    assert_eq!(decode_cursor("zz"), None);
+    assert_eq!(decode_cursor("abc"), None);
+}
+
+#[test]
+fn pages_cover_everything_once() {
+    let t = TaskTable::new(TableLimits {
+        max_queued: 100,
+        ..limits()
+    });
+    let mut ids: Vec<String> = (0..7).map(|_| t.create(&op(), msg("x"), None).unwrap().id).collect();
+    let mut seen = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = t.list(
+            &op(),
+            &ListQuery {
+                context_id: None,
+                status: None,
+                after_ms: None,
+                page_size: 3,
+                cursor: cursor.clone(),
+                history_length: None,
+                include_artifacts: false,
+                metadata: None,
+            },
+        );
+        assert_eq!(page.total_size, 7);
+        seen.extend(page.tasks.iter().map(|t| t.id.clone()));
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        cursor = decode_cursor(&page.next_page_token);
+    }
+    ids.sort();
+    seen.sort();
+    assert_eq!(ids, seen);
+}
+
+#[test]
+fn list_filters_by_a_metadata_predicate() {
+    let t = TaskTable::new(TableLimits {
+        max_queued: 100,
+        ..limits()
+    });
+    let tagged = Map::from_iter([("team".to_string(), Value::from("a"))]);
+    let a = t.create(&op(), msg("x"), Some(tagged)).unwrap().id;
+    t.create(&op(), msg("x"), None).unwrap();
+    let page = t.list(
+        &op(),
+        &ListQuery {
+            context_id: None,
+            status: None,
+            after_ms: None,
+            page_size: 10,
+            cursor: None,
+            history_length: None,
+            include_artifacts: false,
+            metadata: Some(Box::new(|md| {
+                md.is_some_and(|m| m.get("team") == Some(&Value::from("a")))
+            })),
+        },
+    );
+    assert_eq!(
+        page.tasks.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(),
+        vec![a.as_str()]
+    );
+    assert_eq!(page.total_size, 1);
+}
