@@ -29,6 +29,9 @@ FLOOR_AT_MOST = 1.5
 # "No worse than before": within this fraction of the previous run, since two
 # runs on one machine differ by a few percent with no change at all.
 BEFORE_TOLERANCE = 0.05
+# Below this share of the server core, 1 / rate is not the cost of a task
+# (the core idled, or something else had it), so the inferred row is void.
+SATURATED_AT_LEAST = 0.9
 
 
 def dig(d, *keys):
@@ -56,6 +59,11 @@ def per_req_us(run):
     """1 / rate in µs: the core time per request if the core was saturated."""
     rps = dig(run, "rps")
     return 1e6 / rps if rps else None
+
+
+def saturated(run):
+    busy = dig(run, "core_busy")
+    return None if busy is None else busy >= SATURATED_AT_LEAST
 
 
 def table(head, rows):
@@ -130,10 +138,11 @@ def cost_lines(run):
             continue
         s16 = res[n].get("send16")
         inferred, measured = per_req_us(s16), dig(s16, "cpu_us_per_req")
+        void = "" if saturated(s16) is not False else " (void: core not saturated)"
         rows.append([
             run["labels"][n],
             num(inferred, ".0f", " µs"),
-            num(div(inferred, fw), ".2f", "×"),
+            num(div(inferred, fw), ".2f", "×") + void,
             num(measured, ".0f", " µs"),
             num(div(measured, fc), ".2f", "×"),
             num(dig(s16, "core_busy"), ".0%"),
@@ -145,7 +154,8 @@ def cost_lines(run):
         "one task costs 1 / rate of core time, set against the floor's wall time per spawn. *Measured*: "
         "the daemon's utime+stime plus its reaped children's (cutime+cstime) and its live descendants' "
         "from /proc over the run, divided by the requests served, set against the floor's CPU per spawn. "
-        "The two agree when the core is busy near 100%.",
+        f"The two agree when the core is busy near 100%; below {SATURATED_AT_LEAST:.0%} the inferred "
+        "figure is void (the core idled or something else had it), and the measured one stands.",
         "",
         *table(["server", "1 / rate", "÷ floor (wall)", "measured CPU per task", "÷ floor (CPU)", "core busy"], rows),
     ]
@@ -205,6 +215,8 @@ def target_lines(run):
             x = div(dig(s16, "cpu_us_per_req"), dig(floor, FLOOR, "cpu_us_per_spawn"))
         else:
             x = div(per_req_us(s16), dig(floor, FLOOR, "wall_us_per_spawn"))
+            if x is not None and saturated(s16) is False:
+                return (f"{x:.2f}× floor (void: core {s16['core_busy']:.0%} busy)", None)
         return (num(x, ".2f", "× floor"), None if x is None else x <= FLOOR_AT_MOST)
 
     def vs_before(r, path, higher_better, fmt):
