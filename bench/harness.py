@@ -1,13 +1,20 @@
 #!/usr/bin/env python3
 """The measuring half of bench/run.sh (which does the setup and then runs this).
 
-For each server (agentd, the a2a-sdk Python server, the @a2a-js/sdk server):
-start it pinned to one core on a unix socket in a fresh temp dir, time it to
-its first good agent-card answer, read its idle RSS, then drive it with oha
-(GET card at c=16, blocking SendMessage at c=1 and c=16) while checking every
-response status (oha) and, before and after every load run, one full body
-(curl). Prints one results table plus ratios and writes them to
-target/bench/results.md; oha's raw JSON goes to target/bench/raw/.
+First the spawn floor: benches/spawn_floor.rs (a compiled program, run on the
+server core) spawns, execs and waits for `agentd version` in a tight loop.
+
+Then for each server (agentd as shipped, agentd with tasks.cgroup=off, the
+a2a-sdk Python server, the @a2a-js/sdk server): start it pinned to one core on
+a unix socket in a fresh temp dir, time it to its first good agent-card
+answer, read its idle RSS, then drive it with oha (GET card at c=16, blocking
+SendMessage at c=1 and c=16) while checking every response status (oha) and,
+before and after every load run, one full body (curl). Around every load run
+it reads the server's CPU time from /proc (the server's own, its reaped
+children's and its live descendants'), so that the core time per request is
+measured, not only inferred from the rate. bench/report.py turns it all into
+one report (tables, ratios, the issue's targets) in target/bench/results.md;
+oha's raw JSON goes to target/bench/raw/.
 
 Standard library only. Exits non-zero if any server failed any check.
 """
@@ -27,6 +34,8 @@ import threading
 import time
 from pathlib import Path
 
+import report
+
 SEND_BODY = (
     '{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":'
     '{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}}}'
@@ -36,10 +45,20 @@ CARD_PATH = "/.well-known/agent-card.json"
 URL_BASE = "http://localhost"
 
 SERVER_LABELS = {
-    "agentd": "agentd",
+    "agentd": "agentd (as shipped)",
+    "agentd-nocg": "agentd (tasks.cgroup=off)",
     "python": "python (a2a-sdk + uvicorn)",
     "js": "js (@a2a-js/sdk + express)",
 }
+
+# Daemon flags that make each agentd variant; AGENTD_BENCH_ARGS comes after
+# them, so an experiment can still override any of these.
+AGENTD_VARIANTS = {
+    "agentd": [],
+    "agentd-nocg": ["--set", "tasks.cgroup=off"],
+}
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 class Failure(Exception):
@@ -85,6 +104,36 @@ def descendants(pid):
             out.append(c)
             todo.append(c)
     return out
+
+
+def stat_fields(pid):
+    """/proc/PID/stat from field 3 (state) on, or None if pid is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # pid (comm) state ...: comm may hold spaces and parens.
+    return stat[stat.rfind(")") + 2 :].split()
+
+
+def tree_cpu_s(pid):
+    """CPU seconds (user + system) spent by pid and everything below it so far.
+
+    pid's own time (all its threads), its reaped children's (cutime and
+    cstime: agentd reaps every task worker itself) and every live
+    descendant's own and reaped children's, the prespawned idle workers
+    included. A worker reaped between the two reads can be counted twice or
+    missed once, a few ms against seconds of load.
+    """
+
+    def ticks(p):
+        f = stat_fields(p)
+        # utime stime cutime cstime are fields 14-17; f[0] is field 3.
+        return sum(int(x) for x in f[11:15]) if f else 0
+
+    own = ticks(pid)
+    return (own + sum(ticks(d) for d in descendants(pid))) / CLK_TCK
 
 
 class RssSampler(threading.Thread):
@@ -218,6 +267,7 @@ def run_oha(args, sock_path, conc, seconds, post, raw_name):
     total = sum(codes.values())
     res = {
         "rps": summary["requestsPerSec"],
+        "wall_s": summary["total"],
         "p50_ms": (doc["latencyPercentiles"]["p50"] or 0) * 1000,
         "p99_ms": (doc["latencyPercentiles"]["p99"] or 0) * 1000,
         "n": total,
@@ -235,11 +285,14 @@ def run_oha(args, sock_path, conc, seconds, post, raw_name):
 
 
 def server_cmd(args, name, sock_path):
-    if name == "agentd":
+    if name in AGENTD_VARIANTS:
         # AGENTD_BENCH_ARGS: extra daemon flags for an experiment, e.g.
-        # '--set tasks.cgroup=off --set tasks.prespawn=4'.
+        # '--set tasks.prespawn=4', given to every agentd variant.
         extra = os.environ.get("AGENTD_BENCH_ARGS", "").split()
-        return [args.agentd, "serve", "--listen", f"unix://{sock_path}", "--log-level", "warn", *extra]
+        return [
+            args.agentd, "serve", "--listen", f"unix://{sock_path}", "--log-level", "warn",
+            *AGENTD_VARIANTS[name], *extra,
+        ]
     if name == "python":
         return [
             os.path.join(args.venv, "bin", "uvicorn"), "--app-dir", args.py_dir,
@@ -339,10 +392,22 @@ def bench_server(args, name):
 
         time.sleep(1.0)
         r["idle_rss_kib"] = vm_rss_kib(srv.proc.pid)
+        if name in AGENTD_VARIANTS:
+            r["isolation"] = agentd_isolation(args, srv.sock)
 
         def check():
             curl_send_check(srv.sock)
             r["checks"] += 1
+
+        def load(conc, post, raw_name):
+            """One oha run, with the server's CPU time over it."""
+            cpu0 = tree_cpu_s(srv.proc.pid)
+            res = run_oha(args, srv.sock, conc, args.duration, post, raw_name)
+            cpu = tree_cpu_s(srv.proc.pid) - cpu0
+            res["cpu_s"] = cpu
+            res["cpu_us_per_req"] = cpu / res["n"] * 1e6
+            res["core_busy"] = cpu / res["wall_s"] if res["wall_s"] else None
+            return res
 
         check()
         log(f"{name}: warm-up, SendMessage c=16 for {args.warmup}s")
@@ -350,18 +415,18 @@ def bench_server(args, name):
         check()
 
         log(f"{name}: GET card c=16 for {args.duration}s")
-        r["card16"] = run_oha(args, srv.sock, 16, args.duration, False, f"{name}-card-c16")
+        r["card16"] = load(16, False, f"{name}-card-c16")
         check()
 
         log(f"{name}: SendMessage c=1 for {args.duration}s")
-        r["send1"] = run_oha(args, srv.sock, 1, args.duration, True, f"{name}-send-c1")
+        r["send1"] = load(1, True, f"{name}-send-c1")
         check()
 
         log(f"{name}: SendMessage c=16 for {args.duration}s (sampling RSS)")
         sampler = RssSampler(srv.proc.pid)
         sampler.start()
         try:
-            r["send16"] = run_oha(args, srv.sock, 16, args.duration, True, f"{name}-send-c16")
+            r["send16"] = load(16, True, f"{name}-send-c16")
         finally:
             sampler.stop()
         r["loaded_rss_kib"] = sampler.peak_own
@@ -383,6 +448,40 @@ def bench_server(args, name):
                 r["log_tail"] = srv.log_tail()
             srv.cleanup()
     return r
+
+
+def agentd_isolation(args, sock_path):
+    """What containment the daemon runs with, from its own status command."""
+    p = subprocess.run(
+        [args.agentd, "command", f"unix://{sock_path}", "status", "--json"],
+        capture_output=True, text=True, timeout=10,
+    )
+    try:
+        return json.loads(p.stdout)["isolation"]
+    except (ValueError, KeyError, TypeError):
+        return f"? ({(p.stderr or p.stdout).strip()[:100]})"
+
+
+def spawn_floor(args):
+    """The spawn floor, measured on the server core (see benches/spawn_floor.rs)."""
+    cmd = [
+        "taskset", "-c", args.server_cpu, args.spawn_floor, args.agentd,
+        "--seconds", str(args.duration), "--fork", "--json",
+    ]
+    log(f"spawn floor: {args.duration}s each of posix_spawn and fork+exec of `agentd version` "
+        f"on CPU {args.server_cpu}")
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise Failure(f"spawn_floor exited {p.returncode}: {p.stderr.strip()[:300]}")
+    try:
+        doc = json.loads(p.stdout)
+        rows = {row["how"]: row for row in doc["rows"]}
+    except (ValueError, KeyError, TypeError) as e:
+        raise Failure(f"spawn_floor printed no JSON ({e}): {p.stdout[:200]!r}")
+    for how, row in rows.items():
+        log(f"spawn floor: {how}: {row['spawns_per_s']:,.0f}/s, "
+            f"{row['wall_us_per_spawn']:.1f} µs wall, {row['cpu_us_per_spawn']:.1f} µs CPU per spawn")
+    return rows
 
 
 # ---------------------------------------------------------------- facts
@@ -441,86 +540,12 @@ def versions(args):
     return v
 
 
-# ---------------------------------------------------------------- report
-
-
-def mib(kib):
-    return f"{kib / 1024:.1f} MiB" if kib else "–"
-
-
-def fmt_run(run, what):
-    if not run:
-        return "–"
-    if what == "rps":
-        return f"{run['rps']:,.0f} req/s"
-    return f"{run[what]:.2f} ms"
-
-
-def report(args, results, facts, vers, header):
-    lines = [header, ""]
-    lines += ["| server | measurement | value |", "|---|---|---|"]
-    for name in args.servers:
-        r = results[name]
-        label = SERVER_LABELS[name]
-        rows = [("start-up to first card answer (median)", f"{r['startup_ms']:.1f} ms" if "startup_ms" in r else "–")]
-        rows.append(("idle RSS", mib(r.get("idle_rss_kib"))))
-        for key, title in (("card16", "GET card, c=16"), ("send1", "SendMessage, c=1"), ("send16", "SendMessage, c=16")):
-            run = r.get(key)
-            rows.append((f"{title}: throughput", fmt_run(run, "rps")))
-            rows.append((f"{title}: p50", fmt_run(run, "p50_ms")))
-            rows.append((f"{title}: p99", fmt_run(run, "p99_ms")))
-        rows.append(("loaded RSS (peak during SendMessage c=16)", mib(r.get("loaded_rss_kib"))))
-        if name == "agentd":
-            rows.append((
-                "loaded RSS incl. task workers (peak sum)",
-                f"{mib(r.get('loaded_tree_rss_kib'))} (≤{r.get('max_children', 0)} processes below agentd at a sample)"
-                if r.get("loaded_tree_rss_kib") else "–",
-            ))
-        total = sum(r[k]["n"] for k in ("card16", "send1", "send16") if k in r)
-        if "error" in r:
-            check = f"**FAILED**: {r['error']}"
-        else:
-            check = f"ok: {total:,} measured responses all HTTP 200; {r['checks']} curl bodies all a COMPLETED `result`"
-        rows.append(("checks", check))
-        for m, v in rows:
-            lines.append(f"| {label} | {m} | {v} |")
-
-    a = results.get("agentd", {})
-
-    def ratio(other, get):
-        try:
-            x, y = get(a), get(results[other])
-            return f"{x / y:.2f}" if x and y else "–"
-        except (KeyError, TypeError):
-            return "–"
-
-    metrics = [
-        ("GET card c=16 req/s", lambda r: r["card16"]["rps"], "higher"),
-        ("SendMessage c=1 req/s", lambda r: r["send1"]["rps"], "higher"),
-        ("SendMessage c=16 req/s", lambda r: r["send16"]["rps"], "higher"),
-        ("SendMessage c=1 p99", lambda r: r["send1"]["p99_ms"], "lower"),
-        ("SendMessage c=16 p99", lambda r: r["send16"]["p99_ms"], "lower"),
-        ("idle RSS", lambda r: r["idle_rss_kib"], "lower"),
-        ("loaded RSS (agentd's own)", lambda r: r["loaded_rss_kib"], "lower"),
-        ("start-up time", lambda r: r["startup_ms"], "lower"),
-    ]
-    others = [o for o in ("python", "js") if o in args.servers]
-    if "agentd" in args.servers and others:
-        lines += ["", "| ratio | " + " | ".join(f"agentd ÷ {o}" for o in others) + " | agentd better when |",
-                  "|---|" + "---|" * len(others) + "---|"]
-        for title, get, better in metrics:
-            cells = " | ".join(ratio(o, get) for o in others)
-            lines.append(f"| {title} | {cells} | {'> 1' if better == 'higher' else '< 1'} |")
-    lines += ["", *facts, "", "Versions: " + ", ".join(f"{k} {v}" for k, v in vers.items())]
-    return "\n".join(lines) + "\n"
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--duration", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--startups", type=int, default=5)
-    ap.add_argument("--servers", default="agentd,python,js")
+    ap.add_argument("--servers", default=",".join(SERVER_LABELS))
     ap.add_argument("--server-cpu", default="1")
     ap.add_argument("--loadgen-cpu", default="0")
     ap.add_argument("--agentd", required=True)
@@ -531,6 +556,8 @@ def main():
     ap.add_argument("--repo", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--mode", default="full")
+    ap.add_argument("--spawn-floor", help="the built benches/spawn_floor.rs executable")
+    ap.add_argument("--baseline", help="a previous results.json: its agentd is the 'before'")
     args = ap.parse_args()
     args.servers = [s for s in args.servers.split(",") if s]
     for s in args.servers:
@@ -543,6 +570,23 @@ def main():
     if noisy:
         log(f"warning: the CPUs were {busy:.0%} busy over 2 s before the run: this machine is "
             "not quiet, so treat these numbers as a smoke run")
+
+    baseline = None
+    if args.baseline:
+        try:
+            baseline = report.baseline_of(args.baseline)
+        except (OSError, ValueError, KeyError) as e:
+            ap.error(f"--baseline {args.baseline}: no agentd results in it ({e})")
+
+    floor = {}
+    if any(s in AGENTD_VARIANTS for s in args.servers):
+        try:
+            if not args.spawn_floor:
+                raise Failure("no --spawn-floor executable given")
+            floor = spawn_floor(args)
+        except Failure as e:
+            floor = {"error": str(e)}
+            log(f"spawn floor: FAILED: {e}")
 
     results = {}
     for name in args.servers:
@@ -573,14 +617,33 @@ def main():
         f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}; {cpu}; {os.cpu_count()} CPUs; servers on CPU "
         f"{args.server_cpu}, oha on CPU {args.loadgen_cpu}; CPUs {busy:.0%} busy just before the run"
         + (" (**not quiet: smoke numbers only**)" if noisy else "")
+        + (f"; AGENTD_BENCH_ARGS=`{os.environ['AGENTD_BENCH_ARGS']}`"
+           if os.environ.get("AGENTD_BENCH_ARGS", "").strip() else "")
     )
-    text = report(args, results, facts, vers, header)
+    run = {
+        "servers": args.servers,
+        "labels": {n: SERVER_LABELS[n] for n in args.servers},
+        "results": results,
+        "floor": floor,
+        "baseline": baseline,
+        "header": header,
+        "facts": facts,
+        "versions": vers,
+        "settings": {
+            "mode": args.mode, "duration_s": args.duration, "warmup_s": args.warmup,
+            "startups": args.startups, "server_cpu": args.server_cpu,
+            "loadgen_cpu": args.loadgen_cpu, "cpu_busy_before": busy,
+            "agentd_bench_args": os.environ.get("AGENTD_BENCH_ARGS", ""),
+        },
+    }
+    text = report.render(run)
     (Path(args.out) / "results.md").write_text(text)
-    (Path(args.out) / "results.json").write_text(json.dumps(
-        {"results": results, "versions": vers, "facts": facts}, indent=2, default=str))
+    (Path(args.out) / "results.json").write_text(json.dumps(run, indent=2, default=str))
     print(text)
     log(f"wrote {Path(args.out) / 'results.md'}")
     failed = [n for n, r in results.items() if "error" in r]
+    if "error" in floor:
+        failed.append("spawn floor")
     if failed:
         log(f"FAILED: {', '.join(failed)}")
         return 1

@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# The comparative benchmark: agentd against the official A2A SDK servers
-# (a2a-sdk for Python on uvicorn, @a2a-js/sdk on express), all on unix sockets,
-# one echo agent each, one load generator (oha). See bench/README.md.
+# The comparative benchmark: agentd (as shipped, and with tasks.cgroup=off)
+# against the official A2A SDK servers (a2a-sdk for Python on uvicorn,
+# @a2a-js/sdk on express), all on unix sockets, one echo agent each, one load
+# generator (oha), and the spawn floor of the same agentd binary, measured on
+# the same core. See bench/README.md.
 #
 #   bench/run.sh            10 s per load run, start-up median of 5
 #   bench/run.sh --quick    3 s per load run, start-up median of 1 (a smoke run)
 #
-# Options: --duration N (seconds per load run), --servers agentd,python,js,
-# --setup-only. Environment: BENCH_SERVER_CPU (default 1) and
-# BENCH_LOADGEN_CPU (default 0) pick the cores; PYTHON picks the interpreter
-# for the venv (>= 3.10; default python3); CARGO_BUILD_JOBS (default 2).
+# Options: --duration N (seconds per load run), --servers
+# agentd,agentd-nocg,python,js, --baseline OLD.json (a previous results.json,
+# the "before" of the no-worse-than-before targets), --setup-only.
+# Environment: BENCH_SERVER_CPU (default 1) and BENCH_LOADGEN_CPU (default 0)
+# pick the cores; AGENTD_BENCH_ARGS adds daemon flags to every agentd; PYTHON
+# picks the interpreter for the venv (>= 3.10; default python3);
+# CARGO_BUILD_JOBS (default 2).
 #
 # Setup is idempotent and lives under target/bench/: oha in tools/, a venv in
 # venv/, node_modules in js/, results in results.md (+ results.json, raw/).
@@ -26,14 +31,15 @@ musl=x86_64-unknown-linux-musl
 oha_version=1.16.0
 
 duration=10 warmup=2 startups=5 mode=full setup_only=0
-servers=agentd,python,js
+servers=agentd,agentd-nocg,python,js baseline=
 while [ $# -gt 0 ]; do
     case "$1" in
         --quick) duration=3 warmup=1 startups=1 mode=quick ;;
         --duration) duration=$2; shift ;;
         --servers) servers=$2; shift ;;
+        --baseline) baseline=$(cd "$(dirname "$2")" && pwd)/$(basename "$2"); shift ;;
         --setup-only) setup_only=1 ;;
-        -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "run.sh: unknown argument: $1 (try --help)" >&2; exit 2 ;;
     esac
     shift
@@ -99,6 +105,14 @@ say "cargo build --release --target $musl -j$jobs"
 agentd="$repo/target/$musl/release/agentd"
 [ -x "$agentd" ] || die "no binary at $agentd"
 
+# The spawn floor: a small compiled loop (benches/spawn_floor.rs), built for
+# the same target as agentd, so it spawns through the same libc.
+say "cargo build --release --target $musl --bench spawn_floor -j$jobs"
+floor=$(cd "$repo" && cargo build --release --target "$musl" --bench spawn_floor -j"$jobs" \
+            --quiet --message-format json \
+        | sed -n 's/.*"executable":"\([^"]*spawn_floor-[^"]*\)".*/\1/p' | tail -n 1)
+[ -n "$floor" ] && [ -x "$floor" ] || die "no spawn_floor executable from cargo build"
+
 [ "$setup_only" = 1 ] && { say "setup done"; exit 0; }
 
 # --- measure -------------------------------------------------------------------
@@ -108,4 +122,5 @@ exec taskset -c "$loadgen_cpu" "$venv/bin/python" "$here/harness.py" \
     --mode "$mode" --duration "$duration" --warmup "$warmup" --startups "$startups" \
     --servers "$servers" --server-cpu "$server_cpu" --loadgen-cpu "$loadgen_cpu" \
     --agentd "$agentd" --oha "$oha" --venv "$venv" --js-dir "$js" \
-    --py-dir "$out/py" --repo "$repo" --out "$out"
+    --py-dir "$out/py" --repo "$repo" --out "$out" --spawn-floor "$floor" \
+    ${baseline:+--baseline "$baseline"}
