@@ -20,6 +20,7 @@ use serde_json::{json, Map, Value};
 
 use crate::principal::Principal;
 use crate::tasks::{Notice, Observer};
+use crate::wire::TaskState;
 
 /// What an SSE stream writes next (the task streams of `a2a::stream` and
 /// this feed alike).
@@ -35,18 +36,75 @@ pub enum Emit {
 /// Default number of records kept for resuming.
 pub const RING_DEFAULT: usize = 4096;
 
+/// One record of the ring. It keeps what happened, not its JSON: a record
+/// is written for every change of every task and read only by subscribers,
+/// so the JSON is made when one reads it ([`Record::body`]).
 #[derive(Debug, Clone)]
 pub struct Record {
     pub seq: u64,
     /// Who owns the task (for visibility), empty for daemon-wide records.
     pub principal: String,
-    pub body: Value,
+    time_ms: u64,
+    fact: Fact,
+}
+
+/// A task table notice, owned.
+#[derive(Debug, Clone)]
+enum Fact {
+    Created {
+        task_id: String,
+        context_id: String,
+    },
+    State {
+        task_id: String,
+        context_id: String,
+        state: TaskState,
+    },
+    Terminal {
+        task_id: String,
+        context_id: String,
+        state: TaskState,
+        cause: Option<String>,
+    },
+    Artifact {
+        task_id: String,
+        context_id: String,
+        artifact_id: String,
+        append: bool,
+        last_chunk: bool,
+    },
+    WorkerSpawn {
+        task_id: String,
+        pid: i32,
+    },
+    WorkerExit {
+        task_id: String,
+        pid: i32,
+        exit_code: i32,
+        exit: String,
+        cause: String,
+    },
+}
+
+impl Record {
+    /// `{"seq", "time", "kind", …fields}`.
+    pub fn body(&self) -> Value {
+        let (kind, fields) = self.fact.render();
+        let mut body = Map::new();
+        body.insert("seq".into(), json!(self.seq));
+        body.insert("time".into(), json!(crate::clock::format_ms(self.time_ms)));
+        body.insert("kind".into(), json!(kind));
+        body.extend(fields);
+        Value::Object(body)
+    }
 }
 
 struct Inner {
     seq: u64,
     ring: VecDeque<Record>,
     closed: bool,
+    /// Subscribers blocked in `next`: nobody to wake, no wake-up to pay.
+    waiting: usize,
 }
 
 pub struct Feed {
@@ -72,6 +130,7 @@ impl Feed {
                 seq: 0,
                 ring: VecDeque::new(),
                 closed: false,
+                waiting: 0,
             }),
             changed: Condvar::new(),
             ring_max: ring_max.max(1),
@@ -82,26 +141,25 @@ impl Feed {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Appends one record: `kind` plus `fields`, stamped with seq and time.
-    pub fn publish(&self, principal: &str, kind: &str, fields: Map<String, Value>) {
+    /// Appends one record, stamped with the next sequence and the time.
+    fn publish(&self, principal: &str, fact: Fact) {
         let mut inner = self.lock();
         inner.seq += 1;
         let seq = inner.seq;
-        let mut body = Map::new();
-        body.insert("seq".into(), json!(seq));
-        body.insert("time".into(), json!(crate::clock::format_ms(crate::clock::now_ms())));
-        body.insert("kind".into(), json!(kind));
-        body.extend(fields);
         inner.ring.push_back(Record {
             seq,
             principal: principal.to_string(),
-            body: Value::Object(body),
+            time_ms: crate::clock::now_ms(),
+            fact,
         });
         while inner.ring.len() > self.ring_max {
             inner.ring.pop_front();
         }
+        let wake = inner.waiting > 0;
         drop(inner);
-        self.changed.notify_all();
+        if wake {
+            self.changed.notify_all();
+        }
     }
 
     /// (last sequence, first sequence still in the ring).
@@ -129,11 +187,13 @@ impl Feed {
             if left.is_zero() {
                 return Next::Timeout;
             }
+            inner.waiting += 1;
             inner = self
                 .changed
                 .wait_timeout(inner, left)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
+            inner.waiting -= 1;
         }
     }
 
@@ -147,74 +207,136 @@ impl Feed {
 /// The feed subscribes to the task table: each notice becomes one record.
 impl Observer for Feed {
     fn notice(&self, principal: &str, notice: &Notice<'_>) {
-        let (kind, fields) = record(notice);
-        self.publish(principal, kind, fields);
+        self.publish(principal, Fact::from(notice));
     }
 }
 
-/// A notice's record kind and fields (after `seq`, `time` and `kind`).
-fn record(notice: &Notice<'_>) -> (&'static str, Map<String, Value>) {
-    let ids = |task_id: &str, context_id: &str| {
-        Map::from_iter([
-            ("taskId".to_string(), json!(task_id)),
-            ("contextId".to_string(), json!(context_id)),
-        ])
-    };
-    match *notice {
-        Notice::Created { task_id, context_id } => ("task.created", ids(task_id, context_id)),
-        Notice::State {
-            task_id,
-            context_id,
-            state,
-        } => {
-            let mut f = ids(task_id, context_id);
-            f.insert("state".into(), json!(state));
-            ("task.state", f)
+impl From<&Notice<'_>> for Fact {
+    fn from(notice: &Notice<'_>) -> Fact {
+        match *notice {
+            Notice::Created { task_id, context_id } => Fact::Created {
+                task_id: task_id.into(),
+                context_id: context_id.into(),
+            },
+            Notice::State {
+                task_id,
+                context_id,
+                state,
+            } => Fact::State {
+                task_id: task_id.into(),
+                context_id: context_id.into(),
+                state,
+            },
+            Notice::Terminal {
+                task_id,
+                context_id,
+                state,
+                cause,
+            } => Fact::Terminal {
+                task_id: task_id.into(),
+                context_id: context_id.into(),
+                state,
+                cause: cause.map(String::from),
+            },
+            Notice::Artifact {
+                task_id,
+                context_id,
+                artifact_id,
+                append,
+                last_chunk,
+            } => Fact::Artifact {
+                task_id: task_id.into(),
+                context_id: context_id.into(),
+                artifact_id: artifact_id.into(),
+                append,
+                last_chunk,
+            },
+            Notice::WorkerSpawn { task_id, pid } => Fact::WorkerSpawn {
+                task_id: task_id.into(),
+                pid,
+            },
+            Notice::WorkerExit {
+                task_id,
+                pid,
+                exit_code,
+                exit,
+                cause,
+            } => Fact::WorkerExit {
+                task_id: task_id.into(),
+                pid,
+                exit_code,
+                exit: exit.into(),
+                cause: cause.into(),
+            },
         }
-        Notice::Terminal {
-            task_id,
-            context_id,
-            state,
-            cause,
-        } => {
-            let mut f = ids(task_id, context_id);
-            f.insert("state".into(), json!(state));
-            f.insert("cause".into(), json!(cause));
-            ("task.terminal", f)
-        }
-        Notice::Artifact {
-            task_id,
-            context_id,
-            artifact_id,
-            append,
-            last_chunk,
-        } => {
-            let mut f = ids(task_id, context_id);
-            f.insert("artifactId".into(), json!(artifact_id));
-            f.insert("append".into(), json!(append));
-            f.insert("lastChunk".into(), json!(last_chunk));
-            ("task.artifact", f)
-        }
-        Notice::WorkerSpawn { task_id, pid } => (
-            "worker.spawn",
-            Map::from_iter([("taskId".to_string(), json!(task_id)), ("pid".to_string(), json!(pid))]),
-        ),
-        Notice::WorkerExit {
-            task_id,
-            pid,
-            exit_code,
-            exit,
-            cause,
-        } => (
-            "worker.exit",
+    }
+}
+
+impl Fact {
+    /// The record's kind and fields (after `seq`, `time` and `kind`).
+    fn render(&self) -> (&'static str, Map<String, Value>) {
+        let ids = |task_id: &str, context_id: &str| {
             Map::from_iter([
                 ("taskId".to_string(), json!(task_id)),
-                ("pid".to_string(), json!(pid)),
-                ("exitCode".to_string(), json!(exit_code)),
-                ("exit".to_string(), json!(exit)),
-                ("cause".to_string(), json!(cause)),
-            ]),
-        ),
+                ("contextId".to_string(), json!(context_id)),
+            ])
+        };
+        match self {
+            Fact::Created { task_id, context_id } => ("task.created", ids(task_id, context_id)),
+            Fact::State {
+                task_id,
+                context_id,
+                state,
+            } => {
+                let mut f = ids(task_id, context_id);
+                f.insert("state".into(), json!(state));
+                ("task.state", f)
+            }
+            Fact::Terminal {
+                task_id,
+                context_id,
+                state,
+                cause,
+            } => {
+                let mut f = ids(task_id, context_id);
+                f.insert("state".into(), json!(state));
+                f.insert("cause".into(), json!(cause));
+                ("task.terminal", f)
+            }
+            Fact::Artifact {
+                task_id,
+                context_id,
+                artifact_id,
+                append,
+                last_chunk,
+            } => {
+                let mut f = ids(task_id, context_id);
+                f.insert("artifactId".into(), json!(artifact_id));
+                f.insert("append".into(), json!(append));
+                f.insert("lastChunk".into(), json!(last_chunk));
+                ("task.artifact", f)
+            }
+            Fact::WorkerSpawn { task_id, pid } => (
+                "worker.spawn",
+                Map::from_iter([("taskId".to_string(), json!(task_id)), ("pid".to_string(), json!(pid))]),
+            ),
+            Fact::WorkerExit {
+                task_id,
+                pid,
+                exit_code,
+                exit,
+                cause,
+            } => (
+                "worker.exit",
+                Map::from_iter([
+                    ("taskId".to_string(), json!(task_id)),
+                    ("pid".to_string(), json!(pid)),
+                    ("exitCode".to_string(), json!(exit_code)),
+                    ("exit".to_string(), json!(exit)),
+                    ("cause".to_string(), json!(cause)),
+                ]),
+            ),
+        }
     }
 }
 
@@ -240,7 +362,7 @@ pub fn pump(
                 for r in records {
                     after = r.seq;
                     if principal.is_operator() || r.principal == own {
-                        sink(Emit::Event(Some(r.seq), json!({ "event": r.body })))?;
+                        sink(Emit::Event(Some(r.seq), json!({ "event": r.body() })))?;
                     }
                 }
             }
@@ -271,11 +393,48 @@ mod tests {
         Principal::Unix { uid: 0, pid: 1 }
     }
 
+    fn created(task_id: &str) -> Notice<'_> {
+        Notice::Created {
+            task_id,
+            context_id: "c",
+        }
+    }
+
+    #[test]
+    fn a_record_is_rendered_when_read() {
+        let feed = Feed::new(4);
+        feed.notice(
+            "p",
+            &Notice::Terminal {
+                task_id: "t",
+                context_id: "c",
+                state: TaskState::Canceled,
+                cause: Some("cancelled"),
+            },
+        );
+        let Next::Records(r) = feed.next(0, Duration::ZERO) else {
+            panic!("expected a record")
+        };
+        let body = r[0].body();
+        assert_eq!(body["seq"], 1);
+        assert_eq!(body["kind"], "task.terminal");
+        assert_eq!(
+            (&body["taskId"], &body["contextId"], &body["state"], &body["cause"]),
+            (
+                &json!("t"),
+                &json!("c"),
+                &json!("TASK_STATE_CANCELED"),
+                &json!("cancelled")
+            )
+        );
+        assert!(body["time"].as_str().is_some_and(|t| t.ends_with('Z')), "{body}");
+    }
+
     #[test]
     fn resumes_without_gaps_and_resyncs_when_behind() {
         let feed = Feed::new(3);
         for i in 0..5 {
-            feed.publish("p", "task.created", Map::from_iter([("n".to_string(), json!(i))]));
+            feed.notice("p", &created(&i.to_string()));
         }
         assert_eq!(feed.position(), (5, 3));
         match feed.next(3, Duration::ZERO) {
@@ -292,7 +451,7 @@ mod tests {
     fn pump_says_hello_resyncs_and_goodbye() {
         let feed = Feed::new(2);
         for _ in 0..4 {
-            feed.publish("unix:uid=0", "task.created", Map::new());
+            feed.notice("unix:uid=0", &created("t"));
         }
         feed.close();
         let mut seen = Vec::new();
@@ -313,8 +472,8 @@ mod tests {
     #[test]
     fn non_operators_see_only_their_own_records() {
         let feed = Feed::new(10);
-        feed.publish("vsock:cid=3", "task.created", Map::new());
-        feed.publish("vsock:cid=4", "task.created", Map::new());
+        feed.notice("vsock:cid=3", &created("a"));
+        feed.notice("vsock:cid=4", &created("b"));
         feed.close();
         let mut ids = Vec::new();
         let me = Principal::Vsock {
