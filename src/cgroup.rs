@@ -277,7 +277,16 @@ impl Isolation {
     pub fn release(&mut self, task: TaskCgroups) {
         if task.populated() {
             log::warn!("cgroup.slot slot={} still has processes; not reused", task.slot);
-        } else if task.killed.get() {
+        } else {
+            self.release_empty(task);
+        }
+    }
+
+    /// [`Isolation::release`] for a slot just seen empty (procman's sweep
+    /// found nothing left of the task, and nothing can enter it any more):
+    /// no second read of its process list.
+    pub fn release_empty(&mut self, task: TaskCgroups) {
+        if task.killed.get() {
             log::debug!("cgroup.retire slot={} (killed in)", task.slot);
             for (_, dir) in &task.dirs {
                 let _ = fs::remove_dir(dir);

@@ -573,7 +573,7 @@ impl State {
         let Some(w) = self.workers.get_mut(&pid) else { return };
         let Some(id) = w.task.take() else {
             if let Some(cg) = w.cgroups.take() {
-                self.isolation.release(cg);
+                self.isolation.release_empty(cg);
             }
             return; // an idle worker: no task to tell
         };
@@ -599,7 +599,7 @@ impl State {
                     text: Some("out of memory: the task went over tasks.memory_max_bytes".into()),
                 };
             }
-            self.isolation.release(cg);
+            self.isolation.release_empty(cg);
         }
         let ms = w.assigned.elapsed().as_millis();
         let exit = w.life.exit_status().unwrap_or(sys::ExitStatus::Code(1));
