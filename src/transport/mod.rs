@@ -145,7 +145,7 @@ impl fmt::Display for Address {
 #[derive(Debug)]
 pub enum Stream {
     Unix(UnixStream),
-    Vsock(sys::VsockStream),
+    Vsock(vsock::VsockStream),
 }
 
 impl Stream {
@@ -202,7 +202,7 @@ impl crate::http::Conn for Stream {
 pub fn dial(addr: &Address) -> io::Result<Stream> {
     match addr {
         Address::Unix(path) => UnixStream::connect(path).map(Stream::Unix),
-        Address::Vsock { cid, port } => sys::VsockStream::connect(*cid, *port).map(Stream::Vsock),
+        Address::Vsock { cid, port } => vsock::VsockStream::connect_with_cid_port(*cid, *port).map(Stream::Vsock),
         Address::VsockUds { path, port } => {
             let mut s = UnixStream::connect(path)?;
             s.set_read_timeout(Some(HYBRID_HANDSHAKE))?;
@@ -249,7 +249,7 @@ pub fn hybrid_handshake(s: &mut (impl Read + Write), port: u32) -> io::Result<()
 pub enum Listener {
     Unix(UnixSocketListener),
     Vsock {
-        listener: sys::VsockListener,
+        listener: vsock::VsockListener,
         address: Address,
     },
 }
@@ -257,7 +257,7 @@ pub enum Listener {
 /// What `accept` learned about the peer before any byte was read.
 pub enum Peer {
     Unix(UnixStream),
-    Vsock { stream: sys::VsockStream, cid: u32 },
+    Vsock { stream: vsock::VsockStream, cid: u32 },
 }
 
 impl Listener {
@@ -265,7 +265,7 @@ impl Listener {
     pub fn bind(addr: &Address) -> Result<Listener, BindError> {
         match addr {
             Address::Unix(path) => bind_unix(path).map(Listener::Unix),
-            Address::Vsock { cid, port } => sys::VsockListener::bind(*cid, *port)
+            Address::Vsock { cid, port } => vsock::VsockListener::bind_with_cid_port(*cid, *port)
                 .map(|listener| Listener::Vsock {
                     listener,
                     address: addr.clone(),
@@ -286,7 +286,10 @@ impl Listener {
     pub fn accept(&self) -> io::Result<Peer> {
         match self {
             Listener::Unix(l) => l.listener.accept().map(|(s, _)| Peer::Unix(s)),
-            Listener::Vsock { listener, .. } => listener.accept().map(|(stream, cid, _)| Peer::Vsock { stream, cid }),
+            Listener::Vsock { listener, .. } => listener.accept().map(|(stream, peer)| Peer::Vsock {
+                stream,
+                cid: peer.cid(),
+            }),
         }
     }
 
@@ -296,7 +299,7 @@ impl Listener {
         match self {
             Listener::Unix(l) => Address::Unix(l.path.clone()),
             Listener::Vsock { address, .. } => match address {
-                Address::Vsock { cid, port } if *cid == libc::VMADDR_CID_ANY => match sys::vsock_local_cid() {
+                Address::Vsock { cid, port } if *cid == libc::VMADDR_CID_ANY => match vsock::get_local_cid() {
                     Ok(own) => Address::Vsock { cid: own, port: *port },
                     Err(_) => address.clone(),
                 },
@@ -338,7 +341,7 @@ impl Listener {
 /// itself stays with `serve`, whose drop removes the socket file).
 pub enum AcceptHandle {
     Unix(std::os::unix::net::UnixListener),
-    Vsock(sys::VsockListener),
+    Vsock(vsock::VsockListener),
 }
 
 /// How often a vsock accept loop looks up to see whether the daemon stops:
@@ -355,7 +358,12 @@ impl AcceptHandle {
                 if !sys::wait_readable(l.as_raw_fd(), VSOCK_ACCEPT_POLL_MS)? {
                     return Ok(None);
                 }
-                l.accept().map(|(stream, cid, _)| Some(Peer::Vsock { stream, cid }))
+                l.accept().map(|(stream, peer)| {
+                    Some(Peer::Vsock {
+                        stream,
+                        cid: peer.cid(),
+                    })
+                })
             }
         }
     }
