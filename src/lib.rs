@@ -24,6 +24,7 @@ pub mod procman;
 pub mod rpc;
 pub mod server;
 pub mod sys;
+pub mod systemd;
 pub mod tasks;
 pub mod transport;
 pub mod wire;

@@ -47,6 +47,8 @@ struct Shared {
 pub enum ServeError {
     Bind(transport::BindError),
     Setup(&'static str, std::io::Error),
+    /// LISTEN_FDS named descriptors agentd cannot serve.
+    Activation(String),
 }
 
 impl fmt::Display for ServeError {
@@ -54,6 +56,7 @@ impl fmt::Display for ServeError {
         match self {
             ServeError::Bind(e) => write!(f, "{e}"),
             ServeError::Setup(what, e) => write!(f, "cannot start: {what}: {e}"),
+            ServeError::Activation(e) => write!(f, "cannot start: {e}"),
         }
     }
 }
@@ -61,17 +64,16 @@ impl fmt::Display for ServeError {
 /// Runs the daemon until SIGTERM/SIGINT, then drains and returns.
 pub fn serve(cfg: Config) -> Result<(), ServeError> {
     let cfg = Arc::new(cfg);
+    // Read (and removed from our environment) before any thread or task.
+    let notifier = crate::systemd::Notifier::from_env().map(Arc::new);
+    let passed = crate::systemd::listen_fds().map_err(ServeError::Activation)?;
     if let Err(e) = crate::sys::set_child_subreaper() {
         log::warn!("agentd.subreaper error={e}; orphaned grandchildren will be reaped by init");
     }
     // SIGCHLD is procman's own (a self-pipe it polls); these are ours.
     let mut signals = signal_hook::iterator::Signals::new([libc::SIGTERM, libc::SIGINT, libc::SIGHUP])
         .map_err(|e| ServeError::Setup("installing signal handlers", e))?;
-    let addresses = cfg.listeners();
-    let mut listeners = Vec::new();
-    for addr in &addresses {
-        listeners.push(Listener::bind(addr).map_err(ServeError::Bind)?);
-    }
+    let listeners = listen(&cfg, passed)?;
     let card_addresses: Vec<transport::Address> = listeners.iter().map(Listener::card_address).collect();
     let isolation = Isolation::detect(
         &cfg.tasks.cgroup,
@@ -141,6 +143,12 @@ pub fn serve(cfg: Config) -> Result<(), ServeError> {
         cfg.tasks.max_running
     );
 
+    let (watch_stop, watch_rx) = crossbeam_channel::bounded::<()>(1);
+    let watch = match &notifier {
+        Some(n) => Some(notify_ready(n, &shared, &procman, watch_rx)?),
+        None => None,
+    };
+
     // The signal thread's only job: turn the first SIGTERM/SIGINT into a
     // drain and the second into SIGKILL.
     let (stop_tx, stop_rx) = crossbeam_channel::bounded::<i32>(1);
@@ -173,6 +181,9 @@ pub fn serve(cfg: Config) -> Result<(), ServeError> {
     let sig = stop_rx.recv().unwrap_or(libc::SIGTERM);
     let started = Instant::now();
     log::info!("agentd.stopping signal={}", crate::sys::signal_name(sig));
+    if let Some(n) = &notifier {
+        n.send("STOPPING=1\nSTATUS=draining: stopping every task");
+    }
     shared.stopping.store(true, Ordering::SeqCst);
     for l in &listeners {
         l.wake();
@@ -198,10 +209,59 @@ pub fn serve(cfg: Config) -> Result<(), ServeError> {
     }
     handle.close();
     let _ = signal_thread.join();
+    drop(watch_stop);
+    if let Some(t) = watch {
+        let _ = t.join();
+    }
     drop(procman_thread);
     drop(listeners); // removes the socket files
     log::info!("agentd.stopped ms={}", started.elapsed().as_millis());
     Ok(())
+}
+
+/// The listeners to serve: those the service manager passed (socket
+/// activation), else the configured ones, bound here.
+fn listen(cfg: &Config, passed: Vec<crate::systemd::Passed>) -> Result<Vec<Listener>, ServeError> {
+    if passed.is_empty() {
+        return cfg
+            .listeners()
+            .iter()
+            .map(|addr| Listener::bind(addr).map_err(ServeError::Bind))
+            .collect();
+    }
+    if !cfg.listen.is_empty() {
+        log::info!("a2a.activated a2a.listen is ignored: serving the sockets systemd passed");
+    }
+    passed
+        .into_iter()
+        .map(|p| {
+            Listener::adopt(p.fd).map_err(|e| ServeError::Activation(format!("socket activation: `{}`: {e}", p.name)))
+        })
+        .collect()
+}
+
+/// READY=1 with a first STATUS=, then the watchdog/status thread.
+fn notify_ready(
+    notifier: &Arc<crate::systemd::Notifier>,
+    shared: &Arc<Shared>,
+    procman: &crate::procman::Procman,
+    stop: crossbeam_channel::Receiver<()>,
+) -> Result<std::thread::JoinHandle<()>, ServeError> {
+    let listening = shared.agent.daemon.listeners.join(", ");
+    let tasks = shared.agent.tasks.clone();
+    let status = move || {
+        let (queued, running, _) = tasks.counts();
+        format!("listening on {listening}; {running} tasks running, {queued} queued")
+    };
+    // A round trip through procman: its loop is turning and the first
+    // idle workers were spawned (fill_pool runs before it takes requests).
+    if procman.ping().recv_timeout(Duration::from_secs(5)).is_err() {
+        log::warn!("agentd.notify procman did not answer within 5 s; reporting ready anyway");
+    }
+    notifier.send(&format!("READY=1\nSTATUS={}", status()));
+    let procman = procman.clone();
+    crate::systemd::watch(notifier.clone(), move || procman.ping(), status, stop)
+        .map_err(|e| ServeError::Setup("starting the systemd notifier thread", e))
 }
 
 fn accept_loop(listener: &AcceptHandle, shared: &Arc<Shared>, name: &str) {

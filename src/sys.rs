@@ -507,3 +507,33 @@ pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
         Err(e) => Err(e),
     }
 }
+
+/// Takes ownership of an inherited listening socket (systemd socket
+/// activation passes them as fds 3, 4, …): it must be an open socket in
+/// the listening state; it is made close-on-exec so no task inherits it.
+pub fn adopt_listening_socket(fd: RawFd) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let mut listening: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `listening`/`len` are valid for writes of `len` bytes; a bad
+    // fd or a non-socket is an error (EBADF, ENOTSOCK), nothing else.
+    cvt(unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ACCEPTCONN,
+            (&mut listening as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    })?;
+    if listening == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a listening stream socket",
+        ));
+    }
+    set_cloexec(fd, true)?;
+    // SAFETY: the fd is open (getsockopt succeeded) and was handed to this
+    // process to own; nothing else in agentd refers to it.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}

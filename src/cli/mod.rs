@@ -54,6 +54,10 @@ Options:
 With no --listen the socket is $XDG_RUNTIME_DIR/agentd/agentd.sock, or
 /run/agentd/agentd.sock as root, or /tmp/agentd-UID/agentd.sock.
 
+Under systemd: READY=1, STATUS=, STOPPING=1 and WATCHDOG=1 go to NOTIFY_SOCKET
+(a path, @abstract or vsock:CID:PORT), and sockets passed by socket activation
+(LISTEN_FDS) are served instead of --listen. See SYSTEMD in `man agentd`.
+
 Examples:
   agentd serve
   agentd serve --listen unix:///tmp/a.sock --exec 'tr a-z A-Z'

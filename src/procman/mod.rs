@@ -55,6 +55,8 @@ enum Msg {
     KillAll,
     /// Something changed (the running cap): look at the queue again.
     Wake,
+    /// Answer on this channel: proof the loop is turning (the watchdog).
+    Ping(Sender<()>),
 }
 
 /// The handle the rest of agentd holds. Cheap to clone.
@@ -101,6 +103,15 @@ impl Procman {
     /// The running cap changed: start what now fits.
     pub fn wake(&self) {
         self.send(Msg::Wake);
+    }
+
+    /// A round trip through the loop: the receiver gets `()` once procman
+    /// has handled the request, so a wedged procman never answers. The
+    /// systemd watchdog beats only on an answer.
+    pub fn ping(&self) -> Receiver<()> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.send(Msg::Ping(tx));
+        rx
     }
 }
 
@@ -316,6 +327,9 @@ impl State {
                 }
             }
             Msg::Wake => {}
+            Msg::Ping(answer) => {
+                let _ = answer.try_send(());
+            }
         }
     }
 

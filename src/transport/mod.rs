@@ -15,8 +15,8 @@ mod unix;
 
 use std::fmt;
 use std::io::{self, Read, Write};
-use std::os::fd::AsRawFd;
-use std::os::unix::net::UnixStream;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -251,6 +251,15 @@ pub enum Listener {
     Vsock {
         listener: vsock::VsockListener,
         address: Address,
+        /// Handed over by the service manager: never shut down, since
+        /// the manager holds the same socket.
+        passed: bool,
+    },
+    /// A unix listener handed over by the service manager (socket
+    /// activation): its socket file is the manager's and stays when we stop.
+    PassedUnix {
+        listener: UnixListener,
+        path: PathBuf,
     },
 }
 
@@ -269,6 +278,7 @@ impl Listener {
                 .map(|listener| Listener::Vsock {
                     listener,
                     address: addr.clone(),
+                    passed: false,
                 })
                 .map_err(|source| BindError::Io {
                     path: PathBuf::from(addr.to_string()),
@@ -283,9 +293,47 @@ impl Listener {
         }
     }
 
+    /// A listening socket the service manager passed (socket activation):
+    /// a unix socket with a path, or vsock. Served like one agentd bound,
+    /// through the same gate.
+    pub fn adopt(fd: OwnedFd) -> io::Result<Listener> {
+        let unix = UnixListener::from(fd);
+        match unix.local_addr() {
+            Ok(addr) => match addr.as_pathname() {
+                Some(path) => Ok(Listener::PassedUnix {
+                    path: path.to_path_buf(),
+                    listener: unix,
+                }),
+                None => Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "an abstract or unnamed unix socket (pass a socket with a path: ListenStream=/run/…)",
+                )),
+            },
+            Err(_) => {
+                // Not AF_UNIX: it may be vsock.
+                let listener = vsock::VsockListener::from(OwnedFd::from(unix));
+                let local = listener.local_addr().map_err(|_| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        "neither a unix nor a vsock socket (agentd serves no TCP)",
+                    )
+                })?;
+                Ok(Listener::Vsock {
+                    listener,
+                    address: Address::Vsock {
+                        cid: local.cid(),
+                        port: local.port(),
+                    },
+                    passed: true,
+                })
+            }
+        }
+    }
+
     pub fn accept(&self) -> io::Result<Peer> {
         match self {
             Listener::Unix(l) => l.listener.accept().map(|(s, _)| Peer::Unix(s)),
+            Listener::PassedUnix { listener, .. } => listener.accept().map(|(s, _)| Peer::Unix(s)),
             Listener::Vsock { listener, .. } => listener.accept().map(|(stream, peer)| Peer::Vsock {
                 stream,
                 cid: peer.cid(),
@@ -298,6 +346,7 @@ impl Listener {
     pub fn card_address(&self) -> Address {
         match self {
             Listener::Unix(l) => Address::Unix(l.path.clone()),
+            Listener::PassedUnix { path, .. } => Address::Unix(path.clone()),
             Listener::Vsock { address, .. } => match address {
                 Address::Vsock { cid, port } if *cid == libc::VMADDR_CID_ANY => match vsock::get_local_cid() {
                     Ok(own) => Address::Vsock { cid: own, port: *port },
@@ -311,6 +360,7 @@ impl Listener {
     pub fn name(&self) -> String {
         match self {
             Listener::Unix(l) => format!("unix://{}", l.path.display()),
+            Listener::PassedUnix { path, .. } => format!("unix://{}", path.display()),
             Listener::Vsock { address, .. } => address.to_string(),
         }
     }
@@ -323,6 +373,14 @@ impl Listener {
                 // Belt and braces, should shutdown(2) not wake accept().
                 let _ = UnixStream::connect(&l.path);
             }
+            // The manager's socket is shared with it: a shutdown(2) would
+            // break it for the next start. A connection wakes accept().
+            Listener::PassedUnix { path, .. } => {
+                let _ = UnixStream::connect(path);
+            }
+            // A passed vsock listener is left alone: its accept loop looks
+            // up every VSOCK_ACCEPT_POLL_MS anyway.
+            Listener::Vsock { passed: true, .. } => {}
             Listener::Vsock { listener, .. } => {
                 let _ = sys::shutdown_read(listener);
             }
@@ -332,6 +390,7 @@ impl Listener {
     pub fn try_clone(&self) -> io::Result<AcceptHandle> {
         Ok(match self {
             Listener::Unix(l) => AcceptHandle::Unix(l.listener.try_clone()?),
+            Listener::PassedUnix { listener, .. } => AcceptHandle::Unix(listener.try_clone()?),
             Listener::Vsock { listener, .. } => AcceptHandle::Vsock(listener.try_clone()?),
         })
     }
