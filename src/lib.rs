@@ -19,6 +19,7 @@ pub mod init;
 pub mod limits;
 pub mod logging;
 pub mod mcp;
+pub mod metrics;
 pub mod principal;
 pub mod procman;
 pub mod rpc;

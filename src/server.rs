@@ -4,6 +4,7 @@
 //! ```text
 //!  accept ─▶ SO_PEERCRED gate ─▶ cap ─▶ thread: loop { read request ─▶ route ─▶ write }
 //!   GET  /.well-known/agent-card.json  → the card (ETag, Cache-Control)
+//!   GET  /metrics                      → Prometheus text (src/metrics.rs)
 //!   POST / (or "")                     → Content-Type ─▶ JSON-RPC ─▶ A2A-Version ─▶ method
 //!   anything else                      → 404 / 405
 //! ```
@@ -29,6 +30,7 @@ use crate::tasks::{TableLimits, TaskTable};
 use crate::transport::{self, AcceptHandle, Gate, Listener, Stream};
 
 const CARD_PATH: &str = "/.well-known/agent-card.json";
+const METRICS_PATH: &str = "/metrics";
 
 /// Everything a connection thread needs.
 struct Shared {
@@ -288,15 +290,19 @@ fn accept_loop(listener: &AcceptHandle, shared: &Arc<Shared>, name: &str) {
             Ok(admitted) => admitted,
             Err(denied) => {
                 log::warn!("{} {denied} listener={name}", denied.event());
+                let (transport, id) = denied.series();
+                crate::metrics::peer_denied(transport, id);
                 continue; // dropped: closed before a byte is read
             }
         };
         let conn_id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
         if shared.conns.fetch_add(1, Ordering::SeqCst) >= shared.agent.cfg.max_connections {
             shared.conns.fetch_sub(1, Ordering::SeqCst);
+            crate::metrics::connection_refused();
             refuse_busy(stream, conn_id);
             continue;
         }
+        crate::metrics::connection_accepted();
         let shared2 = shared.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("conn-{conn_id}"))
@@ -411,6 +417,12 @@ fn route(req: &Request, principal: &Principal, shared: &Shared) -> Reply {
             _ => Response::error(405, "the agent card is read with GET").header("Allow", "GET"),
         });
     }
+    if path == METRICS_PATH {
+        return Reply::Full(match req.method.as_str() {
+            "GET" => metrics_response(shared),
+            _ => Response::error(405, "metrics are read with GET").header("Allow", "GET"),
+        });
+    }
     if path == "/" || path.is_empty() {
         return match req.method.as_str() {
             "POST" => rpc_response(req, principal, shared),
@@ -419,7 +431,8 @@ fn route(req: &Request, principal: &Principal, shared: &Shared) -> Reply {
     }
     Reply::Full(Response::error(
         404,
-        "not found: JSON-RPC is served at POST /, the card at GET /.well-known/agent-card.json",
+        "not found: JSON-RPC is served at POST /, the card at GET /.well-known/agent-card.json, \
+         metrics at GET /metrics",
     ))
 }
 
@@ -476,6 +489,23 @@ fn write_stream(
             Err(e)
         }
     }
+}
+
+/// `GET /metrics`: the counters plus what the task table and the
+/// connection count say now.
+fn metrics_response(shared: &Shared) -> Response {
+    let (queued, running, finished) = shared.agent.tasks.counts();
+    let gauges = crate::metrics::Gauges {
+        tasks_queued: queued,
+        tasks_running: running,
+        tasks_retained_finished: finished,
+        connections_open: shared.conns.load(Ordering::SeqCst),
+        max_running: shared.agent.tasks.max_running(),
+    };
+    Response::new(200).header("Cache-Control", "no-store").body(
+        crate::metrics::CONTENT_TYPE,
+        crate::metrics::render(&gauges).into_bytes(),
+    )
 }
 
 fn card_response(req: &Request, card: &Card) -> Response {

@@ -123,6 +123,8 @@ struct Worker {
     life: Life,
     cgroups: Option<TaskCgroups>,
     assigned: Instant,
+    /// When it was spawned, for the spawn-latency metric.
+    spawned: Instant,
 }
 
 struct State {
@@ -284,7 +286,7 @@ impl State {
         match msg {
             Msg::Start(id) => {
                 if self.shutdown.is_some() {
-                    self.tasks.finish(&id, TaskState::Canceled, Cause::Shutdown, None);
+                    self.end(&id, TaskState::Canceled, Cause::Shutdown, None);
                 } else {
                     self.queue.push_back(id);
                 }
@@ -305,7 +307,7 @@ impl State {
                 );
                 self.shutdown = Some(done);
                 for id in std::mem::take(&mut self.queue) {
-                    self.tasks.finish(&id, TaskState::Canceled, Cause::Shutdown, None);
+                    self.end(&id, TaskState::Canceled, Cause::Shutdown, None);
                 }
                 let pids: Vec<i32> = self.workers.keys().copied().collect();
                 for pid in pids {
@@ -346,16 +348,22 @@ impl State {
         let Some(w) = self.workers.get_mut(&pid) else { return };
         match action {
             Action::SendPing => self.send(pid, &ToWorker::Ping),
-            Action::SendCancel => self.send(pid, &ToWorker::Cancel),
+            Action::SendCancel => {
+                crate::metrics::ladder_rung("cancel");
+                self.send(pid, &ToWorker::Cancel)
+            }
             Action::Terminate => {
                 let _ = sys::kill_group(pid, libc::SIGTERM);
                 let _ = sys::kill_group(pid, libc::SIGCONT);
             }
             Action::Kill => kill(w),
-            Action::Note(what) => log::info!(
-                "task.ladder task={} pid={pid} rung={what}",
-                w.task.as_deref().unwrap_or("-")
-            ),
+            Action::Note(what) => {
+                crate::metrics::ladder_rung(what);
+                log::info!(
+                    "task.ladder task={} pid={pid} rung={what}",
+                    w.task.as_deref().unwrap_or("-")
+                )
+            }
             Action::CheckGroup => {
                 // Leftovers of the group re-parent to us (a subreaper):
                 // reap them first, or their zombies keep the group alive.
@@ -418,6 +426,9 @@ impl State {
     fn on_frame(&mut self, pid: i32, frame: FromWorker) {
         self.event(pid, Event::Heard);
         let Some(w) = self.workers.get(&pid) else { return };
+        if matches!(frame, FromWorker::Ready { .. }) {
+            crate::metrics::worker_ready_after(w.spawned.elapsed());
+        }
         let Some(id) = w.task.clone() else { return };
         let running = w.life.is_running();
         // A reply marks the task as spoken itself, atomically with the
@@ -462,7 +473,7 @@ impl State {
     fn stop_task(&mut self, task_id: &str, cause: Cause) {
         if let Some(pos) = self.queue.iter().position(|id| id == task_id) {
             self.queue.remove(pos);
-            self.tasks.finish(task_id, TaskState::Canceled, cause, None);
+            self.end(task_id, TaskState::Canceled, cause, None);
             return;
         }
         match self.by_task.get(task_id).copied() {
@@ -472,7 +483,7 @@ impl State {
             }
             // The Start message is still in flight, or the task ended.
             None if self.tasks.state(task_id) == Some(TaskState::Submitted) => {
-                self.tasks.finish(task_id, TaskState::Canceled, cause, None)
+                self.end(task_id, TaskState::Canceled, cause, None)
             }
             None => {}
         }
@@ -600,7 +611,7 @@ impl State {
             ending.state.short_name(),
             ending.cause.as_str()
         );
-        self.tasks.finish(&id, ending.state, ending.cause, ending.text);
+        self.end(&id, ending.state, ending.cause, ending.text);
     }
 
     /// A worker record in the daemon-wide events feed.
@@ -609,6 +620,12 @@ impl State {
         let mut fields = crate::tasks::fields(&[("taskId", json!(task_id))]);
         fields.extend(extra.iter().map(|(k, v)| (k.to_string(), v.clone())));
         self.tasks.feed().publish(&principal, kind, fields);
+    }
+
+    /// A task's verdict, counted for /metrics.
+    fn end(&self, id: &str, state: TaskState, cause: Cause, text: Option<String>) {
+        crate::metrics::task_ended(state, cause);
+        self.tasks.finish(id, state, cause, text);
     }
 
     fn busy(&self) -> usize {
@@ -639,7 +656,7 @@ impl State {
                     Ok(pid) => pid,
                     Err(e) => {
                         log::error!("task.spawn_failed task={id} error={e}");
-                        self.tasks.finish(
+                        self.end(
                             &id,
                             TaskState::Failed,
                             Cause::Crashed,
@@ -750,7 +767,8 @@ impl State {
                 cmd.env(name, v);
             }
         }
-        let child = cmd.spawn()?;
+        let child = cmd.spawn().inspect_err(|_| crate::metrics::worker_spawn_failed())?;
+        crate::metrics::worker_spawned();
         let pid = child.id() as i32;
         // The child is reaped by reap() via waitpid(-1), never by Child::wait.
         drop(child);
@@ -784,6 +802,7 @@ impl State {
                 life: Life::idle(now, self.timing),
                 cgroups,
                 assigned: now,
+                spawned: now,
             },
         );
         Ok(pid)

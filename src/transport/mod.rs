@@ -437,6 +437,15 @@ pub enum Denied {
 }
 
 impl Denied {
+    /// The metric series it counts under: transport and uid or CID.
+    pub fn series(&self) -> (&'static str, String) {
+        match self {
+            Denied::Unix(c) => ("unix", c.uid.to_string()),
+            Denied::Vsock { cid } => ("vsock", cid.to_string()),
+            Denied::Unknown(_) => ("unix", "unknown".to_string()),
+        }
+    }
+
     /// The stable log event name.
     pub fn event(&self) -> &'static str {
         match self {
