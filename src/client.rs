@@ -76,6 +76,8 @@ pub struct Client {
     pub timeout: Option<Duration>,
     /// `A2A-Extensions` to request.
     pub extensions: Vec<String>,
+    /// More headers for every request (the peer runner's `traceparent`).
+    pub headers: Vec<(String, String)>,
 }
 
 impl Client {
@@ -84,6 +86,7 @@ impl Client {
             addr,
             timeout: None,
             extensions: Vec::new(),
+            headers: Vec::new(),
         }
     }
 
@@ -177,6 +180,7 @@ impl Client {
         if !ext.is_empty() {
             headers.push(("A2A-Extensions", ext.as_str()));
         }
+        headers.extend(self.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         headers.extend_from_slice(extra);
         write_request(&mut s, "POST", "/", &headers, body.as_bytes())
             .map_err(|e| self.protocol("did not take the request", e))?;

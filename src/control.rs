@@ -83,6 +83,9 @@ impl Cause {
 }
 
 /// Supervisor → worker.
+// A frame lives only between decode and dispatch, a few per task: the
+// size of `Spawn` costs nothing worth a Box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum ToWorker {
@@ -91,6 +94,9 @@ pub enum ToWorker {
         context_id: String,
         message: Message,
         runner: RunnerSpec,
+        /// The W3C trace context of the request that created the task.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        trace: Option<crate::trace::TraceContext>,
     },
     Input {
         message: Message,

@@ -27,6 +27,7 @@ pub mod server;
 pub mod sys;
 pub mod systemd;
 pub mod tasks;
+pub mod trace;
 pub mod transport;
 pub mod wire;
 pub mod worker;

@@ -555,6 +555,7 @@ fn rpc_response(req: &Request, principal: &Principal, shared: &Shared) -> Reply 
         principal,
         active: &active,
         last_event_id: req.header("Last-Event-ID").and_then(|v| v.trim().parse().ok()),
+        trace: crate::trace::TraceContext::from_headers(req.header("traceparent"), req.header("tracestate")),
     };
     let result = check_version(req, shared.agent.cfg.version_required)
         .and_then(|()| shared.agent.call(&ctx, &call.method, call.params));

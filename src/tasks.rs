@@ -64,6 +64,8 @@ struct Entry {
     /// its own task (one table-wide condvar woke every blocked client on
     /// every event of every task).
     changed: Arc<Condvar>,
+    /// The W3C trace context of the request that created it.
+    trace: Option<crate::trace::TraceContext>,
 }
 
 /// What a stream gets when it asks for events after a sequence number.
@@ -202,6 +204,7 @@ impl TaskTable {
             spoke: false,
             direct_reply: None,
             changed: Arc::new(Condvar::new()),
+            trace: None,
         };
         let snapshot = render(&entry, None, true);
         self.feed.publish(
@@ -580,6 +583,18 @@ impl TaskTable {
             Some(e) => crate::ext::annotations::check_fits(e.task.metadata.as_ref(), labels),
             None => Ok(()),
         }
+    }
+
+    /// Records the trace context a task was created under.
+    pub fn set_trace(&self, id: &str, trace: crate::trace::TraceContext) {
+        if let Some(e) = self.lock().tasks.get_mut(id) {
+            e.trace = Some(trace);
+        }
+    }
+
+    /// The trace context a task was created under, if any.
+    pub fn trace(&self, id: &str) -> Option<crate::trace::TraceContext> {
+        self.lock().tasks.get(id).and_then(|e| e.trace.clone())
     }
 
     /// Counts of (submitted, active, finished) tasks.

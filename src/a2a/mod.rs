@@ -53,6 +53,9 @@ pub struct Call<'a> {
     pub active: &'a ext::Active,
     /// The SSE `Last-Event-ID` header.
     pub last_event_id: Option<u64>,
+    /// A valid W3C `traceparent` (and `tracestate`): kept on a task the
+    /// call creates.
+    pub trace: Option<crate::trace::TraceContext>,
 }
 
 /// Daemon-wide facts and switches the command extension reads and sets.
@@ -204,6 +207,9 @@ impl Agent {
                         &[("maxQueued", &max.to_string())],
                     ),
                 })?;
+                if let Some(trace) = &call.trace {
+                    self.tasks.set_trace(&task.id, trace.clone());
+                }
                 self.procman.start(&task.id);
                 Ok((task, 0, true, config))
             }

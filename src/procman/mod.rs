@@ -606,10 +606,12 @@ impl State {
                 ("cause", json!(ending.cause.as_str())),
             ],
         );
+        let trace = self.tasks.trace(&id).map(|t| format!(" trace={}", t.trace_id()));
         log::info!(
-            "task.end task={id} pid={pid} state={} cause={} ms={ms}",
+            "task.end task={id} pid={pid} state={} cause={} ms={ms}{}",
             ending.state.short_name(),
-            ending.cause.as_str()
+            ending.cause.as_str(),
+            trace.unwrap_or_default()
         );
         self.end(&id, ending.state, ending.cause, ending.text);
     }
@@ -682,12 +684,17 @@ impl State {
         self.event(pid, Event::Assigned);
         self.publish(&id, "worker.spawn", &[("pid", json!(pid))]);
         self.tasks.set_progress(&id, TaskState::Working, None);
-        log::info!("task.start task={id} pid={pid}");
+        let trace = self.tasks.trace(&id);
+        match &trace {
+            Some(t) => log::info!("task.start task={id} pid={pid} trace={}", t.trace_id()),
+            None => log::info!("task.start task={id} pid={pid}"),
+        }
         let spawn = ToWorker::Spawn {
             task_id: id,
             context_id,
             message,
             runner,
+            trace,
         };
         self.send(pid, &spawn);
     }
