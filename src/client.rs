@@ -35,12 +35,20 @@ pub enum ClientError {
     },
     /// The agent answered with a JSON-RPC error object.
     Rpc(Value),
+    /// A unix socket refused us (EACCES, or the peer gate closed the
+    /// connection unanswered): it admits only its owner's uid and root.
+    Denied { addr: String, owner: u32, us: u32 },
 }
 
 impl fmt::Display for ClientError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ClientError::Connect { addr, source } => write!(f, "cannot reach {addr}: {source}"),
+            ClientError::Denied { addr, owner, us } => write!(
+                f,
+                "{addr} refused this client (uid {us}): only uid {owner}, the user agentd runs as, and root \
+                 may connect — run the client as that user or as root"
+            ),
             ClientError::Protocol(m) => write!(f, "{m}"),
             ClientError::NoInterface { addr, wanted, offered } => write!(
                 f,
@@ -76,6 +84,8 @@ pub struct Client {
     pub timeout: Option<Duration>,
     /// `A2A-Extensions` to request.
     pub extensions: Vec<String>,
+    /// More headers for every request (the peer runner's `traceparent`).
+    pub headers: Vec<(String, String)>,
 }
 
 impl Client {
@@ -84,13 +94,35 @@ impl Client {
             addr,
             timeout: None,
             extensions: Vec::new(),
+            headers: Vec::new(),
         }
     }
 
     fn connect(&self) -> Result<Stream, ClientError> {
-        transport::dial(&self.addr).map_err(|source| ClientError::Connect {
+        transport::dial(&self.addr).map_err(|source| {
+            if source.kind() == io::ErrorKind::PermissionDenied {
+                if let Some(denied) = self.denied() {
+                    return denied;
+                }
+            }
+            ClientError::Connect {
+                addr: self.addr.to_string(),
+                source,
+            }
+        })
+    }
+
+    /// `Denied` when the unix socket belongs to another user and we are not
+    /// root: then a refusal is the peer gate's (or the 0600 mode's) doing.
+    fn denied(&self) -> Option<ClientError> {
+        use std::os::unix::fs::MetadataExt;
+        let Address::Unix(path) = &self.addr else { return None };
+        let owner = std::fs::metadata(path).ok()?.uid();
+        let us = crate::sys::geteuid();
+        (owner != us && us != 0).then(|| ClientError::Denied {
             addr: self.addr.to_string(),
-            source,
+            owner,
+            us,
         })
     }
 
@@ -109,8 +141,14 @@ impl Client {
             &[("Connection", "close")],
             b"",
         )
-        .map_err(|e| self.protocol("did not take the request", e))?;
-        let (head, mut body) = ResponseReader::new(s).map_err(|e| self.protocol("sent no card", e))?;
+        // Closed before a byte (the write or the read fails, a kernel race):
+        // what the gate does to another uid.
+        .map_err(|e| {
+            self.denied()
+                .unwrap_or_else(|| self.protocol("did not take the request", e))
+        })?;
+        let (head, mut body) =
+            ResponseReader::new(s).map_err(|e| self.denied().unwrap_or_else(|| self.protocol("sent no card", e)))?;
         let bytes = body
             .body(RESPONSE_MAX_BYTES)
             .map_err(|e| self.protocol("sent a broken card", e))?;
@@ -167,6 +205,11 @@ impl Client {
         extra: &[(&str, &str)],
     ) -> Result<(crate::http::client::Head, ResponseReader<Stream>), ClientError> {
         let mut s = self.connect()?;
+        // A stream may be quiet for long (keep-alives every 15 s); the
+        // timeout bounds answers to plain calls.
+        if !extra.contains(&("Accept", "text/event-stream")) {
+            let _ = s.set_read_timeout(self.timeout);
+        }
         let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string();
         let ext = self.extensions.join(", ");
         let mut headers = vec![
@@ -177,6 +220,7 @@ impl Client {
         if !ext.is_empty() {
             headers.push(("A2A-Extensions", ext.as_str()));
         }
+        headers.extend(self.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         headers.extend_from_slice(extra);
         write_request(&mut s, "POST", "/", &headers, body.as_bytes())
             .map_err(|e| self.protocol("did not take the request", e))?;

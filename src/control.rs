@@ -85,6 +85,9 @@ impl Cause {
 }
 
 /// Supervisor → worker.
+// A frame lives only between decode and dispatch, a few per task: the
+// size of `Spawn` costs nothing worth a Box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum ToWorker {
@@ -93,6 +96,9 @@ pub enum ToWorker {
         context_id: String,
         message: Message,
         runner: RunnerSpec,
+        /// The W3C trace context of the request that created the task.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        trace: Option<crate::trace::TraceContext>,
     },
     Input {
         message: Message,
@@ -395,7 +401,8 @@ mod tests {
         }
         // float_roundtrip: the value survives, so its shortest form is short.
         let v: serde_json::Value = serde_json::from_str("3e30").unwrap();
-        assert_eq!(v.to_string(), "3e+30");
+        assert_eq!(v.as_f64(), Some(3e30));
+        assert!(v.to_string().len() <= 5, "{v}"); // 3e30 or 3e+30, by serde_json's version
     }
 
     /// A message at the body limit, all `1e15`s, fits a spawn frame; a
@@ -415,6 +422,7 @@ mod tests {
             context_id: "c".repeat(36),
             message,
             runner: RunnerSpec::Echo,
+            trace: None,
         };
         let frame = encode(&spawn, max).unwrap();
         assert!(frame.len() > 3 * body.len(), "the numbers did grow: {}", frame.len());

@@ -4,6 +4,7 @@
 //! ```text
 //!  accept ─▶ SO_PEERCRED gate ─▶ cap ─▶ thread: loop { read request ─▶ route ─▶ write }
 //!   GET  /.well-known/agent-card.json  → the card (ETag, Last-Modified, Cache-Control)
+//!   GET  /metrics                      → Prometheus text (src/metrics.rs)
 //!   POST / (or "")                     → Content-Type ─▶ JSON-RPC ─▶ A2A-Version ─▶ method
 //!   anything else                      → 404 / 405
 //! ```
@@ -27,6 +28,7 @@ use crate::tasks::{TableLimits, TaskTable};
 use crate::transport::{self, AcceptHandle, Gate, Listener, Stream};
 
 const CARD_PATH: &str = "/.well-known/agent-card.json";
+const METRICS_PATH: &str = "/metrics";
 
 /// Everything a connection thread needs.
 struct Shared {
@@ -50,6 +52,8 @@ struct Shared {
 pub enum ServeError {
     Bind(transport::BindError),
     Setup(&'static str, std::io::Error),
+    /// LISTEN_FDS named descriptors agentd cannot serve.
+    Activation(String),
 }
 
 impl fmt::Display for ServeError {
@@ -57,6 +61,7 @@ impl fmt::Display for ServeError {
         match self {
             ServeError::Bind(e) => write!(f, "{e}"),
             ServeError::Setup(what, e) => write!(f, "cannot start: {what}: {e}"),
+            ServeError::Activation(e) => write!(f, "cannot start: {e}"),
         }
     }
 }
@@ -64,17 +69,16 @@ impl fmt::Display for ServeError {
 /// Runs the daemon until SIGTERM/SIGINT, then drains and returns.
 pub fn serve(cfg: Config) -> Result<(), ServeError> {
     let cfg = Arc::new(cfg);
+    // Read (and removed from our environment) before any thread or task.
+    let notifier = crate::systemd::Notifier::from_env().map(Arc::new);
+    let passed = crate::systemd::listen_fds().map_err(ServeError::Activation)?;
     if let Err(e) = crate::sys::set_child_subreaper() {
         log::warn!("agentd.subreaper error={e}; orphaned grandchildren will be reaped by init");
     }
     // SIGCHLD is procman's own (a self-pipe it polls); these are ours.
     let mut signals = signal_hook::iterator::Signals::new([libc::SIGTERM, libc::SIGINT, libc::SIGHUP])
         .map_err(|e| ServeError::Setup("installing signal handlers", e))?;
-    let addresses = cfg.listeners();
-    let mut listeners = Vec::new();
-    for addr in &addresses {
-        listeners.push(Listener::bind(addr).map_err(ServeError::Bind)?);
-    }
+    let listeners = listen(&cfg, passed)?;
     let card_addresses: Vec<transport::Address> = listeners.iter().map(Listener::card_address).collect();
     let isolation = Isolation::detect(
         &cfg.tasks.cgroup,
@@ -148,6 +152,12 @@ pub fn serve(cfg: Config) -> Result<(), ServeError> {
         cfg.tasks.max_running
     );
 
+    let (watch_stop, watch_rx) = crossbeam_channel::bounded::<()>(1);
+    let watch = match &notifier {
+        Some(n) => Some(notify_ready(n, &shared, &procman, watch_rx)?),
+        None => None,
+    };
+
     // The signal thread's only job: turn the first SIGTERM/SIGINT into a
     // drain and the second into SIGKILL.
     let (stop_tx, stop_rx) = crossbeam_channel::bounded::<i32>(1);
@@ -180,6 +190,9 @@ pub fn serve(cfg: Config) -> Result<(), ServeError> {
     let sig = stop_rx.recv().unwrap_or(libc::SIGTERM);
     let started = Instant::now();
     log::info!("agentd.stopping signal={}", crate::sys::signal_name(sig));
+    if let Some(n) = &notifier {
+        n.send("STOPPING=1\nSTATUS=draining: stopping every task");
+    }
     shared.stopping.store(true, Ordering::SeqCst);
     for l in &listeners {
         l.wake();
@@ -205,10 +218,59 @@ pub fn serve(cfg: Config) -> Result<(), ServeError> {
     }
     handle.close();
     let _ = signal_thread.join();
+    drop(watch_stop);
+    if let Some(t) = watch {
+        let _ = t.join();
+    }
     drop(procman_thread);
     drop(listeners); // removes the socket files
     log::info!("agentd.stopped ms={}", started.elapsed().as_millis());
     Ok(())
+}
+
+/// The listeners to serve: those the service manager passed (socket
+/// activation), else the configured ones, bound here.
+fn listen(cfg: &Config, passed: Vec<crate::systemd::Passed>) -> Result<Vec<Listener>, ServeError> {
+    if passed.is_empty() {
+        return cfg
+            .listeners()
+            .iter()
+            .map(|addr| Listener::bind(addr).map_err(ServeError::Bind))
+            .collect();
+    }
+    if !cfg.listen.is_empty() {
+        log::info!("a2a.activated a2a.listen is ignored: serving the sockets systemd passed");
+    }
+    passed
+        .into_iter()
+        .map(|p| {
+            Listener::adopt(p.fd).map_err(|e| ServeError::Activation(format!("socket activation: `{}`: {e}", p.name)))
+        })
+        .collect()
+}
+
+/// READY=1 with a first STATUS=, then the watchdog/status thread.
+fn notify_ready(
+    notifier: &Arc<crate::systemd::Notifier>,
+    shared: &Arc<Shared>,
+    procman: &crate::procman::Procman,
+    stop: crossbeam_channel::Receiver<()>,
+) -> Result<std::thread::JoinHandle<()>, ServeError> {
+    let listening = shared.agent.daemon.listeners.join(", ");
+    let tasks = shared.agent.tasks.clone();
+    let status = move || {
+        let (queued, running, _) = tasks.counts();
+        format!("listening on {listening}; {running} tasks running, {queued} queued")
+    };
+    // A round trip through procman: its loop is turning and the first
+    // idle workers were spawned (fill_pool runs before it takes requests).
+    if procman.ping().recv_timeout(Duration::from_secs(5)).is_err() {
+        log::warn!("agentd.notify procman did not answer within 5 s; reporting ready anyway");
+    }
+    notifier.send(&format!("READY=1\nSTATUS={}", status()));
+    let procman = procman.clone();
+    crate::systemd::watch(notifier.clone(), move || procman.ping(), status, stop)
+        .map_err(|e| ServeError::Setup("starting the systemd notifier thread", e))
 }
 
 fn accept_loop(listener: &AcceptHandle, shared: &Arc<Shared>, name: &str) {
@@ -239,11 +301,14 @@ fn accept_loop(listener: &AcceptHandle, shared: &Arc<Shared>, name: &str) {
             Ok(admitted) => admitted,
             Err(denied) => {
                 log::warn!("{} {denied} listener={name}", denied.event());
+                let (transport, id) = denied.series();
+                crate::metrics::peer_denied(transport, id);
                 continue; // dropped: closed before a byte is read
             }
         };
         let conn_id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
         let Some(slot) = Slot::take(shared, shared.max_conns) else {
+            crate::metrics::connection_refused();
             if let Some(suppressed) = refusals.due() {
                 log::warn!(
                     "a2a.conn.refused conn={conn_id} reason=connection cap {} reached repeats_unlogged={suppressed}",
@@ -253,6 +318,7 @@ fn accept_loop(listener: &AcceptHandle, shared: &Arc<Shared>, name: &str) {
             refuse_busy(stream);
             continue;
         };
+        crate::metrics::connection_accepted();
         let shared2 = shared.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("conn-{conn_id}"))
@@ -477,6 +543,12 @@ fn route(req: &Request, principal: &Principal, shared: &Shared, peer_gone: &dyn 
             _ => Response::error(405, "the agent card is read with GET").header("Allow", "GET"),
         });
     }
+    if path == METRICS_PATH {
+        return Reply::Full(match req.method.as_str() {
+            "GET" => metrics_response(shared),
+            _ => Response::error(405, "metrics are read with GET").header("Allow", "GET"),
+        });
+    }
     if path == "/" || path.is_empty() {
         return match req.method.as_str() {
             "POST" => rpc_response(req, principal, shared, peer_gone),
@@ -485,7 +557,8 @@ fn route(req: &Request, principal: &Principal, shared: &Shared, peer_gone: &dyn 
     }
     Reply::Full(Response::error(
         404,
-        "not found: JSON-RPC is served at POST /, the card at GET /.well-known/agent-card.json",
+        "not found: JSON-RPC is served at POST /, the card at GET /.well-known/agent-card.json, \
+         metrics at GET /metrics",
     ))
 }
 
@@ -549,6 +622,23 @@ fn write_stream(
     }
 }
 
+/// `GET /metrics`: the counters plus what the task table and the
+/// connection count say now.
+fn metrics_response(shared: &Shared) -> Response {
+    let (queued, running, finished) = shared.agent.tasks.counts();
+    let gauges = crate::metrics::Gauges {
+        tasks_queued: queued,
+        tasks_running: running,
+        tasks_retained_finished: finished,
+        connections_open: shared.conns.load(Ordering::SeqCst),
+        max_running: shared.agent.tasks.max_running(),
+    };
+    Response::new(200).header("Cache-Control", "no-store").body(
+        crate::metrics::CONTENT_TYPE,
+        crate::metrics::render(&gauges).into_bytes(),
+    )
+}
+
 /// The card, or 304 when the client's copy is current: If-None-Match
 /// decides when present; otherwise If-Modified-Since (RFC 9110 §13.2.2).
 fn card_response(req: &Request, card: &Card) -> Response {
@@ -605,6 +695,7 @@ fn rpc_response(req: &Request, principal: &Principal, shared: &Shared, peer_gone
         active: &active,
         last_event_id: req.header("Last-Event-ID").and_then(|v| v.trim().parse().ok()),
         peer_gone,
+        trace: crate::trace::TraceContext::from_headers(req.header("traceparent"), req.header("tracestate")),
     };
     let result = check_version(req, shared.agent.cfg.version_required)
         .and_then(|()| shared.agent.call(&ctx, &call.method, call.params));

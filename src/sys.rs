@@ -620,167 +620,6 @@ pub fn outlast_sigterm() -> io::Result<()> {
     cvt(unsafe { libc::sigaction(libc::SIGTERM, &action, std::ptr::null_mut()) }).map(drop)
 }
 
-/// A connected AF_VSOCK stream socket. vsock gets no crate of its own: these
-/// few calls are all agentd needs, and they keep the dependency tree small.
-#[derive(Debug)]
-pub struct VsockStream(std::os::fd::OwnedFd);
-
-/// A listening AF_VSOCK socket.
-#[derive(Debug)]
-pub struct VsockListener(std::os::fd::OwnedFd);
-
-fn vsock_addr(cid: u32, port: u32) -> libc::sockaddr_vm {
-    // SAFETY: sockaddr_vm is plain old data; all-zero is a valid value.
-    let mut addr: libc::sockaddr_vm = unsafe { std::mem::zeroed() };
-    addr.svm_family = libc::AF_VSOCK as libc::sa_family_t;
-    addr.svm_cid = cid;
-    addr.svm_port = port;
-    addr
-}
-
-fn vsock_socket() -> io::Result<std::os::fd::OwnedFd> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: socket(2) with constant arguments; the fd is new and ours.
-    let fd = cvt(unsafe { libc::socket(libc::AF_VSOCK, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) })?;
-    // SAFETY: `fd` was just returned by socket(2) and is owned by nobody else.
-    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
-}
-
-impl VsockListener {
-    /// Binds and listens on `cid:port` (`libc::VMADDR_CID_ANY` for any CID).
-    pub fn bind(cid: u32, port: u32) -> io::Result<VsockListener> {
-        let fd = vsock_socket()?;
-        let addr = vsock_addr(cid, port);
-        let len = std::mem::size_of::<libc::sockaddr_vm>() as libc::socklen_t;
-        // SAFETY: `addr` is a valid sockaddr_vm of `len` bytes.
-        cvt(unsafe { libc::bind(fd.as_raw_fd(), (&addr as *const libc::sockaddr_vm).cast(), len) })?;
-        // SAFETY: listen(2) on a bound socket we own.
-        cvt(unsafe { libc::listen(fd.as_raw_fd(), 128) })?;
-        Ok(VsockListener(fd))
-    }
-
-    /// Accepts one connection: the stream and the peer's (cid, port).
-    pub fn accept(&self) -> io::Result<(VsockStream, u32, u32)> {
-        use std::os::fd::FromRawFd;
-        let mut addr = vsock_addr(0, 0);
-        let mut len = std::mem::size_of::<libc::sockaddr_vm>() as libc::socklen_t;
-        // SAFETY: `addr`/`len` are valid for writes; the kernel writes at
-        // most `len` bytes of the peer's address.
-        let fd = cvt(unsafe {
-            libc::accept4(
-                self.0.as_raw_fd(),
-                (&mut addr as *mut libc::sockaddr_vm).cast(),
-                &mut len,
-                libc::SOCK_CLOEXEC,
-            )
-        })?;
-        // SAFETY: accept4 returned a new fd that nobody else owns.
-        let stream = VsockStream(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) });
-        Ok((stream, addr.svm_cid, addr.svm_port))
-    }
-
-    pub fn try_clone(&self) -> io::Result<VsockListener> {
-        Ok(VsockListener(self.0.try_clone()?))
-    }
-}
-
-impl AsRawFd for VsockListener {
-    fn as_raw_fd(&self) -> RawFd {
-        self.0.as_raw_fd()
-    }
-}
-
-impl VsockStream {
-    pub fn connect(cid: u32, port: u32) -> io::Result<VsockStream> {
-        let fd = vsock_socket()?;
-        let addr = vsock_addr(cid, port);
-        let len = std::mem::size_of::<libc::sockaddr_vm>() as libc::socklen_t;
-        // SAFETY: `addr` is a valid sockaddr_vm of `len` bytes.
-        cvt(unsafe { libc::connect(fd.as_raw_fd(), (&addr as *const libc::sockaddr_vm).cast(), len) })?;
-        Ok(VsockStream(fd))
-    }
-
-    pub fn set_read_timeout(&self, t: Option<std::time::Duration>) -> io::Result<()> {
-        set_timeout(self.0.as_raw_fd(), libc::SO_RCVTIMEO, t)
-    }
-
-    pub fn set_write_timeout(&self, t: Option<std::time::Duration>) -> io::Result<()> {
-        set_timeout(self.0.as_raw_fd(), libc::SO_SNDTIMEO, t)
-    }
-
-    pub fn try_clone(&self) -> io::Result<VsockStream> {
-        Ok(VsockStream(self.0.try_clone()?))
-    }
-}
-
-impl AsRawFd for VsockStream {
-    fn as_raw_fd(&self) -> RawFd {
-        self.0.as_raw_fd()
-    }
-}
-
-impl io::Read for VsockStream {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        // SAFETY: `buf` is valid for writes of `buf.len()` bytes.
-        let n = unsafe { libc::read(self.0.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-        if n < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(n as usize)
-        }
-    }
-}
-
-impl io::Write for VsockStream {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        // SAFETY: `buf` is valid for reads of `buf.len()` bytes; MSG_NOSIGNAL
-        // turns a vanished peer into EPIPE instead of SIGPIPE.
-        let n = unsafe { libc::send(self.0.as_raw_fd(), buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) };
-        if n < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(n as usize)
-        }
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-fn set_timeout(fd: RawFd, which: libc::c_int, t: Option<std::time::Duration>) -> io::Result<()> {
-    let tv = match t {
-        Some(d) if d.is_zero() => return Err(io::Error::from(io::ErrorKind::InvalidInput)),
-        Some(d) => libc::timeval {
-            tv_sec: d.as_secs().min(i32::MAX as u64) as _,
-            tv_usec: d.subsec_micros() as _,
-        },
-        None => libc::timeval { tv_sec: 0, tv_usec: 0 },
-    };
-    let len = std::mem::size_of::<libc::timeval>() as libc::socklen_t;
-    // SAFETY: `tv` is a valid timeval of `len` bytes, read by the kernel.
-    cvt(unsafe { libc::setsockopt(fd, libc::SOL_SOCKET, which, (&tv as *const libc::timeval).cast(), len) }).map(drop)
-}
-
-/// This machine's own vsock CID (the guest's, inside a VM), from
-/// /dev/vsock's IOCTL_VM_SOCKETS_GET_LOCAL_CID.
-pub fn vsock_local_cid() -> io::Result<u32> {
-    use std::os::fd::AsRawFd as _;
-    // The request's C type differs between glibc (c_ulong) and musl (c_int).
-    const IOCTL_VM_SOCKETS_GET_LOCAL_CID: u32 = 0x7b9;
-    let dev = std::fs::File::open("/dev/vsock")?;
-    let mut cid: u32 = 0;
-    // SAFETY: the ioctl writes one u32 into `cid`, which is valid for writes.
-    cvt(unsafe {
-        libc::ioctl(
-            dev.as_raw_fd(),
-            IOCTL_VM_SOCKETS_GET_LOCAL_CID as _,
-            &mut cid as *mut u32,
-        )
-    })?;
-    Ok(cid)
-}
-
 /// mount(2) with no data. EBUSY (already mounted) is success.
 pub fn mount(source: &str, target: &str, fstype: &str, flags: libc::c_ulong) -> io::Result<()> {
     use std::ffi::CString;
@@ -1268,4 +1107,34 @@ pub fn wait_pid(pid: i32) -> io::Result<ExitStatus> {
     } else {
         ExitStatus::Code(libc::WEXITSTATUS(status))
     })
+}
+
+/// Takes ownership of an inherited listening socket (systemd socket
+/// activation passes them as fds 3, 4, …): it must be an open socket in
+/// the listening state; it is made close-on-exec so no task inherits it.
+pub fn adopt_listening_socket(fd: RawFd) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let mut listening: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `listening`/`len` are valid for writes of `len` bytes; a bad
+    // fd or a non-socket is an error (EBADF, ENOTSOCK), nothing else.
+    cvt(unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ACCEPTCONN,
+            (&mut listening as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    })?;
+    if listening == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a listening stream socket",
+        ));
+    }
+    set_cloexec(fd, true)?;
+    // SAFETY: the fd is open (getsockopt succeeded) and was handed to this
+    // process to own; nothing else in agentd refers to it.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
 }

@@ -69,11 +69,19 @@ fn exec_text_protocol_success_failure_and_missing_program() {
         "output so far is kept"
     );
 
-    let d = Daemon::start(&["--exec", "/nonexistent/agent --flag"]);
+    // A program that vanished after start-up (start-up itself refuses a
+    // missing one): the task fails with the shell's 127.
+    let gone = common::TempDir::new("gone");
+    let prog = common::script(&gone.0, "agent", "cat");
+    let d = Daemon::start(&["--exec", &format!("{} --flag", prog.display())]);
+    std::fs::remove_file(&prog).unwrap();
     let t = &d.ok("SendMessage", json!({"message": user_message("x")}))["task"];
     assert_eq!(t["status"]["state"], "TASK_STATE_FAILED");
     let text = t["status"]["message"]["parts"][0]["text"].as_str().unwrap();
-    assert!(text.contains("/nonexistent/agent") && text.contains("127"), "{text}");
+    assert!(
+        text.contains(&prog.display().to_string()) && text.contains("127"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -2,7 +2,10 @@
 //! guest's `/init` and serves A2A on vsock; the host reaches it through
 //! vhost-device-vsock's hybrid unix socket with agentd's own client
 //! (`vsock+uds://`). The card, a completed task, and a cancelled task whose
-//! process is gone, all over vsock.
+//! process is gone, all over vsock. The test waits for agentd's readiness
+//! notification, sent to the host over vsock (`NOTIFY_SOCKET=vsock:2:PORT`
+//! on the kernel command line, as systemd's VM interface does), not by
+//! polling the card.
 //!
 //! Needs what `tests/vm/setup.sh` installs (qemu, a Debian cloud kernel,
 //! vhost-device-vsock, busybox); `.ci/run` runs it first. Without them the
@@ -17,6 +20,9 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 const PORT: u32 = 5000;
+/// The host port the guest's `READY=1` goes to (vhost-device-vsock hands a
+/// guest's connection to host port P to the unix socket `<uds-path>_P`).
+const NOTIFY_PORT: u32 = 5001;
 const BOOT_DEADLINE: Duration = Duration::from_secs(180);
 
 fn repo() -> PathBuf {
@@ -168,27 +174,48 @@ fn agentd_as_guest_init_serves_a2a_over_vsock() {
             initramfs.to_str().unwrap(),
             &PORT.to_string(),
         ])
-        // Everything after `--` on the kernel command line is init's argv.
-        .env("VM_APPEND", "-- serve --config /etc/agentd.conf"));
+        // `NAME=value` before `--` on the kernel command line is init's
+        // environment; everything after `--` is its argv.
+        .env(
+            "VM_APPEND",
+            format!("NOTIFY_SOCKET=vsock:2:{NOTIFY_PORT} -- serve --config /etc/agentd.conf"),
+        ));
     let _guest = Guest { work: run_dir.clone() };
     let hybrid = String::from_utf8_lossy(&out.stdout).trim().to_string();
     let endpoint = format!("vsock+uds://{hybrid}:{PORT}");
 
-    // The card over vsock, once the guest is up.
-    let mut card = None;
-    while started.elapsed() < BOOT_DEADLINE {
-        let o = client(&endpoint, &["card", "--json"]);
-        if o.status.success() {
-            card = Some(json_out(&o));
-            break;
+    // The host's ear for the guest's notifications: one connection per
+    // message (vsock has no datagrams). Bound while the guest still boots.
+    let ear = std::os::unix::net::UnixListener::bind(format!("{hybrid}_{NOTIFY_PORT}")).unwrap();
+    let (notes_tx, notes) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        use std::io::Read;
+        for conn in ear.incoming() {
+            let mut text = String::new();
+            if conn.and_then(|mut c| c.read_to_string(&mut text)).is_ok() && notes_tx.send(text).is_err() {
+                return;
+            }
         }
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    let card = card.unwrap_or_else(|| panic!("the guest's agentd did not answer within {BOOT_DEADLINE:?}"));
+    });
+    let ready = loop {
+        let left = BOOT_DEADLINE.saturating_sub(started.elapsed());
+        match notes.recv_timeout(left) {
+            Ok(m) if m.lines().any(|l| l == "READY=1") => break m,
+            Ok(_) => continue,
+            Err(_) => panic!("the guest's agentd sent no READY=1 over vsock within {BOOT_DEADLINE:?}"),
+        }
+    };
     eprintln!(
-        "guest answered its card {:.1} s after qemu started",
+        "guest notified READY=1 over vsock {:.1} s after qemu started",
         started.elapsed().as_secs_f64()
     );
+    assert!(
+        ready.contains(&format!("STATUS=listening on vsock://-1:{PORT}")),
+        "{ready}"
+    );
+
+    // Ready means serving: the card answers at the first try.
+    let card = json_out(&client(&endpoint, &["card", "--json"]));
     let iface = &card["supportedInterfaces"][0];
     assert_eq!(iface["protocolBinding"], "https://agentd.dev/a2a/binding/jsonrpc-vsock");
     assert_eq!(iface["url"], format!("vsock://3:{PORT}"), "the guest names its own CID");

@@ -56,6 +56,9 @@ pub struct Call<'a> {
     /// Whether the client has hung up. A blocking call asks between slices
     /// of its wait, and gives up with [`client_gone`] when it has.
     pub peer_gone: &'a dyn Fn() -> bool,
+    /// A valid W3C `traceparent` (and `tracestate`): kept on a task the
+    /// call creates.
+    pub trace: Option<crate::trace::TraceContext>,
 }
 
 /// The reason of the error a blocking call returns when its client hung up
@@ -236,6 +239,9 @@ impl Agent {
                         &[("queuedMaxBytes", &max_bytes.to_string())],
                     ),
                 })?;
+                if let Some(trace) = &call.trace {
+                    self.tasks.set_trace(&task.id, trace.clone());
+                }
                 let watch = if watch {
                     self.tasks.watch(principal, &task.id)
                 } else {

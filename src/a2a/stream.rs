@@ -114,6 +114,7 @@ pub fn pump(plan: Plan, keepalive: Duration, sink: &mut dyn FnMut(Emit) -> std::
             Next::Resync(task, at) => {
                 // Fell behind the retained log: a fresh snapshot instead of
                 // the events that are gone.
+                crate::metrics::task_stream_resynced();
                 seq = at;
                 let state = task.status.state;
                 sink(Emit::Event(Some(at), to_value(StreamResponse::Task(*task))))?;

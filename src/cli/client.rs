@@ -4,9 +4,11 @@
 //! Exit codes: 0 success; 1 the agent answered with a JSON-RPC error
 //! (printed); 2 usage; 3 the endpoint could not be reached or did not speak
 //! A2A over our binding; 4 `send`/`subscribe` saw the task end FAILED,
-//! REJECTED or CANCELED.
+//! REJECTED or CANCELED; 5 `--timeout` ran out; 130 interrupted (Ctrl-C).
 
 use std::io::{Read, Write};
+use std::sync::Mutex;
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
@@ -16,15 +18,24 @@ use crate::transport::Address;
 
 pub const EXIT_UNREACHABLE: i32 = 3;
 pub const EXIT_TASK_FAILED: i32 = 4;
+pub const EXIT_TIMED_OUT: i32 = 5;
+pub const EXIT_INTERRUPTED: i32 = 130;
+
+/// The task a `send` or `subscribe` is following, once known: what a
+/// timeout or Ctrl-C names when it says the task goes on.
+static FOLLOWING: Mutex<Option<String>> = Mutex::new(None);
 
 pub const HELP: &str = "\
-Usage: agentd COMMAND ENDPOINT [ARGS] [OPTIONS]
+Usage: agentd COMMAND [ENDPOINT] [ARGS] [OPTIONS]
 
 Talk to an A2A agent on a unix socket or vsock. ENDPOINT is
 unix:///PATH, vsock://CID:PORT, or vsock+uds:///PATH:PORT (a guest's port
 through a hybrid-vsock socket, as Firecracker and vhost-device-vsock offer).
-The client reads the agent's card, checks it offers agentd's binding for
-that transport, and always sends to ENDPOINT itself.
+Without an ENDPOINT the client dials the socket `agentd serve` listens on by
+default ($XDG_RUNTIME_DIR/agentd/agentd.sock, /run/agentd/agentd.sock as
+root, else /tmp/agentd-UID/agentd.sock). The client reads the agent's card,
+checks it offers agentd's binding for that transport, and always sends to
+ENDPOINT itself.
 
 Commands:
   card ENDPOINT                  show the agent card
@@ -45,11 +56,13 @@ Commands:
 
 Options for every command:
       --json                     print the raw JSON results (one per line when streaming)
-      --timeout SECS             give up waiting for a non-streaming answer
+      --timeout SECS             give up after SECS seconds, streaming or not (a task
+                                 goes on running: the message says how to cancel it)
 
 Exit status: 0 success; 1 the agent answered with an error; 2 usage;
 3 the endpoint could not be reached or speaks no binding we know;
-4 the task ended FAILED, REJECTED or CANCELED.
+4 the task ended FAILED, REJECTED or CANCELED; 5 --timeout ran out;
+130 interrupted by Ctrl-C (the task goes on).
 ";
 
 /// Parsed flags shared by every client command.
@@ -131,19 +144,33 @@ pub fn run(command: &str, args: &[String]) -> i32 {
         Ok(o) => o,
         Err(e) => return usage(&e),
     };
-    let Some(endpoint) = opts.positional.first() else {
-        return usage(&format!("`{command}` needs an ENDPOINT"));
+    // The first word is the endpoint when it looks like one; otherwise the
+    // default socket, as `agentd serve` and `agentd mcp` use.
+    let given = opts.positional.first().filter(|p| looks_like_endpoint(p));
+    let addr = match given {
+        Some(endpoint) => match Address::parse(endpoint) {
+            Ok(a) => a,
+            Err(e) => return usage(&e.to_string()),
+        },
+        None => Address::Unix(crate::config::default_socket_path()),
     };
-    let addr = match Address::parse(endpoint) {
-        Ok(a) => a,
-        Err(e) => return usage(&e.to_string()),
-    };
+    let endpoint = addr.to_string();
     let mut client = Client::new(addr);
     match opts.number("--timeout") {
-        Ok(t) => client.timeout = t.filter(|t| *t > 0).map(|t| std::time::Duration::from_secs(t as u64)),
+        Ok(Some(t)) if t > 0 => {
+            let t = Duration::from_secs(t as u64);
+            // Backstop for the socket; the watchdog below is what ends us.
+            client.timeout = Some(t + Duration::from_secs(1));
+            give_up_after(t, &endpoint);
+        }
+        Ok(Some(t)) => return usage(&format!("--timeout: `{t}` must be a positive number of seconds")),
+        Ok(None) => {}
         Err(e) => return usage(&e),
     }
-    let rest = &opts.positional[1..];
+    if command == "send" || command == "subscribe" {
+        tell_on_interrupt(&endpoint);
+    }
+    let rest = &opts.positional[usize::from(given.is_some())..];
     let result = match command {
         "card" => card(&client, &opts),
         "send" => send(&mut client, &opts, rest),
@@ -181,6 +208,66 @@ enum Failure {
 impl From<ClientError> for Failure {
     fn from(e: ClientError) -> Failure {
         Failure::Client(e)
+    }
+}
+
+/// An address (`unix://…`, `vsock://…`, a bare `/path` to be told how to
+/// write it, or any other `scheme://`, to be told what is served).
+fn looks_like_endpoint(word: &str) -> bool {
+    word.starts_with('/') || word.split_once("://").is_some_and(|(scheme, _)| !scheme.contains(' '))
+}
+
+/// What to say about a task we stop following: it goes on, and how to
+/// cancel it.
+fn task_goes_on(endpoint: &str) -> String {
+    match FOLLOWING.lock().ok().and_then(|t| t.clone()) {
+        Some(id) => format!(
+            "the task goes on running; cancel it with `agentd cancel {endpoint} {id}`, \
+             or see it with `agentd get {endpoint} {id}`"
+        ),
+        None => format!(
+            "a task it started goes on running; find it with `agentd list {endpoint}` and cancel it with \
+             `agentd cancel {endpoint} TASK_ID`"
+        ),
+    }
+}
+
+/// `--timeout`: after `t`, say so and exit, whatever the command waits on.
+fn give_up_after(t: Duration, endpoint: &str) {
+    let endpoint = endpoint.to_string();
+    let _ = std::thread::Builder::new().name("timeout".into()).spawn(move || {
+        std::thread::sleep(t);
+        let _ = std::io::stdout().flush();
+        eprintln!(
+            "\nagentd: no answer within {} s (--timeout); {}",
+            t.as_secs(),
+            task_goes_on(&endpoint)
+        );
+        std::process::exit(EXIT_TIMED_OUT);
+    });
+}
+
+/// Ctrl-C during `send` or `subscribe`: the task is not cancelled by a
+/// client going away; say so, and how to cancel it.
+fn tell_on_interrupt(endpoint: &str) {
+    let endpoint = endpoint.to_string();
+    let Ok(mut signals) = signal_hook::iterator::Signals::new([libc::SIGINT]) else {
+        return;
+    };
+    let _ = std::thread::Builder::new().name("sigint".into()).spawn(move || {
+        if signals.forever().next().is_some() {
+            let _ = std::io::stdout().flush();
+            eprintln!("\nagentd: interrupted; {}", task_goes_on(&endpoint));
+            std::process::exit(EXIT_INTERRUPTED);
+        }
+    });
+}
+
+fn follow(task_id: &str) {
+    if let Ok(mut t) = FOLLOWING.lock() {
+        if t.is_none() {
+            *t = Some(task_id.to_string());
+        }
     }
 }
 
@@ -282,9 +369,15 @@ fn send(client: &mut Client, opts: &Opts, rest: &[String]) -> Result<i32, Failur
     if opts.has("--no-wait") {
         params["configuration"] = json!({"returnImmediately": true});
     }
+    if let Some(t) = opts.value("--task") {
+        follow(t);
+    }
+    let endpoint = client.addr.to_string();
     if opts.has("--stream") {
-        let mut printer = Printer::new(opts.json);
-        client.stream("SendStreamingMessage", params, None, &mut |ev| printer.event(ev))?;
+        let mut printer = Printer::new(opts.json, &endpoint);
+        let streamed = client.stream("SendStreamingMessage", params, None, &mut |ev| printer.event(ev));
+        printer.finish();
+        streamed?;
         return Ok(printer.exit_code());
     }
     let result = client.call("SendMessage", params)?;
@@ -293,7 +386,7 @@ fn send(client: &mut Client, opts: &Opts, rest: &[String]) -> Result<i32, Failur
     } else if let Some(m) = result.get("message") {
         println!("{}", message_text(m));
     } else {
-        print_task(&result["task"], true);
+        print_task(&result["task"], true, &endpoint);
     }
     Ok(task_exit(result.get("task").map(|t| &t["status"]["state"])))
 }
@@ -308,7 +401,7 @@ fn get(client: &mut Client, opts: &Opts, id: &str) -> Result<i32, Failure> {
     if opts.json {
         print_json(&task);
     } else {
-        print_task(&task, true);
+        print_task(&task, true, &client.addr.to_string());
     }
     Ok(EXIT_OK)
 }
@@ -373,13 +466,16 @@ fn cancel(client: &mut Client, opts: &Opts, id: &str) -> Result<i32, Failure> {
 
 fn subscribe(client: &mut Client, opts: &Opts, id: &str) -> Result<i32, Failure> {
     client.discover()?;
-    let mut printer = Printer::new(opts.json);
-    client.stream(
+    follow(id);
+    let mut printer = Printer::new(opts.json, &client.addr.to_string());
+    let streamed = client.stream(
         "SubscribeToTask",
         json!({ "id": id }),
         opts.value("--last-event-id"),
         &mut |ev| printer.event(ev),
-    )?;
+    );
+    printer.finish();
+    streamed?;
     Ok(printer.exit_code())
 }
 
@@ -487,11 +583,14 @@ fn message_text(m: &Value) -> String {
         .join("\n")
 }
 
-fn print_task(task: &Value, with_artifacts: bool) {
+fn print_task(task: &Value, with_artifacts: bool, endpoint: &str) {
     println!("task {} {}", text(&task["id"]), short_state(&task["status"]["state"]));
     println!("  context {}", text(&task["contextId"]));
     if let Some(m) = task["status"].get("message") {
         println!("  status: {}", message_text(m));
+    }
+    if task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED" {
+        println!("  {}", input_hint(endpoint, &text(&task["id"])));
     }
     if with_artifacts {
         for a in task["artifacts"].as_array().into_iter().flatten() {
@@ -508,15 +607,38 @@ fn print_task(task: &Value, with_artifacts: bool) {
     }
 }
 
-/// Prints stream events as they come and remembers the last state.
+/// How to answer a task waiting for input.
+fn input_hint(endpoint: &str, task_id: &str) -> String {
+    format!("the agent asks for input: answer with `agentd send {endpoint} --task {task_id} TEXT`")
+}
+
+/// Prints stream events as they come, one clean line per event, and
+/// remembers the last state.
 struct Printer {
     json: bool,
+    endpoint: String,
     last_state: Option<String>,
+    /// Artifact text that did not end with a newline is on the screen: the
+    /// next line starts on a new one.
+    mid_line: bool,
 }
 
 impl Printer {
-    fn new(json: bool) -> Printer {
-        Printer { json, last_state: None }
+    fn new(json: bool, endpoint: &str) -> Printer {
+        Printer {
+            json,
+            endpoint: endpoint.to_string(),
+            last_state: None,
+            mid_line: false,
+        }
+    }
+
+    fn line(&mut self, text: &str) {
+        if self.mid_line {
+            println!();
+            self.mid_line = false;
+        }
+        println!("{text}");
     }
 
     fn event(&mut self, ev: StreamEvent) -> bool {
@@ -527,20 +649,59 @@ impl Printer {
         if let Some(s) = r.get("statusUpdate") {
             self.last_state = s["status"]["state"].as_str().map(String::from);
         }
+        let task_id = r
+            .get("task")
+            .map(|t| &t["id"])
+            .or_else(|| r.get("statusUpdate").map(|s| &s["taskId"]))
+            .or_else(|| r.get("artifactUpdate").map(|a| &a["taskId"]))
+            .and_then(Value::as_str)
+            .map(String::from);
+        if let Some(id) = &task_id {
+            follow(id);
+        }
         if self.json {
             print_json(r);
         } else if let Some(t) = r.get("task") {
-            println!("task {} {}", text(&t["id"]), short_state(&t["status"]["state"]));
+            self.line(&format!(
+                "task {} {}",
+                text(&t["id"]),
+                short_state(&t["status"]["state"])
+            ));
         } else if let Some(m) = r.get("message") {
-            println!("{}", message_text(m));
+            self.line(&message_text(m));
         } else if let Some(s) = r.get("statusUpdate") {
+            let state = short_state(&s["status"]["state"]);
             let note = s["status"].get("message").map(message_text).unwrap_or_default();
-            println!("[{}] {note}", short_state(&s["status"]["state"]));
+            let note = note.trim();
+            // A bare "working" says nothing the task line did not.
+            if !(note.is_empty() && state == "working") {
+                if note.is_empty() || note == state {
+                    self.line(&format!("[{state}]"));
+                } else {
+                    self.line(&format!("[{state}] {note}"));
+                }
+            }
+            if state == "input-required" {
+                let hint = input_hint(&self.endpoint, task_id.as_deref().unwrap_or("TASK_ID"));
+                self.line(&hint);
+            }
         } else if let Some(a) = r.get("artifactUpdate") {
-            print!("{}", message_text(&a["artifact"]));
+            let body = message_text(&a["artifact"]);
+            if !body.is_empty() {
+                print!("{body}");
+                self.mid_line = !body.ends_with('\n');
+            }
         }
         let _ = std::io::stdout().flush();
         true
+    }
+
+    /// The stream is over: end a dangling line.
+    fn finish(&mut self) {
+        if self.mid_line {
+            println!();
+            self.mid_line = false;
+        }
     }
 
     fn exit_code(&self) -> i32 {

@@ -18,7 +18,7 @@ agentd — an A2A 1.0 agent on a unix socket or vsock; every task a supervised p
 
 Usage:
   agentd serve [OPTIONS]                 run the daemon (the built-in echo agent by default)
-  agentd card|send|get|list|cancel|subscribe|events|command ENDPOINT …
+  agentd card|send|get|list|cancel|subscribe|events|command [ENDPOINT] …
                                          talk to an agent (see `agentd help client`)
   agentd mcp [ENDPOINT]                  an MCP server on stdio driving the daemon's tasks
                                          (see `agentd help mcp`)
@@ -48,11 +48,16 @@ Options:
                            (unix://, vsock:// or vsock+uds://; = agent.peer)
   -s, --set KEY=VALUE      set any config key (repeatable; after --config)
       --log-level LEVEL    error, warn, info, debug, trace, off (= log.level; RUST_LOG wins)
-      --check              check the configuration, print a summary, and exit
+      --check              check the configuration (and that the --exec program is
+                           an executable), print a summary, and exit
   -h, --help               this text
 
 With no --listen the socket is $XDG_RUNTIME_DIR/agentd/agentd.sock, or
 /run/agentd/agentd.sock as root, or /tmp/agentd-UID/agentd.sock.
+
+Under systemd: READY=1, STATUS=, STOPPING=1 and WATCHDOG=1 go to NOTIFY_SOCKET
+(a path, @abstract or vsock:CID:PORT), and sockets passed by socket activation
+(LISTEN_FDS) are served instead of --listen. See SYSTEMD in `man agentd`.
 
 Examples:
   agentd serve
@@ -186,7 +191,20 @@ fn serve(args: &[String]) -> i32 {
             return EXIT_USAGE;
         }
     };
+    let program = match cfg.check_program() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("agentd: {e}");
+            if crate::init::is_guest_init() {
+                crate::sys::power_off();
+            }
+            return EXIT_USAGE;
+        }
+    };
     if check_only {
+        if let Some(p) = &program {
+            println!("agentd: agent.exec runs {}", p.display());
+        }
         println!(
             "agentd: configuration is valid: listen {}; runner {}; max_running {}",
             cfg.listeners()

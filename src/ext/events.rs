@@ -367,6 +367,7 @@ pub fn pump(
                 }
             }
             Next::FellBehind(start) => {
+                crate::metrics::events_resynced();
                 sink(Emit::Event(
                     None,
                     json!({"resync": {"from": after, "ringStart": start}}),

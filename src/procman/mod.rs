@@ -52,6 +52,8 @@ enum Msg {
     KillAll,
     /// Something changed (the running cap): look at the queue again.
     Wake,
+    /// Answer on this channel: proof the loop is turning (the watchdog).
+    Ping(Sender<()>),
 }
 
 /// The handle the rest of agentd holds. Cheap to clone.
@@ -99,6 +101,15 @@ impl Procman {
     pub fn wake(&self) {
         self.send(Msg::Wake);
     }
+
+    /// A round trip through the loop: the receiver gets `()` once procman
+    /// has handled the request, so a wedged procman never answers. The
+    /// systemd watchdog beats only on an answer.
+    pub fn ping(&self) -> Receiver<()> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.send(Msg::Ping(tx));
+        rx
+    }
 }
 
 struct Worker {
@@ -109,6 +120,8 @@ struct Worker {
     life: Life,
     cgroups: Option<TaskCgroups>,
     assigned: Instant,
+    /// When it was spawned, for the spawn-latency metric.
+    spawned: Instant,
 }
 
 struct State {
@@ -277,7 +290,7 @@ impl State {
         match msg {
             Msg::Start(id) => {
                 if self.shutdown.is_some() {
-                    self.tasks.finish(&id, TaskState::Canceled, Cause::Shutdown, None);
+                    self.end(&id, TaskState::Canceled, Cause::Shutdown, None);
                 } else {
                     self.queue.push_back(id);
                 }
@@ -298,7 +311,7 @@ impl State {
                 );
                 self.shutdown = Some(done);
                 for id in std::mem::take(&mut self.queue) {
-                    self.tasks.finish(&id, TaskState::Canceled, Cause::Shutdown, None);
+                    self.end(&id, TaskState::Canceled, Cause::Shutdown, None);
                 }
                 let pids: Vec<i32> = self.workers.keys().copied().collect();
                 for pid in pids {
@@ -320,6 +333,9 @@ impl State {
                 }
             }
             Msg::Wake => {}
+            Msg::Ping(answer) => {
+                let _ = answer.try_send(());
+            }
         }
     }
 
@@ -336,16 +352,22 @@ impl State {
         let Some(w) = self.workers.get_mut(&pid) else { return };
         match action {
             Action::SendPing => self.send(pid, &ToWorker::Ping),
-            Action::SendCancel => self.send(pid, &ToWorker::Cancel),
+            Action::SendCancel => {
+                crate::metrics::ladder_rung("cancel");
+                self.send(pid, &ToWorker::Cancel)
+            }
             Action::Terminate => {
                 let _ = sys::kill_group(pid, libc::SIGTERM);
                 let _ = sys::kill_group(pid, libc::SIGCONT);
             }
             Action::Kill => kill(w),
-            Action::Note(what) => log::info!(
-                "task.ladder task={} pid={pid} rung={what}",
-                w.task.as_deref().unwrap_or("-")
-            ),
+            Action::Note(what) => {
+                crate::metrics::ladder_rung(what);
+                log::info!(
+                    "task.ladder task={} pid={pid} rung={what}",
+                    w.task.as_deref().unwrap_or("-")
+                )
+            }
             Action::Sweep => {
                 // Leftovers of the group re-parent to us (a subreaper):
                 // reap them first, or their zombies keep the group alive.
@@ -442,6 +464,9 @@ impl State {
     fn on_frame(&mut self, pid: i32, frame: FromWorker) {
         self.event(pid, Event::Heard);
         let Some(w) = self.workers.get(&pid) else { return };
+        if matches!(frame, FromWorker::Ready { .. }) {
+            crate::metrics::worker_ready_after(w.spawned.elapsed());
+        }
         let Some(id) = w.task.clone() else { return };
         let running = w.life.is_running();
         // A reply marks the task as spoken itself, atomically with the
@@ -486,7 +511,7 @@ impl State {
     fn stop_task(&mut self, task_id: &str, cause: Cause) {
         if let Some(pos) = self.queue.iter().position(|id| id == task_id) {
             self.queue.remove(pos);
-            self.tasks.finish(task_id, TaskState::Canceled, cause, None);
+            self.end(task_id, TaskState::Canceled, cause, None);
             return;
         }
         match self.by_task.get(task_id).copied() {
@@ -496,7 +521,7 @@ impl State {
             }
             // The Start message is still in flight, or the task ended.
             None if self.tasks.state(task_id) == Some(TaskState::Submitted) => {
-                self.tasks.finish(task_id, TaskState::Canceled, cause, None)
+                self.end(task_id, TaskState::Canceled, cause, None)
             }
             None => {}
         }
@@ -610,12 +635,20 @@ impl State {
             exit: &exit.to_string(),
             cause: ending.cause.as_str(),
         });
+        let trace = self.tasks.trace(&id).map(|t| format!(" trace={}", t.trace_id()));
         log::info!(
-            "task.end task={id} pid={pid} state={} cause={} ms={ms}",
+            "task.end task={id} pid={pid} state={} cause={} ms={ms}{}",
             ending.state.short_name(),
-            ending.cause.as_str()
+            ending.cause.as_str(),
+            trace.unwrap_or_default()
         );
-        self.tasks.finish(&id, ending.state, ending.cause, ending.text);
+        self.end(&id, ending.state, ending.cause, ending.text);
+    }
+
+    /// A task's verdict, counted for /metrics.
+    fn end(&self, id: &str, state: TaskState, cause: Cause, text: Option<String>) {
+        crate::metrics::task_ended(state, cause);
+        self.tasks.finish(id, state, cause, text);
     }
 }
 

@@ -48,7 +48,7 @@ impl State {
                     Ok(pid) => pid,
                     Err(e) => {
                         log::error!("task.spawn_failed task={id} error={e}");
-                        self.tasks.finish(
+                        self.end(
                             &id,
                             TaskState::Failed,
                             Cause::Crashed,
@@ -74,12 +74,17 @@ impl State {
         self.event(pid, Event::Assigned);
         self.tasks.worker_notice(&Notice::WorkerSpawn { task_id: &id, pid });
         self.tasks.set_progress(&id, TaskState::Working, None);
-        log::info!("task.start task={id} pid={pid}");
+        let trace = self.tasks.trace(&id);
+        match &trace {
+            Some(t) => log::info!("task.start task={id} pid={pid} trace={}", t.trace_id()),
+            None => log::info!("task.start task={id} pid={pid}"),
+        }
         let spawn = ToWorker::Spawn {
             task_id: id,
             context_id,
             message,
             runner,
+            trace,
         };
         self.send(pid, &spawn);
     }
@@ -171,6 +176,10 @@ impl State {
             }
             other => other,
         };
+        match &spawned {
+            Ok(_) => crate::metrics::worker_spawned(),
+            Err(_) => crate::metrics::worker_spawn_failed(),
+        }
         let born_inside = spawn.cgroup_fd.is_some();
         drop((theirs, slot_dir));
         let pid = match spawned {
@@ -210,6 +219,7 @@ impl State {
                 life: Life::idle(now, self.timing),
                 cgroups,
                 assigned: now,
+                spawned: now,
             },
         );
         Ok(pid)

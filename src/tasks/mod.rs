@@ -32,7 +32,7 @@ pub use watch::{LoggedEvent, Next, Opening, Watch};
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value};
@@ -40,6 +40,7 @@ use serde_json::{Map, Value};
 use crate::clock;
 use crate::control::Cause;
 use crate::principal::Principal;
+use crate::trace::TraceContext;
 use crate::wire::{Artifact, Message, Task, TaskState, TaskStatus};
 use entry::{Entry, View};
 
@@ -131,6 +132,9 @@ struct Slot {
     /// Bytes of the first message, counted against queued_max_bytes while
     /// the task waits in SUBMITTED.
     queued_bytes: usize,
+    /// The W3C trace context of the request that created it (set once,
+    /// right after creation, before procman hears of the task).
+    trace: OnceLock<TraceContext>,
     entry: Mutex<Entry>,
     changed: Condvar,
 }
@@ -308,6 +312,7 @@ impl TaskTable {
             context_id,
             principal: principal.name(),
             queued_bytes,
+            trace: OnceLock::new(),
             entry: Mutex::new(Entry::new(status, now, message, metadata)),
             changed: Condvar::new(),
         });
@@ -637,6 +642,18 @@ impl TaskTable {
     /// Who created task `id` (for records about it), if it exists.
     pub fn principal_of(&self, id: &str) -> Option<String> {
         Some(self.find(id)?.principal.clone())
+    }
+
+    /// Records the trace context a task was created under.
+    pub fn set_trace(&self, id: &str, trace: TraceContext) {
+        if let Some(slot) = self.find(id) {
+            let _ = slot.trace.set(trace);
+        }
+    }
+
+    /// The trace context a task was created under, if any.
+    pub fn trace(&self, id: &str) -> Option<TraceContext> {
+        self.find(id)?.trace.get().cloned()
     }
 
     /// A worker record (spawn, exit) for the observers, under the task's

@@ -15,8 +15,8 @@ mod unix;
 
 use std::fmt;
 use std::io::{self, Read, Write};
-use std::os::fd::AsRawFd;
-use std::os::unix::net::UnixStream;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -145,7 +145,7 @@ impl fmt::Display for Address {
 #[derive(Debug)]
 pub enum Stream {
     Unix(UnixStream),
-    Vsock(sys::VsockStream),
+    Vsock(vsock::VsockStream),
 }
 
 impl Stream {
@@ -219,7 +219,7 @@ impl crate::http::Conn for Stream {
 pub fn dial(addr: &Address) -> io::Result<Stream> {
     match addr {
         Address::Unix(path) => UnixStream::connect(path).map(Stream::Unix),
-        Address::Vsock { cid, port } => sys::VsockStream::connect(*cid, *port).map(Stream::Vsock),
+        Address::Vsock { cid, port } => vsock::VsockStream::connect_with_cid_port(*cid, *port).map(Stream::Vsock),
         Address::VsockUds { path, port } => {
             let mut s = UnixStream::connect(path)?;
             s.set_read_timeout(Some(HYBRID_HANDSHAKE))?;
@@ -266,15 +266,24 @@ pub fn hybrid_handshake(s: &mut (impl Read + Write), port: u32) -> io::Result<()
 pub enum Listener {
     Unix(UnixSocketListener),
     Vsock {
-        listener: sys::VsockListener,
+        listener: vsock::VsockListener,
         address: Address,
+        /// Handed over by the service manager: never shut down, since
+        /// the manager holds the same socket.
+        passed: bool,
+    },
+    /// A unix listener handed over by the service manager (socket
+    /// activation): its socket file is the manager's and stays when we stop.
+    PassedUnix {
+        listener: UnixListener,
+        path: PathBuf,
     },
 }
 
 /// What `accept` learned about the peer before any byte was read.
 pub enum Peer {
     Unix(UnixStream),
-    Vsock { stream: sys::VsockStream, cid: u32 },
+    Vsock { stream: vsock::VsockStream, cid: u32 },
 }
 
 impl Listener {
@@ -282,10 +291,11 @@ impl Listener {
     pub fn bind(addr: &Address) -> Result<Listener, BindError> {
         match addr {
             Address::Unix(path) => bind_unix(path).map(Listener::Unix),
-            Address::Vsock { cid, port } => sys::VsockListener::bind(*cid, *port)
+            Address::Vsock { cid, port } => vsock::VsockListener::bind_with_cid_port(*cid, *port)
                 .map(|listener| Listener::Vsock {
                     listener,
                     address: addr.clone(),
+                    passed: false,
                 })
                 .map_err(|source| BindError::Io {
                     path: PathBuf::from(addr.to_string()),
@@ -300,10 +310,51 @@ impl Listener {
         }
     }
 
+    /// A listening socket the service manager passed (socket activation):
+    /// a unix socket with a path, or vsock. Served like one agentd bound,
+    /// through the same gate.
+    pub fn adopt(fd: OwnedFd) -> io::Result<Listener> {
+        let unix = UnixListener::from(fd);
+        match unix.local_addr() {
+            Ok(addr) => match addr.as_pathname() {
+                Some(path) => Ok(Listener::PassedUnix {
+                    path: path.to_path_buf(),
+                    listener: unix,
+                }),
+                None => Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "an abstract or unnamed unix socket (pass a socket with a path: ListenStream=/run/…)",
+                )),
+            },
+            Err(_) => {
+                // Not AF_UNIX: it may be vsock.
+                let listener = vsock::VsockListener::from(OwnedFd::from(unix));
+                let local = listener.local_addr().map_err(|_| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        "neither a unix nor a vsock socket (agentd serves no TCP)",
+                    )
+                })?;
+                Ok(Listener::Vsock {
+                    listener,
+                    address: Address::Vsock {
+                        cid: local.cid(),
+                        port: local.port(),
+                    },
+                    passed: true,
+                })
+            }
+        }
+    }
+
     pub fn accept(&self) -> io::Result<Peer> {
         match self {
             Listener::Unix(l) => l.listener.accept().map(|(s, _)| Peer::Unix(s)),
-            Listener::Vsock { listener, .. } => listener.accept().map(|(stream, cid, _)| Peer::Vsock { stream, cid }),
+            Listener::PassedUnix { listener, .. } => listener.accept().map(|(s, _)| Peer::Unix(s)),
+            Listener::Vsock { listener, .. } => listener.accept().map(|(stream, peer)| Peer::Vsock {
+                stream,
+                cid: peer.cid(),
+            }),
         }
     }
 
@@ -312,8 +363,9 @@ impl Listener {
     pub fn card_address(&self) -> Address {
         match self {
             Listener::Unix(l) => Address::Unix(l.path.clone()),
+            Listener::PassedUnix { path, .. } => Address::Unix(path.clone()),
             Listener::Vsock { address, .. } => match address {
-                Address::Vsock { cid, port } if *cid == libc::VMADDR_CID_ANY => match sys::vsock_local_cid() {
+                Address::Vsock { cid, port } if *cid == libc::VMADDR_CID_ANY => match vsock::get_local_cid() {
                     Ok(own) => Address::Vsock { cid: own, port: *port },
                     Err(_) => address.clone(),
                 },
@@ -325,6 +377,7 @@ impl Listener {
     pub fn name(&self) -> String {
         match self {
             Listener::Unix(l) => format!("unix://{}", l.path.display()),
+            Listener::PassedUnix { path, .. } => format!("unix://{}", path.display()),
             Listener::Vsock { address, .. } => address.to_string(),
         }
     }
@@ -337,6 +390,14 @@ impl Listener {
                 // Belt and braces, should shutdown(2) not wake accept().
                 let _ = UnixStream::connect(&l.path);
             }
+            // The manager's socket is shared with it: a shutdown(2) would
+            // break it for the next start. A connection wakes accept().
+            Listener::PassedUnix { path, .. } => {
+                let _ = UnixStream::connect(path);
+            }
+            // A passed vsock listener is left alone: its accept loop looks
+            // up every VSOCK_ACCEPT_POLL_MS anyway.
+            Listener::Vsock { passed: true, .. } => {}
             Listener::Vsock { listener, .. } => {
                 let _ = sys::shutdown_read(listener);
             }
@@ -346,6 +407,7 @@ impl Listener {
     pub fn try_clone(&self) -> io::Result<AcceptHandle> {
         Ok(match self {
             Listener::Unix(l) => AcceptHandle::Unix(l.listener.try_clone()?),
+            Listener::PassedUnix { listener, .. } => AcceptHandle::Unix(listener.try_clone()?),
             Listener::Vsock { listener, .. } => AcceptHandle::Vsock(listener.try_clone()?),
         })
     }
@@ -355,7 +417,7 @@ impl Listener {
 /// itself stays with `serve`, whose drop removes the socket file).
 pub enum AcceptHandle {
     Unix(std::os::unix::net::UnixListener),
-    Vsock(sys::VsockListener),
+    Vsock(vsock::VsockListener),
 }
 
 /// How often a vsock accept loop looks up to see whether the daemon stops:
@@ -372,7 +434,12 @@ impl AcceptHandle {
                 if !sys::wait_readable(l.as_raw_fd(), VSOCK_ACCEPT_POLL_MS)? {
                     return Ok(None);
                 }
-                l.accept().map(|(stream, cid, _)| Some(Peer::Vsock { stream, cid }))
+                l.accept().map(|(stream, peer)| {
+                    Some(Peer::Vsock {
+                        stream,
+                        cid: peer.cid(),
+                    })
+                })
             }
         }
     }
@@ -387,6 +454,15 @@ pub enum Denied {
 }
 
 impl Denied {
+    /// The metric series it counts under: transport and uid or CID.
+    pub fn series(&self) -> (&'static str, String) {
+        match self {
+            Denied::Unix(c) => ("unix", c.uid.to_string()),
+            Denied::Vsock { cid } => ("vsock", cid.to_string()),
+            Denied::Unknown(_) => ("unix", "unknown".to_string()),
+        }
+    }
+
     /// The stable log event name.
     pub fn event(&self) -> &'static str {
         match self {

@@ -171,6 +171,7 @@ fn run(ctrl: UnixStream, containment: sys::Containment) -> io::Result<()> {
         context_id,
         message,
         runner,
+        trace,
     }) = control::read_frame::<ToWorker>(&mut reader, frame_max)?
     else {
         return Err(io::Error::new(
@@ -179,6 +180,9 @@ fn run(ctrl: UnixStream, containment: sys::Containment) -> io::Result<()> {
         ));
     };
     sys::set_process_name(TASK_NAME);
+    if let Some(t) = &trace {
+        crate::logging::set_trace_id(t.trace_id());
+    }
     let (tx, rx) = crossbeam_channel::unbounded();
     let link = Arc::new(link);
     // A runner that can block needs someone to answer pings and hear a
@@ -194,7 +198,7 @@ fn run(ctrl: UnixStream, containment: sys::Containment) -> io::Result<()> {
     let done = match runner {
         RunnerSpec::Echo => echo::run(&task_id, &context_id, &message, &link, &rx),
         RunnerSpec::Peer { address } => match crate::transport::Address::parse(&address) {
-            Ok(addr) => peer::run(&addr, &message, &link, &rx),
+            Ok(addr) => peer::run(&addr, &message, trace.as_ref(), &link, &rx),
             Err(e) => program::failed(Cause::Failed, format!("bad peer address: {e}")),
         },
         RunnerSpec::Exec {
@@ -205,6 +209,14 @@ fn run(ctrl: UnixStream, containment: sys::Containment) -> io::Result<()> {
             rlimits,
             output_max_bytes,
         } => {
+            // OpenTelemetry's environment carrier.
+            let mut env = env;
+            if let Some(t) = &trace {
+                env.push((crate::trace::TRACEPARENT_ENV.into(), t.traceparent.clone()));
+                if let Some(s) = &t.tracestate {
+                    env.push((crate::trace::TRACESTATE_ENV.into(), s.clone()));
+                }
+            }
             let prog = program::Program {
                 argv,
                 workdir,

@@ -30,7 +30,13 @@ enum Peer {
     End(Result<(), ClientError>),
 }
 
-pub fn run(addr: &Address, message: &Message, link: &Arc<Link>, events: &Receiver<Event>) -> Done {
+pub fn run(
+    addr: &Address,
+    message: &Message,
+    trace: Option<&crate::trace::TraceContext>,
+    link: &Arc<Link>,
+    events: &Receiver<Event>,
+) -> Done {
     let fail = |text: String| Done {
         outcome: Outcome::Failed,
         cause: Cause::Failed,
@@ -39,6 +45,10 @@ pub fn run(addr: &Address, message: &Message, link: &Arc<Link>, events: &Receive
     // One discovery: the binding check, and the extensions the peer
     // requires, which every later request then carries.
     let mut client = Client::new(addr.clone());
+    // The trace goes on with the delegation (W3C Trace Context headers).
+    if let Some(t) = trace {
+        client.headers = t.pairs().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    }
     if let Err(e) = client.discover() {
         return fail(format!("the peer agent is unusable: {e}"));
     }

@@ -1,0 +1,384 @@
+//! What `GET /metrics` tells an operator, in the Prometheus text format
+//! (version 0.0.4). Counters are process-wide atomics that the rooms bump
+//! where things happen (no lock on any hot path: one `fetch_add`); gauges
+//! are read at render time from whoever owns them (the task table, the
+//! connection count), passed in as [`Gauges`].
+//!
+//! ```text
+//!  procman   ─ spawns, spawn latency, ladder rungs, tasks ended (state × cause)
+//!  server    ─ connections refused, peers denied (uid / CID)
+//!  streams   ─ task streams and the events feed resynced after falling behind
+//!  render()  ─ all of the above + Gauges ─▶ text/plain; version=0.0.4
+//! ```
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::control::Cause;
+use crate::wire::TaskState;
+
+/// The Content-Type of the exposition.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+const CAUSES: [Cause; 10] = [
+    Cause::Completed,
+    Cause::Refused,
+    Cause::Cancelled,
+    Cause::Deadline,
+    Cause::Stalled,
+    Cause::Exhausted,
+    Cause::Idle,
+    Cause::Crashed,
+    Cause::Failed,
+    Cause::Shutdown,
+];
+const END_STATES: [TaskState; 4] = [
+    TaskState::Completed,
+    TaskState::Failed,
+    TaskState::Canceled,
+    TaskState::Rejected,
+];
+/// The kill ladder's rungs, as procman names them.
+const RUNGS: [&str; 4] = ["cancel", "SIGTERM", "SIGKILL", "exit_grace"];
+/// Spawn-latency histogram bounds, in seconds.
+const SPAWN_BUCKETS: [f64; 11] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
+/// Distinct denied peers (uid or CID) kept as their own series; the rest
+/// are counted under `other`, so a scan of uids cannot grow the map.
+const DENIED_SERIES_MAX: usize = 32;
+
+#[allow(clippy::declare_interior_mutable_const)]
+const ZERO: AtomicU64 = AtomicU64::new(0);
+#[allow(clippy::declare_interior_mutable_const)]
+const ZERO_ROW: [AtomicU64; CAUSES.len()] = [ZERO; CAUSES.len()];
+
+struct Counters {
+    ended: [[AtomicU64; CAUSES.len()]; END_STATES.len()],
+    rungs: [AtomicU64; RUNGS.len()],
+    spawns: AtomicU64,
+    spawn_failures: AtomicU64,
+    /// Non-cumulative counts per bucket; the last is +Inf.
+    spawn_buckets: [AtomicU64; SPAWN_BUCKETS.len() + 1],
+    spawn_micros_sum: AtomicU64,
+    conns_accepted: AtomicU64,
+    conns_refused: AtomicU64,
+    task_resyncs: AtomicU64,
+    events_resyncs: AtomicU64,
+    /// (transport, id) → count; a cold path (a refused peer).
+    denied: Mutex<Vec<(&'static str, String, u64)>>,
+}
+
+static C: Counters = Counters {
+    ended: [ZERO_ROW; END_STATES.len()],
+    rungs: [ZERO; RUNGS.len()],
+    spawns: ZERO,
+    spawn_failures: ZERO,
+    spawn_buckets: [ZERO; SPAWN_BUCKETS.len() + 1],
+    spawn_micros_sum: ZERO,
+    conns_accepted: ZERO,
+    conns_refused: ZERO,
+    task_resyncs: ZERO,
+    events_resyncs: ZERO,
+    denied: Mutex::new(Vec::new()),
+};
+
+/// A task reached a terminal state for `cause`.
+pub fn task_ended(state: TaskState, cause: Cause) {
+    let s = END_STATES.iter().position(|x| *x == state);
+    let c = CAUSES.iter().position(|x| *x == cause);
+    if let (Some(s), Some(c)) = (s, c) {
+        C.ended[s][c].fetch_add(1, Relaxed);
+    }
+}
+
+/// The kill ladder reached `rung` (cancel, SIGTERM, SIGKILL, exit_grace).
+pub fn ladder_rung(rung: &str) {
+    if let Some(i) = RUNGS.iter().position(|r| *r == rung) {
+        C.rungs[i].fetch_add(1, Relaxed);
+    }
+}
+
+/// A worker process was started.
+pub fn worker_spawned() {
+    C.spawns.fetch_add(1, Relaxed);
+}
+
+/// A worker could not be started.
+pub fn worker_spawn_failed() {
+    C.spawn_failures.fetch_add(1, Relaxed);
+}
+
+/// A worker said `ready` this long after it was spawned.
+pub fn worker_ready_after(d: Duration) {
+    let secs = d.as_secs_f64();
+    let i = SPAWN_BUCKETS
+        .iter()
+        .position(|b| secs <= *b)
+        .unwrap_or(SPAWN_BUCKETS.len());
+    C.spawn_buckets[i].fetch_add(1, Relaxed);
+    C.spawn_micros_sum
+        .fetch_add(d.as_micros().min(u64::MAX as u128) as u64, Relaxed);
+}
+
+/// A connection passed the gate and was served.
+pub fn connection_accepted() {
+    C.conns_accepted.fetch_add(1, Relaxed);
+}
+
+/// A connection was refused at the cap (503).
+pub fn connection_refused() {
+    C.conns_refused.fetch_add(1, Relaxed);
+}
+
+/// The gate turned a peer away: `transport` is `unix` (id = uid) or
+/// `vsock` (id = CID), or `unknown` when its credentials were unreadable.
+pub fn peer_denied(transport: &'static str, id: String) {
+    let mut denied = C.denied.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(e) = denied.iter_mut().find(|(t, i, _)| *t == transport && *i == id) {
+        e.2 += 1;
+        return;
+    }
+    let id = if denied.len() >= DENIED_SERIES_MAX {
+        "other".to_string()
+    } else {
+        id
+    };
+    match denied.iter_mut().find(|(t, i, _)| *t == transport && *i == id) {
+        Some(e) => e.2 += 1,
+        None => denied.push((transport, id, 1)),
+    }
+}
+
+/// A task stream fell behind the retained log and got a snapshot instead.
+pub fn task_stream_resynced() {
+    C.task_resyncs.fetch_add(1, Relaxed);
+}
+
+/// An events-feed subscriber fell off the ring and was told to resync.
+pub fn events_resynced() {
+    C.events_resyncs.fetch_add(1, Relaxed);
+}
+
+/// What the counters cannot know: read from their owners at render time.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Gauges {
+    pub tasks_queued: usize,
+    pub tasks_running: usize,
+    pub tasks_retained_finished: usize,
+    pub connections_open: usize,
+    pub max_running: usize,
+}
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// The whole exposition.
+pub fn render(g: &Gauges) -> String {
+    let mut out = String::with_capacity(4096);
+    family(
+        &mut out,
+        "agentd_tasks_ended_total",
+        "counter",
+        "Tasks that reached a terminal state, by state and terminal cause.",
+    );
+    for (s, state) in END_STATES.iter().enumerate() {
+        for (c, cause) in CAUSES.iter().enumerate() {
+            let n = C.ended[s][c].load(Relaxed);
+            // Every state's own cause always, so a dashboard has a series
+            // from the first scrape; the rest once they happen.
+            let natural = matches!(
+                (state, cause),
+                (TaskState::Completed, Cause::Completed)
+                    | (TaskState::Failed, Cause::Failed)
+                    | (TaskState::Canceled, Cause::Cancelled)
+                    | (TaskState::Rejected, Cause::Refused)
+            );
+            if n > 0 || natural {
+                let _ = writeln!(
+                    out,
+                    "agentd_tasks_ended_total{{state=\"{}\",cause=\"{}\"}} {n}",
+                    state.short_name(),
+                    cause.as_str()
+                );
+            }
+        }
+    }
+    let stalls: u64 = (0..END_STATES.len())
+        .map(|s| C.ended[s][CAUSES.iter().position(|c| *c == Cause::Stalled).unwrap_or(0)].load(Relaxed))
+        .sum();
+    family(
+        &mut out,
+        "agentd_task_stalls_total",
+        "counter",
+        "Tasks stopped because their worker stopped answering pings (tasks.stall_timeout_ms).",
+    );
+    let _ = writeln!(out, "agentd_task_stalls_total {stalls}");
+    for (name, help, v) in [
+        (
+            "agentd_tasks_running",
+            "Tasks with a worker (working, input-required, auth-required).",
+            g.tasks_running,
+        ),
+        (
+            "agentd_tasks_queued",
+            "Tasks submitted and waiting under tasks.max_running.",
+            g.tasks_queued,
+        ),
+        ("agentd_tasks_max_running", "The running cap in force.", g.max_running),
+        (
+            "agentd_tasks_retained_finished",
+            "Finished tasks still retained (tasks.retain_max, tasks.retain_ms).",
+            g.tasks_retained_finished,
+        ),
+        (
+            "agentd_connections_open",
+            "Client connections being served now.",
+            g.connections_open,
+        ),
+    ] {
+        family(&mut out, name, "gauge", help);
+        let _ = writeln!(out, "{name} {v}");
+    }
+    family(
+        &mut out,
+        "agentd_worker_spawns_total",
+        "counter",
+        "Worker processes started (pooled and on demand).",
+    );
+    let _ = writeln!(out, "agentd_worker_spawns_total {}", C.spawns.load(Relaxed));
+    family(
+        &mut out,
+        "agentd_worker_spawn_failures_total",
+        "counter",
+        "Worker processes that could not be started.",
+    );
+    let _ = writeln!(
+        out,
+        "agentd_worker_spawn_failures_total {}",
+        C.spawn_failures.load(Relaxed)
+    );
+    family(
+        &mut out,
+        "agentd_worker_spawn_seconds",
+        "histogram",
+        "From spawning a worker to its ready frame.",
+    );
+    let mut cumulative = 0;
+    for (i, bound) in SPAWN_BUCKETS.iter().enumerate() {
+        cumulative += C.spawn_buckets[i].load(Relaxed);
+        let _ = writeln!(out, "agentd_worker_spawn_seconds_bucket{{le=\"{bound}\"}} {cumulative}");
+    }
+    cumulative += C.spawn_buckets[SPAWN_BUCKETS.len()].load(Relaxed);
+    let _ = writeln!(out, "agentd_worker_spawn_seconds_bucket{{le=\"+Inf\"}} {cumulative}");
+    let sum = C.spawn_micros_sum.load(Relaxed) as f64 / 1e6;
+    let _ = writeln!(out, "agentd_worker_spawn_seconds_sum {sum}");
+    let _ = writeln!(out, "agentd_worker_spawn_seconds_count {cumulative}");
+    family(
+        &mut out,
+        "agentd_kill_ladder_rungs_total",
+        "counter",
+        "Kill-ladder rungs reached: the cancel frame, SIGTERM, SIGKILL, and SIGKILL after a worker's exit grace.",
+    );
+    for (i, rung) in RUNGS.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "agentd_kill_ladder_rungs_total{{rung=\"{rung}\"}} {}",
+            C.rungs[i].load(Relaxed)
+        );
+    }
+    family(
+        &mut out,
+        "agentd_connections_accepted_total",
+        "counter",
+        "Connections that passed the peer gate and were served.",
+    );
+    let _ = writeln!(
+        out,
+        "agentd_connections_accepted_total {}",
+        C.conns_accepted.load(Relaxed)
+    );
+    family(
+        &mut out,
+        "agentd_connections_refused_total",
+        "counter",
+        "Connections answered 503 at a2a.max_connections.",
+    );
+    let _ = writeln!(
+        out,
+        "agentd_connections_refused_total {}",
+        C.conns_refused.load(Relaxed)
+    );
+    family(
+        &mut out,
+        "agentd_peers_denied_total",
+        "counter",
+        "Peers closed by the gate before a byte was read: unix by uid, vsock by CID.",
+    );
+    {
+        let denied = C.denied.lock().unwrap_or_else(|p| p.into_inner());
+        for (transport, id, n) in denied.iter() {
+            let key = if *transport == "vsock" { "cid" } else { "uid" };
+            let _ = writeln!(
+                out,
+                "agentd_peers_denied_total{{transport=\"{transport}\",{key}=\"{id}\"}} {n}"
+            );
+        }
+    }
+    family(
+        &mut out,
+        "agentd_stream_resyncs_total",
+        "counter",
+        "Streams that fell behind what is retained: a task stream sent a snapshot, an events subscriber a resync.",
+    );
+    let _ = writeln!(
+        out,
+        "agentd_stream_resyncs_total{{stream=\"task\"}} {}",
+        C.task_resyncs.load(Relaxed)
+    );
+    let _ = writeln!(
+        out,
+        "agentd_stream_resyncs_total{{stream=\"events\"}} {}",
+        C.events_resyncs.load(Relaxed)
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_move_and_render() {
+        task_ended(TaskState::Failed, Cause::Deadline);
+        ladder_rung("SIGTERM");
+        worker_ready_after(Duration::from_millis(3));
+        peer_denied("unix", "1000".into());
+        let text = render(&Gauges {
+            tasks_running: 2,
+            ..Gauges::default()
+        });
+        assert!(text.contains("agentd_tasks_ended_total{state=\"failed\",cause=\"deadline\"} "));
+        assert!(text.contains("agentd_tasks_ended_total{state=\"completed\",cause=\"completed\"} "));
+        assert!(text.contains("agentd_tasks_running 2\n"));
+        // (uid 1000, or `other` once the bounded test below filled the series)
+        assert!(text.contains("agentd_peers_denied_total{transport=\"unix\",uid=\""));
+        assert!(text.contains("agentd_worker_spawn_seconds_bucket{le=\"0.005\"} "));
+        assert!(text.contains("agentd_worker_spawn_seconds_bucket{le=\"+Inf\"} "));
+        // Every line is a comment or `name{labels} value`.
+        for line in text.lines() {
+            assert!(line.starts_with("# ") || line.split(' ').count() == 2, "{line}");
+        }
+    }
+
+    #[test]
+    fn denied_series_are_bounded() {
+        for uid in 0..(DENIED_SERIES_MAX as u32 * 3) {
+            peer_denied("vsock", format!("{}", 100_000 + uid));
+        }
+        let series = C.denied.lock().unwrap().len();
+        // At most the bound plus one `other` per transport.
+        assert!(series <= DENIED_SERIES_MAX + 3, "{series}");
+    }
+}

@@ -1,0 +1,203 @@
+//! systemd's protocols from outside: readiness, status, stopping and the
+//! watchdog on a datagram socket standing in for the service manager, and
+//! socket activation through `systemd-socket-activate` (the real tool).
+
+mod common;
+
+use std::os::unix::net::UnixDatagram;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{user_message, Daemon, TempDir, BIN};
+use serde_json::{json, Value};
+
+/// Every text part of every artifact of a task result.
+fn artifact_text(task: &Value) -> String {
+    let mut out = String::new();
+    for a in task["artifacts"].as_array().into_iter().flatten() {
+        for p in a["parts"].as_array().into_iter().flatten() {
+            out.push_str(p["text"].as_str().unwrap_or(""));
+        }
+    }
+    out
+}
+
+/// Reads notifications until `want` is among them (or the deadline).
+fn wait_for_message(ear: &UnixDatagram, seen: &mut Vec<String>, want: &str, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    let mut buf = [0u8; 4096];
+    while Instant::now() < deadline {
+        if seen.iter().any(|m| m.lines().any(|l| l == want || l.starts_with(want))) {
+            return true;
+        }
+        if let Ok(n) = ear.recv(&mut buf) {
+            seen.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+        }
+    }
+    seen.iter().any(|m| m.lines().any(|l| l == want || l.starts_with(want)))
+}
+
+fn start_with_env(dir: TempDir, env: &[(&str, String)], args: &[&str]) -> Daemon {
+    let socket = dir.0.join("a.sock");
+    let log = dir.0.join("agentd.log");
+    let mut cmd = Command::new(BIN);
+    cmd.arg("serve")
+        .arg("--listen")
+        .arg(format!("unix://{}", socket.display()))
+        .args(args)
+        .env("RUST_LOG", "debug")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let child = cmd.spawn().expect("start agentd");
+    let d = Daemon {
+        child: Some(child),
+        socket,
+        dir,
+        log,
+    };
+    assert!(
+        common::wait_for(Duration::from_secs(10), || std::os::unix::net::UnixStream::connect(
+            &d.socket
+        )
+        .is_ok()),
+        "agentd did not listen; log:\n{}",
+        d.log_text()
+    );
+    d
+}
+
+#[test]
+fn ready_status_watchdog_and_stopping_reach_the_notify_socket() {
+    let dir = TempDir::new("sd-notify");
+    let ear_path = dir.0.join("notify");
+    let ear = UnixDatagram::bind(&ear_path).unwrap();
+    ear.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    let env_dump = common::script(&dir.0, "env.sh", "env");
+    let mut d = start_with_env(
+        dir,
+        &[
+            ("NOTIFY_SOCKET", ear_path.display().to_string()),
+            // 0.4 s: a beat every 0.2 s.
+            ("WATCHDOG_USEC", "400000".into()),
+        ],
+        &["--exec", env_dump.to_str().unwrap()],
+    );
+    let mut seen = Vec::new();
+    assert!(
+        wait_for_message(&ear, &mut seen, "READY=1", Duration::from_secs(10)),
+        "{seen:?}"
+    );
+    let ready = seen.iter().find(|m| m.contains("READY=1")).unwrap();
+    assert!(
+        ready.contains(&format!("STATUS=listening on unix://{}", d.socket.display())),
+        "{ready}"
+    );
+    // Beats keep coming: count three.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut buf = [0u8; 4096];
+    let mut beats = 0;
+    while beats < 3 && Instant::now() < deadline {
+        if let Ok(n) = ear.recv(&mut buf) {
+            let m = String::from_utf8_lossy(&buf[..n]).into_owned();
+            if m == "WATCHDOG=1" {
+                beats += 1;
+            }
+            seen.push(m);
+        }
+    }
+    assert_eq!(beats, 3, "{seen:?}");
+
+    // A task's program sees none of systemd's variables.
+    let task = d.ok("SendMessage", json!({"message": user_message("hi")}));
+    let env = artifact_text(&task["task"]);
+    assert!(env.contains("PATH="), "{env}");
+    for var in ["NOTIFY_SOCKET", "WATCHDOG_USEC", "LISTEN_FDS", "LISTEN_PID"] {
+        assert!(!env.contains(var), "{var} leaked into a task: {env}");
+    }
+
+    assert_eq!(d.stop(), Some(0));
+    assert!(
+        wait_for_message(&ear, &mut seen, "STOPPING=1", Duration::from_secs(2)),
+        "{seen:?}"
+    );
+}
+
+#[test]
+fn an_abstract_notify_socket_hears_ready() {
+    use std::os::linux::net::SocketAddrExt;
+    let name = format!("agentd-it-{}", common::new_id());
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+    let ear = UnixDatagram::bind_addr(&addr).unwrap();
+    ear.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    let d = start_with_env(
+        TempDir::new("sd-abstract"),
+        &[("NOTIFY_SOCKET", format!("@{name}"))],
+        &[],
+    );
+    let mut seen = Vec::new();
+    assert!(
+        wait_for_message(&ear, &mut seen, "READY=1", Duration::from_secs(10)),
+        "{seen:?}; log:\n{}",
+        d.log_text()
+    );
+    assert!(
+        !seen.iter().any(|m| m.contains("WATCHDOG=1")),
+        "no WATCHDOG_USEC, no beats"
+    );
+}
+
+#[test]
+fn socket_activation_serves_the_passed_socket() {
+    if Command::new("systemd-socket-activate").arg("--help").output().is_err() {
+        panic!("systemd-socket-activate is not installed (Debian: systemd)");
+    }
+    let dir = TempDir::new("sd-activate");
+    let socket = dir.0.join("activated.sock");
+    let log = dir.0.join("agentd.log");
+    let env_dump = common::script(&dir.0, "env.sh", "env");
+    // systemd-socket-activate binds, waits for a first connection, then
+    // execs agentd with LISTEN_FDS=1 (it becomes agentd: same pid).
+    let child = Command::new("systemd-socket-activate")
+        .arg("-l")
+        .arg(&socket)
+        .arg("--fdname=a2a")
+        .arg("-E")
+        .arg("RUST_LOG=debug")
+        .arg(BIN)
+        .args(["serve", "--exec", env_dump.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("systemd-socket-activate");
+    let mut d = Daemon {
+        child: Some(child),
+        socket: socket.clone(),
+        dir,
+        log,
+    };
+    assert!(common::wait_for(Duration::from_secs(10), || socket.exists()));
+    // The first connection wakes the activator; agentd then accepts it.
+    let card = d.get("/.well-known/agent-card.json");
+    assert_eq!(card.status, 200, "{}", card.text());
+    assert_eq!(
+        card.json()["supportedInterfaces"][0]["url"],
+        format!("unix://{}", socket.display())
+    );
+    let task = d.ok("SendMessage", json!({"message": user_message("hi")}));
+    assert_eq!(task["task"]["status"]["state"], "TASK_STATE_COMPLETED");
+    let env = artifact_text(&task["task"]);
+    assert!(
+        !env.contains("LISTEN_"),
+        "activation variables leaked into a task: {env}"
+    );
+    let log_text = d.log_text();
+    assert!(log_text.contains("a2a.listen address=unix://"), "{log_text}");
+    assert_eq!(d.stop(), Some(0));
+    // The socket is the manager's: agentd leaves it in place.
+    assert!(socket.exists(), "a passed socket is not agentd's to remove");
+}
