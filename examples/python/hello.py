@@ -13,7 +13,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from a2a.helpers import new_text_message  # noqa: E402
-from a2a.types import Role, SendMessageRequest  # noqa: E402
+from a2a.types import Role, SendMessageRequest, TaskState  # noqa: E402
 
 from agentd_unix import connect  # noqa: E402
 
@@ -23,7 +23,7 @@ async def main(socket_path: str, text: str) -> None:
         message = new_text_message(text, role=Role.ROLE_USER)
         async for event in client.send_message(SendMessageRequest(message=message)):
             task = event.task
-            print(task.id, task.status.state)
+            print(task.id, TaskState.Name(task.status.state))
             for artifact in task.artifacts:
                 for part in artifact.parts:
                     print(part.text, end="")
