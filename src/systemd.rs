@@ -246,6 +246,57 @@ mod tests {
         }
     }
 
+    /// The watchdog beats only while `ping` answers: a wedged procman
+    /// (a ping nobody answers) gets no WATCHDOG=1, only its status.
+    #[test]
+    fn the_watchdog_beats_only_when_ping_answers() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let dir = std::env::temp_dir().join(format!("agentd-wd-{}", crate::ids::new_id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("notify");
+        let ear = UnixDatagram::bind(&path).unwrap();
+        ear.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+        let notifier = Arc::new(Notifier {
+            target: NotifyTarget::Path(path),
+            watchdog: Some(Duration::from_millis(100)),
+        });
+        let wedged = Arc::new(AtomicBool::new(true));
+        let held = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (w, h) = (wedged.clone(), held.clone());
+        let ping = move || {
+            let (tx, rx) = crossbeam_channel::bounded(1);
+            if w.load(Ordering::SeqCst) {
+                h.lock().unwrap().push(tx); // never answered
+            } else {
+                let _ = tx.send(());
+            }
+            rx
+        };
+        let (stop_tx, stop) = crossbeam_channel::bounded(1);
+        let t = watch(notifier, ping, || "busy".to_string(), stop).unwrap();
+        let heard = |for_ms: u64| {
+            let mut got = Vec::new();
+            let until = std::time::Instant::now() + Duration::from_millis(for_ms);
+            let mut buf = [0u8; 64];
+            while std::time::Instant::now() < until {
+                if let Ok(n) = ear.recv(&mut buf) {
+                    got.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+                }
+            }
+            got
+        };
+        let wedged_msgs = heard(400);
+        assert!(wedged_msgs.contains(&"STATUS=busy".to_string()), "{wedged_msgs:?}");
+        assert!(!wedged_msgs.iter().any(|m| m == "WATCHDOG=1"), "{wedged_msgs:?}");
+        wedged.store(false, Ordering::SeqCst);
+        let alive = heard(400);
+        assert!(alive.iter().filter(|m| *m == "WATCHDOG=1").count() >= 2, "{alive:?}");
+        drop(stop_tx);
+        t.join().unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn sends_a_datagram_to_a_path_and_an_abstract_name() {
         let dir = std::env::temp_dir().join(format!("agentd-sd-{}", crate::ids::new_id()));

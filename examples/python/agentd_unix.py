@@ -26,7 +26,7 @@ labelled; behind a bind mount it may name another path).
     from a2a.types import Role, SendMessageRequest
 
     async def main():
-        async with await connect('/run/agentd/agentd.sock', streaming=False) as client:
+        async with await connect('/tmp/agentd.sock', streaming=False) as client:
             message = new_text_message('hello', role=Role.ROLE_USER)
             async for event in client.send_message(SendMessageRequest(message=message)):
                 print(event.task.status.state, event.task.artifacts)

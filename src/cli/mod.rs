@@ -58,6 +58,8 @@ With no --listen the socket is $XDG_RUNTIME_DIR/agentd/agentd.sock, or
 Under systemd: READY=1, STATUS=, STOPPING=1 and WATCHDOG=1 go to NOTIFY_SOCKET
 (a path, @abstract or vsock:CID:PORT), and sockets passed by socket activation
 (LISTEN_FDS) are served instead of --listen. See SYSTEMD in `man agentd`.
+GET /metrics on the socket answers Prometheus text (see METRICS); a request's
+traceparent/tracestate reach the task's program as TRACEPARENT/TRACESTATE.
 
 Examples:
   agentd serve
