@@ -172,6 +172,13 @@ impl Entry {
         self.status.state
     }
 
+    /// Whether a blocking call may be done with the task: it ended, waits
+    /// on its client, answered with a direct reply, or was evicted.
+    pub fn is_settled(&self) -> bool {
+        let state = self.state();
+        state.is_terminal() || state.is_interrupted() || self.direct_reply.is_some() || self.gone
+    }
+
     pub fn first_message(&self) -> Option<&Message> {
         self.history.front().map(|m| &**m)
     }

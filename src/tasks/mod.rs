@@ -136,7 +136,23 @@ struct Slot {
     /// right after creation, before procman hears of the task).
     trace: OnceLock<TraceContext>,
     entry: Mutex<Entry>,
+    /// Notified on every change, for streams (every event counts).
     changed: Condvar,
+    /// Notified only when the task settles (see [`Entry::is_settled`]), for
+    /// blocking calls: a blocked SendMessage sleeps through WORKING and
+    /// every artifact instead of waking for each.
+    settled: Condvar,
+    /// Threads blocked on each condvar, counted under the task's lock: a
+    /// change nobody waits for wakes nobody (no futex call).
+    watchers: AtomicUsize,
+    settlers: AtomicUsize,
+}
+
+/// What a waiter wakes for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Interest {
+    AnyChange,
+    Settled,
 }
 
 impl Slot {
@@ -150,9 +166,21 @@ impl Slot {
     /// returns `None` when nothing changed; otherwise whoever waits on this
     /// task is woken, once, after the lock is released.
     fn change<R>(&self, f: impl FnOnce(&mut Entry) -> Option<R>) -> Option<R> {
-        let out = f(&mut self.lock());
-        if out.is_some() {
+        let mut entry = self.lock();
+        let out = f(&mut entry);
+        let (watch, settle) = match out {
+            Some(_) => (
+                self.watchers.load(Ordering::Relaxed) > 0,
+                self.settlers.load(Ordering::Relaxed) > 0 && entry.is_settled(),
+            ),
+            None => (false, false),
+        };
+        drop(entry);
+        if watch {
             self.changed.notify_all();
+        }
+        if settle {
+            self.settled.notify_all();
         }
         out
     }
@@ -161,10 +189,11 @@ impl Slot {
         principal.is_operator() || self.principal == principal.name()
     }
 
-    /// Waits on this task's condvar until `ready` returns something or
-    /// `deadline` passes (then `timeout` gives the answer).
+    /// Waits on this task's condvar for `interest` until `ready` returns
+    /// something or `deadline` passes (then `timeout` gives the answer).
     fn wait<R>(
         &self,
+        interest: Interest,
         deadline: Option<Instant>,
         mut ready: impl FnMut(&Entry) -> Option<R>,
         timeout: impl FnOnce(&Entry) -> R,
@@ -174,19 +203,22 @@ impl Slot {
             if let Some(r) = ready(&entry) {
                 return r;
             }
-            entry = match deadline {
-                None => self.changed.wait(entry).unwrap_or_else(|p| p.into_inner()),
-                Some(d) => {
-                    let left = d.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        return timeout(&entry);
-                    }
-                    self.changed
-                        .wait_timeout(entry, left)
-                        .unwrap_or_else(|p| p.into_inner())
-                        .0
-                }
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if left.is_some_and(|l| l.is_zero()) {
+                return timeout(&entry);
+            }
+            let (cv, count) = match interest {
+                Interest::AnyChange => (&self.changed, &self.watchers),
+                Interest::Settled => (&self.settled, &self.settlers),
             };
+            // Counted while the lock is held, so a change made under it
+            // after our look at `ready` sees us.
+            count.fetch_add(1, Ordering::Relaxed);
+            entry = match left {
+                None => cv.wait(entry).unwrap_or_else(|p| p.into_inner()),
+                Some(left) => cv.wait_timeout(entry, left).unwrap_or_else(|p| p.into_inner()).0,
+            };
+            count.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
@@ -315,6 +347,9 @@ impl TaskTable {
             trace: OnceLock::new(),
             entry: Mutex::new(Entry::new(status, now, message, metadata)),
             changed: Condvar::new(),
+            settled: Condvar::new(),
+            watchers: AtomicUsize::new(0),
+            settlers: AtomicUsize::new(0),
         });
         let view = slot.lock().view(None, true);
         {
@@ -410,7 +445,9 @@ impl TaskTable {
 
     /// Waits until `done(state)` holds for task `id` (or the agent replied
     /// directly) or `timeout` passes; returns the task then. A task that is
-    /// evicted while waited on is still answered if it got there.
+    /// evicted while waited on is still answered if it got there. It wakes
+    /// only when the task settles (terminal, interrupted, a direct reply),
+    /// so `done` may hold only in such states.
     pub fn wait_until(
         &self,
         principal: &Principal,
@@ -422,6 +459,7 @@ impl TaskTable {
         let slot = self.visible(principal, id)?;
         let deadline = timeout.map(|t| Instant::now() + t);
         let view = slot.wait(
+            Interest::Settled,
             deadline,
             |e| {
                 if done(e.state()) || e.direct_reply.is_some() {

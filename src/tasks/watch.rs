@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::entry::{self, View};
-use super::{Slot, TaskTable};
+use super::{Interest, Slot, TaskTable};
 use crate::principal::Principal;
 use crate::wire::{Message, StreamResponse, Task};
 
@@ -76,6 +76,7 @@ impl Watch {
     /// ended, then says how a stream should open.
     pub fn opening(&self, timeout: Duration) -> Opening {
         self.slot.wait(
+            Interest::AnyChange,
             Some(Instant::now() + timeout),
             |e| {
                 if let Some(m) = &e.direct_reply {
@@ -100,6 +101,7 @@ impl Watch {
             Gone,
         }
         let got = self.slot.wait(
+            Interest::AnyChange,
             Some(Instant::now() + timeout),
             |e| {
                 if e.last_seq > after {
