@@ -16,8 +16,16 @@ fn check(args: &[&str]) {
         .arg("--check")
         .output()
         .unwrap();
+    // The program an example names lives in its image or on the operator's
+    // machine, not here: `--check` refusing only that (it checks the program
+    // after everything else) means the rest of the configuration is valid.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let program_elsewhere = stderr.starts_with("agentd: agent.exec: `")
+        && stderr
+            .trim_end()
+            .ends_with("does not exist: install it or correct the path");
     assert!(
-        out.status.success(),
+        out.status.success() || (out.status.code() == Some(2) && program_elsewhere),
         "agentd serve {args:?} --check: {}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)

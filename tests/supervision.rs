@@ -250,9 +250,9 @@ fn cancel_kills_a_stubborn_program_and_its_grandchildren() {
 fn sigkill_of_the_daemon_leaves_no_task_process() {
     let tmp = common::TempDir::new("kill9");
     let mut all = Vec::new();
-    let mut d = Daemon::start(&["--exec", &format!("{}/run.sh", tmp.0.display())]);
-    // Each task writes its pids to its own file.
-    common::script(
+    // Each task writes its pids to its own file. (The program exists before
+    // the daemon starts: start-up refuses a missing one.)
+    let run = common::script(
         &tmp.0,
         "run.sh",
         &format!(
@@ -263,6 +263,7 @@ fn sigkill_of_the_daemon_leaves_no_task_process() {
             dir = tmp.0.display()
         ),
     );
+    let mut d = Daemon::start(&["--exec", run.to_str().unwrap()]);
     for _ in 0..3 {
         send_async(&d, "x");
     }
