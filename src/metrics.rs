@@ -166,6 +166,7 @@ pub struct Gauges {
     pub tasks_queued: usize,
     pub tasks_running: usize,
     pub tasks_retained_finished: usize,
+    pub tasks_retained_bytes: usize,
     pub connections_open: usize,
     pub max_running: usize,
 }
@@ -231,6 +232,11 @@ pub fn render(g: &Gauges) -> String {
             "agentd_tasks_retained_finished",
             "Finished tasks still retained (tasks.retain_max, tasks.retain_ms).",
             g.tasks_retained_finished,
+        ),
+        (
+            "agentd_tasks_retained_bytes",
+            "Estimated bytes the retained finished tasks hold (bounded by tasks.retain_bytes).",
+            g.tasks_retained_bytes,
         ),
         (
             "agentd_connections_open",

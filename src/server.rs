@@ -630,6 +630,7 @@ fn metrics_response(shared: &Shared) -> Response {
         tasks_queued: queued,
         tasks_running: running,
         tasks_retained_finished: finished,
+        tasks_retained_bytes: shared.agent.tasks.retained_bytes(),
         connections_open: shared.conns.load(Ordering::SeqCst),
         max_running: shared.agent.tasks.max_running(),
     };

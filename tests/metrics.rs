@@ -163,6 +163,7 @@ fn metrics_parse_and_move_after_tasks() {
     assert!(moved("agentd_connections_accepted_total", &[]) >= 4.0);
     assert_eq!(value(&after, "agentd_tasks_running", &[]), 0.0);
     assert_eq!(value(&after, "agentd_tasks_retained_finished", &[]), 2.0);
+    assert!(value(&after, "agentd_tasks_retained_bytes", &[]) > value(&before, "agentd_tasks_retained_bytes", &[]));
     assert!(value(&after, "agentd_connections_open", &[]) >= 1.0, "the scrape's own");
 }
 
