@@ -12,8 +12,7 @@
 
 mod common;
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -26,52 +25,15 @@ fn manifest_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The venv's python with the SDK importable, installing it on first use.
+/// The venv's python with the MCP Python SDK importable, installing it on first use.
 fn sdk_python() -> Result<PathBuf, String> {
-    let venv = common::target_dir().join("mcp-venv");
-    let python = venv.join("bin").join("python");
-    let usable = |python: &Path| {
-        common::run_to_completion(Command::new(python).args(["-c", "import mcp.client.stdio, mcp.types"])).is_ok()
-    };
-    if python.exists() && usable(&python) {
-        return Ok(python);
-    }
-    eprintln!(
-        "interop_mcp: installing `{SDK_REQUIREMENT}` into {} (once)",
-        venv.display()
-    );
-    common::run_to_completion(Command::new("python3").args(["-m", "venv", "--clear"]).arg(&venv))?;
-    common::run_to_completion(Command::new(&python).args([
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--disable-pip-version-check",
-        SDK_REQUIREMENT,
-    ]))?;
-    if !usable(&python) {
-        return Err(format!(
-            "{SDK_REQUIREMENT} installed but `import mcp.client.stdio` fails"
-        ));
-    }
-    Ok(python)
+    common::venv_python("mcp-venv", SDK_REQUIREMENT, "import mcp.client.stdio, mcp.types")
 }
 
 #[test]
 fn python_mcp_sdk_drives_tasks_through_the_bridge() {
-    let python = match sdk_python() {
-        Ok(p) => p,
-        Err(e) if std::env::var_os("CI").is_some() => panic!("cannot install the MCP Python SDK under CI: {e}"),
-        Err(e) => {
-            let _ = writeln!(
-                std::io::stderr(),
-                "\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n\
-                 !! SKIPPED interop_mcp: the MCP Python SDK could not be installed.\n\
-                 !! (Under CI this is a failure.) Reason:\n{e}\n\
-                 !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n"
-            );
-            return;
-        }
+    let Some(python) = common::needed("the MCP Python SDK", "interop_mcp", sdk_python()) else {
+        return;
     };
 
     let agent = manifest_dir().join("tests/interop/mcp_agent.py");

@@ -10,8 +10,7 @@
 
 mod common;
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -24,50 +23,15 @@ fn manifest_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The venv's python with the SDK importable, installing it on first use.
+/// The venv's python with the A2A Python SDK importable, installing it on first use.
 fn sdk_python() -> Result<PathBuf, String> {
-    let venv = common::target_dir().join("interop-venv");
-    let python = venv.join("bin").join("python");
-    let usable = |python: &Path| {
-        common::run_to_completion(Command::new(python).args(["-c", "import a2a.client, httpx"])).is_ok()
-    };
-    if python.exists() && usable(&python) {
-        return Ok(python);
-    }
-    eprintln!(
-        "interop_python: installing `{SDK_REQUIREMENT}` into {} (once)",
-        venv.display()
-    );
-    common::run_to_completion(Command::new("python3").args(["-m", "venv", "--clear"]).arg(&venv))?;
-    common::run_to_completion(Command::new(&python).args([
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--disable-pip-version-check",
-        SDK_REQUIREMENT,
-    ]))?;
-    if !usable(&python) {
-        return Err(format!("{SDK_REQUIREMENT} installed but `import a2a.client` fails"));
-    }
-    Ok(python)
+    common::venv_python("interop-venv", SDK_REQUIREMENT, "import a2a.client, httpx")
 }
 
 #[test]
 fn python_sdk_client_over_the_socket() {
-    let python = match sdk_python() {
-        Ok(p) => p,
-        Err(e) if std::env::var_os("CI").is_some() => panic!("cannot install the A2A Python SDK under CI: {e}"),
-        Err(e) => {
-            let _ = writeln!(
-                std::io::stderr(),
-                "\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n\
-                 !! SKIPPED interop_python: the A2A Python SDK could not be installed.\n\
-                 !! (Under CI this is a failure.) Reason:\n{e}\n\
-                 !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n"
-            );
-            return;
-        }
+    let Some(python) = common::needed("the A2A Python SDK", "interop_python", sdk_python()) else {
+        return;
     };
 
     let echo = Daemon::start(&[]);

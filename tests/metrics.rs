@@ -28,28 +28,9 @@ for fam in text_string_to_metric_families(sys.stdin.read()):
                           "labels": s.labels, "value": s.value}))
 "#;
 
+/// The venv's python with prometheus-client's parser, installing it once.
 fn python() -> Result<PathBuf, String> {
-    let venv = common::target_dir().join("metrics-venv");
-    let python = venv.join("bin").join("python");
-    let usable =
-        |p: &Path| common::run_to_completion(Command::new(p).args(["-c", "import prometheus_client.parser"])).is_ok();
-    if python.exists() && usable(&python) {
-        return Ok(python);
-    }
-    eprintln!("metrics: installing `{REQUIREMENT}` into {} (once)", venv.display());
-    common::run_to_completion(Command::new("python3").args(["-m", "venv", "--clear"]).arg(&venv))?;
-    common::run_to_completion(Command::new(&python).args([
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--disable-pip-version-check",
-        REQUIREMENT,
-    ]))?;
-    if !usable(&python) {
-        return Err(format!("{REQUIREMENT} installed but the parser does not import"));
-    }
-    Ok(python)
+    common::venv_python("metrics-venv", REQUIREMENT, "import prometheus_client.parser")
 }
 
 /// Scrapes /metrics and parses it with the real parser.
@@ -92,13 +73,8 @@ fn value(samples: &[Value], name: &str, labels: &[(&str, &str)]) -> f64 {
 
 #[test]
 fn metrics_parse_and_move_after_tasks() {
-    let python = match python() {
-        Ok(p) => p,
-        Err(e) if std::env::var_os("CI").is_some() => panic!("cannot install prometheus-client under CI: {e}"),
-        Err(e) => {
-            eprintln!("\n!! SKIPPED metrics: prometheus-client could not be installed (a failure under CI):\n{e}\n");
-            return;
-        }
+    let Some(python) = common::needed("prometheus-client", "metrics", python()) else {
+        return;
     };
     let dir = common::TempDir::new("metrics-prog");
     // `hi` completes; `sleep` waits to be cancelled.

@@ -901,3 +901,47 @@ pub fn terminal_cause(task: &Value) -> String {
         .unwrap_or("")
         .to_string()
 }
+
+/// A venv under `target/` with `requirement` installed once and reused,
+/// usable when `python -c check` succeeds; returns its python.
+pub fn venv_python(name: &str, requirement: &str, check: &str) -> Result<PathBuf, String> {
+    let venv = target_dir().join(name);
+    let python = venv.join("bin").join("python");
+    let usable = |p: &Path| run_to_completion(Command::new(p).args(["-c", check])).is_ok();
+    if python.exists() && usable(&python) {
+        return Ok(python);
+    }
+    eprintln!("{name}: installing `{requirement}` into {} (once)", venv.display());
+    run_to_completion(Command::new("python3").args(["-m", "venv", "--clear"]).arg(&venv))?;
+    run_to_completion(Command::new(&python).args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        requirement,
+    ]))?;
+    if !usable(&python) {
+        return Err(format!("{requirement} installed but `{check}` fails"));
+    }
+    Ok(python)
+}
+
+/// What a test does when what it needs from outside cannot be had: under
+/// CI that is a failure; elsewhere the test skips, loudly. Returns the
+/// value, or None to skip.
+pub fn needed<T>(what: &str, test: &str, got: Result<T, String>) -> Option<T> {
+    match got {
+        Ok(v) => Some(v),
+        Err(e) if std::env::var_os("CI").is_some() => panic!("cannot get {what} under CI: {e}"),
+        Err(e) => {
+            eprintln!(
+                "\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n\
+                 !! SKIPPED {test}: {what} could not be had.\n\
+                 !! (Under CI this is a failure.) Reason:\n{e}\n\
+                 !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n"
+            );
+            None
+        }
+    }
+}
