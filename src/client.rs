@@ -304,3 +304,20 @@ impl Client {
         }
     }
 }
+
+/// A part list (A2A `parts`) as text for a person: text parts as they are,
+/// data as JSON, urls as themselves, raw bytes by their size; joined by `sep`.
+pub fn parts_text(parts: &Value, sep: &str) -> String {
+    parts
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| match (&p["text"], &p["data"], &p["url"]) {
+            (Value::String(t), _, _) => t.clone(),
+            (_, d, _) if !d.is_null() => d.to_string(),
+            (_, _, Value::String(u)) => u.clone(),
+            _ => format!("[{} bytes]", p["raw"].as_str().map_or(0, |r| r.len() * 3 / 4)),
+        })
+        .collect::<Vec<_>>()
+        .join(sep)
+}

@@ -569,18 +569,7 @@ fn task_exit(state: Option<&Value>) -> i32 {
 }
 
 fn message_text(m: &Value) -> String {
-    m["parts"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|p| match (&p["text"], &p["data"], &p["url"]) {
-            (Value::String(t), _, _) => t.clone(),
-            (_, d, _) if !d.is_null() => d.to_string(),
-            (_, _, Value::String(u)) => u.clone(),
-            _ => format!("[{} bytes]", p["raw"].as_str().map_or(0, |r| r.len() * 3 / 4)),
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
+    crate::client::parts_text(&m["parts"], "\n")
 }
 
 fn print_task(task: &Value, with_artifacts: bool, endpoint: &str) {

@@ -504,18 +504,7 @@ pub(super) fn short_state(v: &Value) -> String {
 
 /// The text parts of a part list, joined; other parts are named briefly.
 pub(super) fn parts_text(parts: &Value) -> String {
-    parts
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|p| match (&p["text"], &p["data"], &p["url"]) {
-            (Value::String(t), _, _) => t.clone(),
-            (_, d, _) if !d.is_null() => d.to_string(),
-            (_, _, Value::String(u)) => u.clone(),
-            _ => format!("[{} bytes]", p["raw"].as_str().map_or(0, |r| r.len() * 3 / 4)),
-        })
-        .collect::<Vec<_>>()
-        .join("")
+    crate::client::parts_text(parts, "")
 }
 
 fn render_task(v: &Value) -> String {
