@@ -141,6 +141,8 @@ struct State {
     next_cgroup_check: Instant,
     /// The one buffer every control socket is read through.
     scratch: Vec<u8>,
+    /// The poll set and the worker each entry past the first two is for.
+    poll_set: (Vec<libc::pollfd>, Vec<i32>),
 }
 
 /// Starts the procman thread.
@@ -183,6 +185,7 @@ pub fn spawn(
         starts: VecDeque::new(),
         next_cgroup_check: Instant::now(),
         scratch: vec![0; 64 * 1024],
+        poll_set: (Vec::new(), Vec::new()),
     };
     let handle = std::thread::Builder::new()
         .name("procman".into())
@@ -208,8 +211,11 @@ impl State {
                 }
                 None => -1,
             };
-            let mut fds = vec![pollin(self.wake.as_raw_fd()), pollin(self.sigchld.as_raw_fd())];
-            let mut pids = Vec::with_capacity(self.workers.len());
+            // The poll set is rebuilt every turn, in buffers kept from the last.
+            let (mut fds, mut pids) = std::mem::take(&mut self.poll_set);
+            fds.clear();
+            pids.clear();
+            fds.extend([pollin(self.wake.as_raw_fd()), pollin(self.sigchld.as_raw_fd())]);
             for w in self.workers.values().filter(|w| w.chan.is_open()) {
                 let mut p = pollin(w.chan.fd());
                 if w.chan.wants_write() {
@@ -232,16 +238,17 @@ impl State {
                 drain(&mut self.sigchld);
                 self.reap();
             }
-            for (p, pid) in fds[2..].iter().zip(pids) {
+            for (p, pid) in fds[2..].iter().zip(&pids) {
                 if p.revents & libc::POLLOUT != 0 {
-                    if let Some(w) = self.workers.get_mut(&pid) {
+                    if let Some(w) = self.workers.get_mut(pid) {
                         w.chan.flush();
                     }
                 }
                 if p.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
-                    self.read_from(pid);
+                    self.read_from(*pid);
                 }
             }
+            self.poll_set = (fds, pids);
             self.tick();
             self.start_queued();
             self.fill_pool();
