@@ -101,6 +101,8 @@ pub fn serve(cfg: Config) -> Result<(), ServeError> {
     let tasks = Arc::new(tasks);
     let (procman, procman_thread) = crate::procman::spawn(cfg.clone(), tasks.clone(), isolation.clone())
         .map_err(|e| ServeError::Setup("starting procman", e))?;
+    // Raises the fd limit as far as the cap needs, or lowers the cap to fit.
+    let max_conns = connection_cap(&cfg);
     let shared = Arc::new(Shared {
         card: Card::build(&cfg, &card_addresses, true),
         http_limits: http::Limits {
@@ -120,6 +122,7 @@ pub fn serve(cfg: Config) -> Result<(), ServeError> {
                 listeners: listeners.iter().map(Listener::name).collect(),
                 draining: AtomicBool::new(false),
                 isolation: isolation.to_string(),
+                max_connections: max_conns,
             },
         },
         gate: Gate {
@@ -127,7 +130,7 @@ pub fn serve(cfg: Config) -> Result<(), ServeError> {
             vsock_operators: cfg.vsock_operator_cids.clone(),
         },
         conns: AtomicUsize::new(0),
-        max_conns: connection_cap(&cfg),
+        max_conns,
         busy: AtomicUsize::new(0),
         stopping: AtomicBool::new(false),
         next_conn: AtomicUsize::new(1),

@@ -507,6 +507,24 @@ fn a_low_fd_limit_means_503_never_silence_and_tasks_unharmed() {
             log_text()
         );
     }
+    // The operator's status reports the cap in force, not the one asked for.
+    let body = rpc_body(
+        "SendMessage",
+        json!({"message": {"messageId": "c", "role": "ROLE_USER",
+            "extensions": ["https://agentd.dev/a2a/ext/command"], "parts": [{"data": {"op": "status"}}]}}),
+    );
+    let req = format!(
+        "POST / HTTP/1.1\r\nHost: a\r\nA2A-Version: 1.0\r\nA2A-Extensions: https://agentd.dev/a2a/ext/command\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    held[0].get_mut().write_all(req.as_bytes()).unwrap();
+    let status = read_response(&mut held[0]).unwrap().json();
+    assert_eq!(
+        status["result"]["message"]["parts"][0]["data"]["limits"]["maxConnections"],
+        json!(held.len()),
+        "{status}"
+    );
     let text = log_text();
     let _ = child.kill();
     let _ = child.wait();

@@ -78,6 +78,9 @@ pub struct Daemon {
     pub draining: AtomicBool,
     /// What tasks are isolated with (`process-group`, `+cgroup2`, …).
     pub isolation: String,
+    /// The connection cap in force: `a2a.max_connections`, or lower when
+    /// the fd limit could not hold it.
+    pub max_connections: usize,
 }
 
 /// The agent behind every listener.

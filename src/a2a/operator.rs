@@ -29,7 +29,7 @@ pub fn run(agent: &Agent, op: &Op) -> Map<String, Value> {
         "deadlineMs": t.deadline_ms,
         "inputIdleMs": t.input_idle_ms,
         "outputMaxBytes": t.output_max_bytes,
-        "maxConnections": agent.cfg.max_connections,
+        "maxConnections": agent.daemon.max_connections,
         "retainMax": t.retain_max,
         "retainMs": t.retain_ms,
         "retainBytes": t.retain_bytes,
