@@ -89,3 +89,40 @@ fn a_worker_that_stops_reading_delays_no_other_task() {
     assert_eq!(common::terminal_cause(&a_now), "stalled", "{a_now}");
     assert!(wait_for(Duration::from_secs(5), || task_workers(d.pid()).is_empty()));
 }
+
+#[test]
+fn the_idle_pool_follows_demand() {
+    // tasks.prespawn: auto — one idle worker at rest, more while tasks
+    // start quickly, back to one once they stop.
+    let d = Daemon::start(&[]);
+    let pid = d.pid();
+    assert!(
+        wait_for(Duration::from_secs(10), || common::idle_workers(pid).len() == 1),
+        "one idle worker at rest: {:?}",
+        common::idle_workers(pid)
+    );
+    let mut most = 0;
+    std::thread::scope(|s| {
+        let burst: Vec<_> = (0..8)
+            .map(|_| {
+                s.spawn(|| {
+                    for _ in 0..40 {
+                        let t = d.ok("SendMessage", json!({"message": user_message("burst")}));
+                        assert_eq!(t["task"]["status"]["state"], "TASK_STATE_COMPLETED", "{t}");
+                    }
+                })
+            })
+            .collect();
+        while burst.iter().any(|t| !t.is_finished()) {
+            most = most.max(common::idle_workers(pid).len());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    });
+    eprintln!("idle workers: 1 at rest, at most {most} under the burst");
+    assert!(most > 1, "the pool grew under the burst: at most {most} idle");
+    assert!(
+        wait_for(Duration::from_secs(30), || common::idle_workers(pid).len() == 1),
+        "the pool shrank back to one: {:?}",
+        common::idle_workers(pid)
+    );
+}
