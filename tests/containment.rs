@@ -67,14 +67,6 @@ fn survivors(pids: &[i32]) -> Vec<i32> {
     pids.iter().copied().filter(|p| alive(*p)).collect()
 }
 
-fn send_async(d: &Daemon) -> String {
-    let r = d.ok(
-        "SendMessage",
-        json!({"message": user_message("x"), "configuration": {"returnImmediately": true}}),
-    );
-    r["task"]["id"].as_str().unwrap().to_string()
-}
-
 /// The `isolation=` of agentd's ready line.
 fn isolation(d: &Daemon) -> String {
     assert!(wait_for(Duration::from_secs(5), || d.log_text().contains("isolation=")));
@@ -98,8 +90,8 @@ fn kill9_with_escapees(args: &[&str], want_isolation: &str) -> Option<Duration> 
         eprintln!("{SKIP}: isolation={iso}, not {want_isolation}");
         return None;
     }
-    send_async(&d);
-    send_async(&d);
+    d.send_async("x");
+    d.send_async("x");
     let mut pids = task_pids(&tmp.0, 2);
     pids.extend(common::children(d.pid()));
     let dead = d.pid();
@@ -276,7 +268,7 @@ fn escapees_die_on_cancel_and_on_completion() {
             "--set",
             "tasks.cancel_grace_ms=100",
         ]);
-        let id = send_async(&d);
+        let id = d.send_async("x");
         let pids = task_pids(&tmp.0, 1);
         let t = d.ok("CancelTask", json!({"id": id}));
         assert_eq!(t["status"]["state"], "TASK_STATE_CANCELED", "{mode}: {t}");
@@ -319,7 +311,7 @@ fn escapees_of_a_worker_killed_by_the_ladder_die_without_cgroups() {
         "--set",
         "tasks.term_grace_ms=200",
     ]);
-    let id = send_async(&d);
+    let id = d.send_async("x");
     let pids = task_pids(&tmp.0, 1);
     let t = d.ok("CancelTask", json!({"id": id}));
     assert_eq!(t["status"]["state"], "TASK_STATE_CANCELED", "{t}");

@@ -37,14 +37,6 @@ fn send(d: &Daemon, text: &str) -> Value {
     d.ok("SendMessage", json!({"message": user_message(text)}))
 }
 
-fn send_async(d: &Daemon, text: &str) -> String {
-    let r = d.ok(
-        "SendMessage",
-        json!({"message": user_message(text), "configuration": {"returnImmediately": true}}),
-    );
-    r["task"]["id"].as_str().unwrap().to_string()
-}
-
 fn get(d: &Daemon, id: &str) -> Value {
     d.ok("GetTask", json!({"id": id}))
 }
@@ -284,7 +276,7 @@ fn follow_up_to_working_task_refused() {
     let tmp = common::TempDir::new("jl");
     let d = sh_daemon(&tmp, ASK_OR_WORK, &[]);
 
-    let busy = send_async(&d, "work");
+    let busy = d.send_async("work");
     let task = wait_state(&d, &busy, "TASK_STATE_WORKING", Duration::from_secs(5));
     let follow = json!({"message": {
         "messageId": common::new_id(), "role": "ROLE_USER", "taskId": busy,
@@ -352,7 +344,7 @@ fn stalled_worker_is_killed() {
             "tasks.term_grace_ms=100",
         ],
     );
-    let id = send_async(&d, "x");
+    let id = d.send_async("x");
     wait_state(&d, &id, "TASK_STATE_WORKING", Duration::from_secs(5));
     let worker = only_worker(&d);
     let mut program = Vec::new();

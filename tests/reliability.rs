@@ -103,18 +103,6 @@ fn is_terminal(s: &str) -> bool {
     )
 }
 
-/// SendMessage with returnImmediately; the new task's id.
-fn send_async(d: &Daemon, text: &str) -> String {
-    let r = d.ok(
-        "SendMessage",
-        json!({"message": user_message(text), "configuration": {"returnImmediately": true}}),
-    );
-    r["task"]["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no task id: {r}"))
-        .to_string()
-}
-
 fn get_task(d: &Daemon, id: &str) -> Value {
     d.ok("GetTask", json!({"id": id, "historyLength": 0}))
 }
@@ -418,7 +406,7 @@ fn drive_one(d: &Daemon, kind: Kind) -> (String, Option<String>) {
             (id, bad)
         }
         Kind::Cancel => {
-            let id = send_async(d, kind.text());
+            let id = d.send_async(kind.text());
             // Cancel a running task (the ladder), not a queued one.
             let mut last = Value::Null;
             wait_for(Duration::from_secs(10), || {
@@ -431,7 +419,7 @@ fn drive_one(d: &Daemon, kind: Kind) -> (String, Option<String>) {
                 .then(|| format!("cancel: {v} (before: {})", state(&last)));
             (id, bad)
         }
-        Kind::Deadline => (send_async(d, kind.text()), None),
+        Kind::Deadline => (d.send_async(kind.text()), None),
     }
 }
 
@@ -719,11 +707,11 @@ esac"#
     }
     let mut figures = Vec::new();
     for round in 1..=rounds {
-        let steady = send_async(&d, "steady");
+        let steady = d.send_async("steady");
         assert!(wait_for(Duration::from_secs(10), || state(&get_task(&d, &steady))
             == "TASK_STATE_WORKING"));
-        let bomb = send_async(&d, "bomb");
-        let hog = send_async(&d, "hog");
+        let bomb = d.send_async("bomb");
+        let hog = d.send_async("hog");
         // While they run: the task cgroups exist, and the card answers.
         // Three tasks, each in a cgroup of every hierarchy agentd uses.
         let hierarchies = isolation.matches("cgroup").count();
@@ -876,7 +864,7 @@ fn kill9_mid_load_then_restart_replaces_the_socket() {
     let mut figures = Vec::new();
     for round in 1..=rounds {
         let pid = d.pid();
-        let ids: Vec<String> = (0..in_flight).map(|_| send_async(&d, "sleep")).collect();
+        let ids: Vec<String> = (0..in_flight).map(|_| d.send_async("sleep")).collect();
         // Every running task is a worker and its `sleep`.
         let full = wait_for(Duration::from_secs(30), || descendants(pid).len() >= running * 2);
         assert!(full, "only {} processes under agentd", descendants(pid).len());
@@ -918,7 +906,7 @@ fn kill9_mid_load_then_restart_replaces_the_socket() {
             "a new daemon starts with no tasks: {} listed",
             listed.len()
         );
-        let id = send_async(&d, "sleep");
+        let id = d.send_async("sleep");
         let c = d.ok("CancelTask", json!({"id": id}));
         assert_eq!(state(&c), "TASK_STATE_CANCELED", "{c}");
         assert!(

@@ -21,14 +21,6 @@ fn send_stream(d: &Daemon, id: Value, text: &str) -> SseStream {
     d.stream_with_id(id, "SendStreamingMessage", json!({"message": user_message(text)}), &[])
 }
 
-fn send_async(d: &Daemon, text: &str) -> String {
-    let r = d.ok(
-        "SendMessage",
-        json!({"message": user_message(text), "configuration": {"returnImmediately": true}}),
-    );
-    r["task"]["id"].as_str().unwrap().to_string()
-}
-
 fn subscribe(d: &Daemon, task_id: &str, headers: &[(&str, &str)]) -> SseStream {
     d.stream("SubscribeToTask", json!({"id": task_id}), headers)
 }
@@ -188,7 +180,7 @@ fn two_subscribers_same_events() {
         "--exec",
         "sh -c 'for i in 1 2 3 4 5 6 7 8 9 10; do echo tick$i; sleep 0.1; done'",
     ]);
-    let id = send_async(&d, "go");
+    let id = d.send_async("go");
     let a = read_all_async(subscribe(&d, &id, &[]));
     let b = read_all_async(subscribe(&d, &id, &[]));
     let (a, b) = (a.join().unwrap(), b.join().unwrap());
@@ -221,7 +213,7 @@ fn subscriber_leaving_disturbs_nobody() {
         "--exec",
         "sh -c 'for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; do echo tick$i; sleep 0.1; done'",
     ]);
-    let id = send_async(&d, "go");
+    let id = d.send_async("go");
     let mut leaver = subscribe(&d, &id, &[]);
     let stayer = read_all_async(subscribe(&d, &id, &[]));
     let first = leaver.next_event().expect("a first event");

@@ -11,14 +11,6 @@ use serde_json::{json, Value};
 
 const TASK_NOT_FOUND: i64 = -32001;
 
-fn send_async(d: &Daemon, text: &str) -> String {
-    let r = d.ok(
-        "SendMessage",
-        json!({"message": user_message(text), "configuration": {"returnImmediately": true}}),
-    );
-    r["task"]["id"].as_str().expect("a task id").to_string()
-}
-
 fn state(d: &Daemon, id: &str) -> String {
     let r = d.ok("GetTask", json!({"id": id, "historyLength": 0}));
     r["status"]["state"].as_str().unwrap_or("").to_string()
@@ -79,7 +71,7 @@ echo '{{"status":"completed"}}'"#,
         ),
     );
     let d = Daemon::start(&["--exec", program.to_str().unwrap(), "--exec-protocol", "jsonl"]);
-    let flood = send_async(&d, "flood");
+    let flood = d.send_async("flood");
     let flood_context = d.ok("GetTask", json!({"id": flood}))["contextId"]
         .as_str()
         .unwrap()
@@ -163,7 +155,7 @@ fn finished_tasks_stay_within_the_retention_budget() {
         "tasks.max_running=4",
     ]);
     let started = Instant::now();
-    let ids: Vec<String> = (0..count).map(|n| send_async(&d, &format!("task {n}"))).collect();
+    let ids: Vec<String> = (0..count).map(|n| d.send_async(&format!("task {n}"))).collect();
     let mut peak = 0;
     assert!(
         wait_for(Duration::from_secs(if soak { 1200 } else { 120 }), || {

@@ -117,6 +117,18 @@ impl Daemon {
         v["result"].clone()
     }
 
+    /// SendMessage of `text` with `returnImmediately`; returns the task id.
+    pub fn send_async(&self, text: &str) -> String {
+        let r = self.ok(
+            "SendMessage",
+            json!({"message": user_message(text), "configuration": {"returnImmediately": true}}),
+        );
+        r["task"]["id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no task id: {r}"))
+            .to_string()
+    }
+
     /// `rpc`, expecting an error; returns the error object.
     pub fn err(&self, method: &str, params: Value) -> Value {
         let v = self.rpc(method, params);
