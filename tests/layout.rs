@@ -18,7 +18,7 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// `src/a2a/mod.rs` → `a2a`, `src/tasks.rs` → `tasks`.
+/// `src/a2a/mod.rs` → `a2a`, `src/clock.rs` → `clock`.
 fn top_module(src: &Path, file: &Path) -> String {
     let rel = file.strip_prefix(src).unwrap_or(file);
     let first = rel

@@ -20,13 +20,11 @@ use crate::wire::{Message, TaskState};
 use crate::worker;
 
 impl State {
-    fn busy(&self) -> usize {
-        self.by_task.len()
-    }
-
     /// Starts queued tasks while there is room under tasks.max_running.
     pub(super) fn start_queued(&mut self) {
-        while self.busy() < self.tasks.max_running() && self.shutdown.is_none() {
+        // Every worker with a task counts, stopping ones too: their processes
+        // still run.
+        while self.by_task.len() < self.tasks.max_running() && self.shutdown.is_none() {
             let Some(id) = self.queue.pop_front() else { return };
             if self.tasks.state(&id) != Some(TaskState::Submitted) {
                 continue; // cancelled while queued, or pruned
