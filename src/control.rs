@@ -1,7 +1,7 @@
 //! The private control channel between agentd and a worker (not A2A).
 //!
 //! ```text
-//!  supervisor (procman)                          worker (agentd __worker)
+//!  supervisor (procman)                          worker (forked by agentd __forkserver)
 //!        │ ◀──────────── ready {pid} ─────────────── │  started, waiting
 //!        │ ───────────── spawn {task, message, runner} ▶ │
 //!        │ ◀──────────── status / artifact ────────── │  progress
@@ -247,6 +247,89 @@ pub fn read_frame<T: for<'de> Deserialize<'de>>(r: &mut impl Read, max: usize) -
         .map_err(|e| FrameError::BadJson(e.to_string()).into())
 }
 
+/// What procman asks the fork server (`agentd __forkserver`) for: one
+/// worker. Its control socket, and the open cgroup v2 directory it is to be
+/// born in, travel with the request as descriptors (in that order).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ForkRequest {
+    /// The slot's `cgroup.kill` (v2), for the worker's parent-death path.
+    pub kill_file: Option<std::path::PathBuf>,
+    /// The slot's v1 freezer `cgroup.procs`, where there is no v2.
+    pub procs_file: Option<std::path::PathBuf>,
+}
+
+/// A fork request's first bytes, so nothing else is mistaken for one.
+const FORK_MAGIC: &[u8] = b"fork\0";
+
+impl ForkRequest {
+    /// `fork\0`, then each path (empty for none) followed by a NUL.
+    pub fn encode(&self) -> Vec<u8> {
+        use std::os::unix::ffi::OsStrExt;
+        let mut out = FORK_MAGIC.to_vec();
+        for path in [&self.kill_file, &self.procs_file] {
+            if let Some(p) = path {
+                out.extend_from_slice(p.as_os_str().as_bytes());
+            }
+            out.push(0);
+        }
+        out
+    }
+
+    /// None for anything [`encode`](Self::encode) did not make.
+    pub fn decode(bytes: &[u8]) -> Option<ForkRequest> {
+        use std::os::unix::ffi::OsStrExt;
+        let rest = bytes.strip_prefix(FORK_MAGIC)?;
+        let mut fields = rest.split(|b| *b == 0);
+        let mut path = || -> Option<Option<std::path::PathBuf>> {
+            let f = fields.next()?;
+            Some((!f.is_empty()).then(|| std::ffi::OsStr::from_bytes(f).into()))
+        };
+        let (kill_file, procs_file) = (path()?, path()?);
+        // encode ends with a NUL, which leaves one empty field.
+        (fields.next() == Some(&[]) && fields.next().is_none()).then_some(ForkRequest { kill_file, procs_file })
+    }
+}
+
+/// The fork server's answer to one [`ForkRequest`], in request order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForkReply {
+    /// The worker's pid; `placement_errno` non-zero when the kernel would
+    /// not start it in the cgroup (it was forked outside: move it in).
+    Forked { pid: i32, placement_errno: i32 },
+    /// Nothing was started (the errno of the fork or of the request).
+    Failed { errno: i32 },
+}
+
+impl ForkReply {
+    pub const LEN: usize = 9;
+
+    pub fn encode(self) -> [u8; Self::LEN] {
+        let (tag, a, b) = match self {
+            ForkReply::Forked { pid, placement_errno } => (b'F', pid, placement_errno),
+            ForkReply::Failed { errno } => (b'E', errno, 0),
+        };
+        let mut out = [0; Self::LEN];
+        out[0] = tag;
+        out[1..5].copy_from_slice(&a.to_le_bytes());
+        out[5..9].copy_from_slice(&b.to_le_bytes());
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Option<ForkReply> {
+        let bytes: &[u8; Self::LEN] = bytes.try_into().ok()?;
+        let a = i32::from_le_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]);
+        let b = i32::from_le_bytes([bytes[5], bytes[6], bytes[7], bytes[8]]);
+        match bytes[0] {
+            b'F' if a > 0 => Some(ForkReply::Forked {
+                pid: a,
+                placement_errno: b,
+            }),
+            b'E' => Some(ForkReply::Failed { errno: a }),
+            _ => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -442,5 +525,51 @@ mod tests {
             last_chunk: true,
         };
         assert!(encode(&artifact, max).is_ok());
+    }
+
+    #[test]
+    fn fork_requests_round_trip_and_refuse_anything_else() {
+        let full = ForkRequest {
+            kill_file: Some("/sys/fs/cgroup/agentd/slot-3/cgroup.kill".into()),
+            procs_file: None,
+        };
+        for req in [ForkRequest::default(), full.clone()] {
+            assert_eq!(ForkRequest::decode(&req.encode()), Some(req));
+        }
+        let bytes = full.encode();
+        assert_eq!(ForkRequest::decode(&bytes[..bytes.len() - 1]), None, "cut short");
+        assert_eq!(
+            ForkRequest::decode(&[bytes.as_slice(), b"x\0"].concat()),
+            None,
+            "a third field"
+        );
+        assert_eq!(ForkRequest::decode(b"spawn\0\0\0"), None, "not a fork request");
+        assert_eq!(ForkRequest::decode(b""), None);
+    }
+
+    #[test]
+    fn fork_replies_round_trip_and_refuse_anything_else() {
+        for reply in [
+            ForkReply::Forked {
+                pid: 4242,
+                placement_errno: 0,
+            },
+            ForkReply::Forked {
+                pid: 7,
+                placement_errno: libc::EBUSY,
+            },
+            ForkReply::Failed { errno: libc::EAGAIN },
+        ] {
+            assert_eq!(ForkReply::decode(&reply.encode()), Some(reply));
+        }
+        let mut bad = ForkReply::Forked {
+            pid: 1,
+            placement_errno: 0,
+        }
+        .encode();
+        bad[1..5].copy_from_slice(&0i32.to_le_bytes());
+        assert_eq!(ForkReply::decode(&bad), None, "pid 0 is no worker");
+        assert_eq!(ForkReply::decode(b"F\0\0"), None, "short");
+        assert_eq!(ForkReply::decode(b"X12345678"), None, "unknown tag");
     }
 }

@@ -137,10 +137,13 @@ fn list_all(d: &Daemon) -> Vec<Value> {
 
 /// Drops the pool's idle workers from a list.
 fn not_idle(procs: Vec<common::ProcStat>) -> Vec<common::ProcStat> {
-    procs
-        .into_iter()
-        .filter(|p| !matches!(p.comm.as_str(), "agentd-idle" | "exe"))
-        .collect()
+    let mut left: Vec<common::ProcStat> = procs.into_iter().filter(|p| p.comm != "agentd-idle").collect();
+    // The one fork server belongs to the daemon, not to a task (a second
+    // one, or a dead one, would be a leak).
+    if let Some(at) = left.iter().position(|p| p.comm == "agentd-fork" && p.state != "Z") {
+        left.remove(at);
+    }
+    left
 }
 
 /// Processes of the daemon's that outlive their tasks: its children by

@@ -393,22 +393,65 @@ fn sigterm_drains_running_tasks_and_answers_blocked_clients() {
 fn prespawned_workers_run_tasks_and_die_with_the_daemon() {
     let mut d = Daemon::start(&["--set", "tasks.prespawn=2"]);
     assert!(
-        wait_for(Duration::from_secs(10), || common::children(d.pid()).len() == 2),
+        wait_for(Duration::from_secs(10), || common::idle_workers(d.pid()).len() == 2),
         "two idle workers wait"
     );
-    let idle = common::children(d.pid());
+    let idle = common::idle_workers(d.pid());
     let t = d.ok("SendMessage", json!({"message": user_message("from the pool")}));
     assert_eq!(t["task"]["status"]["state"], "TASK_STATE_COMPLETED");
     assert_eq!(t["task"]["artifacts"][0]["parts"][0]["text"], "from the pool");
     assert!(
         wait_for(Duration::from_secs(10), || idle.iter().any(|p| !alive(*p))
-            && common::children(d.pid()).len() == 2),
+            && common::idle_workers(d.pid()).len() == 2),
         "an idle worker ran the task and the pool was refilled"
     );
+    // The pool and the fork server that forked it.
     let pool = common::children(d.pid());
+    assert_eq!(pool.len(), 3, "two idle workers and the fork server: {pool:?}");
+    assert_eq!(common::fork_servers(d.pid()).len(), 1);
     d.kill9();
     assert!(
         wait_for(Duration::from_secs(5), || pool.iter().all(|p| !alive(*p))),
-        "idle workers die with the daemon"
+        "idle workers and the fork server die with the daemon"
+    );
+}
+
+#[test]
+fn a_killed_fork_server_is_replaced_and_no_task_is_lost() {
+    let d = Daemon::start(&["--set", "tasks.prespawn=2"]);
+    assert!(
+        wait_for(Duration::from_secs(10), || common::fork_servers(d.pid()).len() == 1
+            && common::idle_workers(d.pid()).len() == 2),
+        "a fork server and two idle workers"
+    );
+    let first = common::fork_servers(d.pid())[0];
+    // Workers are children of agentd itself (CLONE_PARENT), each leading
+    // its own process group.
+    for w in common::idle_workers(d.pid()) {
+        let stat = common::processes_with_parent(d.pid()).into_iter().find(|p| p.pid == w);
+        let stat = stat.expect("an idle worker is agentd's child");
+        assert_eq!(stat.pgid, w, "worker {w} leads its own process group");
+    }
+    // SAFETY: kill(2) on a pid we just read; a stale pid is ESRCH.
+    assert_eq!(unsafe { libc::kill(first, libc::SIGKILL) }, 0);
+    for i in 0..8 {
+        let text = format!("after the fork server died {i}");
+        let t = d.ok("SendMessage", json!({"message": user_message(&text)}));
+        assert_eq!(t["task"]["status"]["state"], "TASK_STATE_COMPLETED", "{t}");
+        assert_eq!(t["task"]["artifacts"][0]["parts"][0]["text"], text.as_str());
+    }
+    assert!(
+        wait_for(Duration::from_secs(10), || {
+            let servers = common::fork_servers(d.pid());
+            servers.len() == 1 && servers[0] != first
+        }),
+        "a new fork server took over: {:?}",
+        common::fork_servers(d.pid())
+    );
+    assert!(!alive(first), "the killed fork server was reaped");
+    assert!(
+        d.log_text().contains("procman.forkserver"),
+        "the loss is logged: {}",
+        d.log_text()
     );
 }

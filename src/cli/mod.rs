@@ -79,7 +79,7 @@ pub fn main() -> i32 {
         "serve" => serve(rest),
         "card" | "send" | "get" | "list" | "cancel" | "subscribe" | "events" | "command" => client::run(cmd, rest),
         "mcp" => mcp::run(rest),
-        "__worker" => crate::worker::main_with_logging(),
+        "__forkserver" => crate::worker::forkserver::main(),
         "help" | "-h" | "--help" => help(rest.first().map(String::as_str)),
         "version" | "-V" | "--version" => {
             println!("agentd {}", env!("CARGO_PKG_VERSION"));

@@ -13,6 +13,7 @@
 //! events and carries out its actions.
 
 mod channel;
+mod forks;
 pub mod lifecycle;
 mod pool;
 
@@ -26,6 +27,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 
 use self::channel::{Channel, Queued};
+use self::forks::ForkServer;
 use self::lifecycle::{Action, Ending, Event, Life, Stop, Timing};
 use crate::cgroup::{Isolation, TaskCgroups};
 use crate::config::Config;
@@ -42,6 +44,11 @@ const DEMAND_WINDOW: Duration = Duration::from_millis(250);
 /// Most idle workers spawned per turn of the loop, so refilling the pool
 /// never holds up frames that are waiting.
 const SPAWNS_PER_TURN: usize = 2;
+/// Workers that could not be had in a row before the task first in line
+/// fails with the reason.
+const FORK_ATTEMPTS: u32 = 3;
+/// How long to wait before asking again after a failed or refused ask.
+const FORK_RETRY: Duration = Duration::from_millis(20);
 
 /// What the rest of agentd asks of procman.
 enum Msg {
@@ -141,8 +148,15 @@ struct State {
     next_cgroup_check: Instant,
     /// The one buffer every control socket is read through.
     scratch: Vec<u8>,
-    /// The poll set and the worker each entry past the first two is for.
+    /// The poll set and the worker each entry past the first three is for.
     poll_set: (Vec<libc::pollfd>, Vec<i32>),
+    forks: ForkServer,
+    /// Exits reaped before the fork server's answer named the pid.
+    early_exits: HashMap<i32, sys::ExitStatus>,
+    /// Workers asked for in a row that did not come (see FORK_ATTEMPTS).
+    fork_failures: u32,
+    /// No ask before then (the last one failed or found the socket full).
+    retry_forks_at: Option<Instant>,
 }
 
 /// Starts the procman thread.
@@ -186,6 +200,10 @@ pub fn spawn(
         next_cgroup_check: Instant::now(),
         scratch: vec![0; 64 * 1024],
         poll_set: (Vec::new(), Vec::new()),
+        forks: ForkServer::new(),
+        early_exits: HashMap::new(),
+        fork_failures: 0,
+        retry_forks_at: None,
     };
     let handle = std::thread::Builder::new()
         .name("procman".into())
@@ -215,7 +233,13 @@ impl State {
             let (mut fds, mut pids) = std::mem::take(&mut self.poll_set);
             fds.clear();
             pids.clear();
-            fds.extend([pollin(self.wake.as_raw_fd()), pollin(self.sigchld.as_raw_fd())]);
+            // -1 = no fork server: poll(2) skips negative fds.
+            let forks = self.forks.fd().unwrap_or(-1);
+            fds.extend([
+                pollin(self.wake.as_raw_fd()),
+                pollin(self.sigchld.as_raw_fd()),
+                pollin(forks),
+            ]);
             for w in self.workers.values().filter(|w| w.chan.is_open()) {
                 let mut p = pollin(w.chan.fd());
                 if w.chan.wants_write() {
@@ -238,7 +262,10 @@ impl State {
                 drain(&mut self.sigchld);
                 self.reap();
             }
-            for (p, pid) in fds[2..].iter().zip(&pids) {
+            if fds[2].revents != 0 || self.forks.owes() {
+                self.take_fork_answers();
+            }
+            for (p, pid) in fds[3..].iter().zip(&pids) {
                 if p.revents & libc::POLLOUT != 0 {
                     if let Some(w) = self.workers.get_mut(pid) {
                         w.chan.flush();
@@ -254,6 +281,7 @@ impl State {
             self.fill_pool();
             if self.workers.is_empty() {
                 if let Some(done) = self.shutdown.as_ref() {
+                    self.forks.stop();
                     self.isolation.remove();
                     let _ = done.send(());
                 }
@@ -279,6 +307,7 @@ impl State {
             .chain(cgroup_check)
             .chain(pool_review)
             .chain(retention)
+            .chain(self.retry_forks_at.filter(|_| !self.queue.is_empty()))
             .min()
     }
 
@@ -387,7 +416,7 @@ impl State {
                 // over while any is left.
                 let adopted = w.cgroups.is_none()
                     && w.life.exit_status() == Some(sys::ExitStatus::Signal(libc::SIGKILL))
-                    && self.kill_adopted() > 0;
+                    && (self.forks.pending() > 0 || self.kill_adopted() > 0);
                 let Some(w) = self.workers.get(&pid) else { return };
                 let alive = adopted || sys::group_alive(pid) || w.cgroups.as_ref().is_some_and(TaskCgroups::populated);
                 if alive {
@@ -400,9 +429,11 @@ impl State {
         }
     }
 
-    /// SIGKILLs every child of agentd that is not a worker: escapees of a
-    /// task whose worker was killed before it could kill them. Returns how
-    /// many there were.
+    /// SIGKILLs every child of agentd that is not a worker (nor the fork
+    /// server): escapees of a task whose worker was killed before it could
+    /// kill them. Returns how many there were. Not while a worker is asked
+    /// for: it may be a child already, its pid not yet known (the sweep
+    /// looks again).
     fn kill_adopted(&self) -> usize {
         let mut found = 0;
         let Ok(threads) = std::fs::read_dir("/proc/self/task") else {
@@ -413,7 +444,7 @@ impl State {
                 continue;
             };
             for child in list.split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
-                if !self.workers.contains_key(&child) {
+                if !self.workers.contains_key(&child) && !self.forks.is_server(child) {
                     log::info!("procman.adopted pid={child} killed: it outlived its task's worker");
                     let _ = sys::kill_pid(child, libc::SIGKILL);
                     found += 1;
@@ -587,6 +618,12 @@ impl State {
                     if self.workers.contains_key(&pid) {
                         log::debug!("task.exit pid={pid} {status}");
                         self.event(pid, Event::Exited(status));
+                    } else if self.forks.is_server(pid) {
+                        log::debug!("procman.forkserver pid={pid} {status}");
+                        self.forks.exited(pid, &status);
+                    } else if self.forks.pending() > 0 {
+                        // A worker whose pid the fork server has yet to tell.
+                        self.early_exits.insert(pid, status);
                     } else {
                         log::debug!("procman.reaped pid={pid} {status} (not a worker)");
                     }

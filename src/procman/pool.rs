@@ -1,18 +1,18 @@
 //! Starting tasks: the queue under tasks.max_running, the pool of idle
-//! workers sized to demand, and spawning a worker straight into its cgroup
-//! slot. Part of procman's one thread (see the module above).
+//! workers sized to demand, and asking the fork server for workers born in
+//! their cgroup slot. Part of procman's one thread (see the module above).
 
 use std::ffi::CString;
-use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use super::channel::Channel;
+use super::forks::{Answer, Pending};
 use super::lifecycle::{self, Event, Life, Stop};
-use super::{State, Worker, DEMAND_WINDOW, SPAWNS_PER_TURN};
+use super::{State, Worker, DEMAND_WINDOW, FORK_ATTEMPTS, FORK_RETRY, SPAWNS_PER_TURN};
 use crate::cgroup::TaskCgroups;
 use crate::config::Runner;
-use crate::control::{Cause, Rlimits, RunnerSpec, ToWorker};
+use crate::control::{Cause, ForkRequest, Rlimits, RunnerSpec, ToWorker};
 use crate::limits;
 use crate::sys;
 use crate::tasks::Notice;
@@ -20,44 +20,69 @@ use crate::wire::{Message, TaskState};
 use crate::worker;
 
 impl State {
-    /// Starts queued tasks while there is room under tasks.max_running.
+    /// Starts queued tasks on idle workers while there is room under
+    /// tasks.max_running; with no idle worker, asks the fork server for as
+    /// many as can start now (they start as they arrive).
     pub(super) fn start_queued(&mut self) {
         // Every worker with a task counts, stopping ones too: their processes
         // still run.
         while self.by_task.len() < self.tasks.max_running() && self.shutdown.is_none() {
-            let Some(id) = self.queue.pop_front() else { return };
-            if self.tasks.state(&id) != Some(TaskState::Submitted) {
-                continue; // cancelled while queued, or pruned
-            }
-            let Some((context_id, message)) = self.tasks.start_info(&id) else {
+            let Some(id) = self.queue.front() else { return };
+            if self.tasks.state(id) != Some(TaskState::Submitted) {
+                self.queue.pop_front(); // cancelled while queued, or pruned
                 continue;
-            };
-            let now = Instant::now();
-            self.starts.push_back(now);
+            }
             let idle = self
                 .workers
                 .values()
                 .filter(|w| w.task.is_none() && w.life.phase == lifecycle::Phase::Idle && w.chan.is_open())
                 .map(|w| w.pid)
                 .min();
-            let pid = match idle {
-                Some(pid) => pid,
-                None => match self.spawn_worker(&id) {
-                    Ok(pid) => pid,
-                    Err(e) => {
-                        log::error!("task.spawn_failed task={id} error={e}");
-                        self.end(
-                            &id,
-                            TaskState::Failed,
-                            Cause::Crashed,
-                            Some(format!("agentd could not start a worker: {e}")),
-                        );
-                        continue;
+            let Some(pid) = idle else {
+                let room = self.tasks.max_running() - self.by_task.len();
+                let missing = room.min(self.queue.len()).saturating_sub(self.forks.pending());
+                for _ in 0..missing.min(SPAWNS_PER_TURN) {
+                    if let Err(e) = self.ask_worker() {
+                        self.no_worker(e);
+                        break;
                     }
-                },
+                }
+                return;
             };
+            let Some(id) = self.queue.pop_front() else { return };
+            let Some((context_id, message)) = self.tasks.start_info(&id) else {
+                continue;
+            };
+            let now = Instant::now();
+            self.starts.push_back(now);
             self.assign(pid, id, context_id, message, now);
         }
+    }
+
+    /// A worker could not be had: after FORK_ATTEMPTS in a row, the task
+    /// first in line fails with the reason (nothing waits for ever on a
+    /// fork that keeps failing); until then it waits for the next try.
+    pub(super) fn no_worker(&mut self, e: std::io::Error) {
+        if e.kind() == std::io::ErrorKind::WouldBlock {
+            self.retry_forks_at = Some(Instant::now() + FORK_RETRY);
+            return;
+        }
+        crate::metrics::worker_spawn_failed();
+        self.fork_failures += 1;
+        log::warn!("procman.fork failed ({} in a row) error={e}", self.fork_failures);
+        self.retry_forks_at = Some(Instant::now() + FORK_RETRY);
+        if self.fork_failures < FORK_ATTEMPTS {
+            return;
+        }
+        self.fork_failures = 0;
+        let Some(id) = self.queue.pop_front() else { return };
+        log::error!("task.spawn_failed task={id} error={e}");
+        self.end(
+            &id,
+            TaskState::Failed,
+            Cause::Crashed,
+            Some(format!("agentd could not start a worker: {e}")),
+        );
     }
 
     fn assign(&mut self, pid: i32, id: String, context_id: String, message: Message, now: Instant) {
@@ -129,18 +154,29 @@ impl State {
             }
             return;
         }
-        let idle = idle.len();
-        for _ in idle..want.min(idle + SPAWNS_PER_TURN) {
-            if let Err(e) = self.spawn_worker("idle") {
-                log::warn!("procman.prespawn error={e}");
+        let have = idle.len() + self.forks.pending();
+        for _ in have..want.min(have + SPAWNS_PER_TURN) {
+            if let Err(e) = self.ask_worker() {
+                if e.kind() != std::io::ErrorKind::WouldBlock {
+                    log::warn!("procman.prespawn error={e}");
+                }
                 return;
             }
         }
     }
 
-    /// Starts a worker process, `agentd __worker`, born in a free cgroup
-    /// slot where agentd has them; it waits for a `spawn` frame.
-    fn spawn_worker(&mut self, label: &str) -> std::io::Result<i32> {
+    /// Asks the fork server (started first if it is not running) for one
+    /// worker, born in a free cgroup slot where agentd has them. The answer
+    /// comes through the poll loop ([`State::take_fork_answers`]).
+    fn ask_worker(&mut self) -> std::io::Result<()> {
+        if self.retry_forks_at.is_some_and(|t| Instant::now() < t) {
+            return Err(std::io::ErrorKind::WouldBlock.into());
+        }
+        self.retry_forks_at = None;
+        if !self.forks.is_up() {
+            let env = self.worker_env()?;
+            self.forks.start(&env)?;
+        }
         let (ours, theirs) = UnixStream::pair()?;
         let cgroups = if self.isolation.is_cgroup() {
             match self.isolation.acquire() {
@@ -153,59 +189,87 @@ impl State {
         } else {
             None
         };
-        let argv = [c"agentd".to_owned(), c"__worker".to_owned(), cstring(label.as_bytes())?];
-        let envp = self.worker_env(cgroups.as_ref())?;
+        let request = ForkRequest {
+            kill_file: cgroups.as_ref().and_then(TaskCgroups::kill_file),
+            procs_file: cgroups.as_ref().and_then(TaskCgroups::procs_file),
+        };
         let slot_dir = cgroups.as_ref().and_then(|c| self.isolation.clone_into(c));
-        let mut spawn = sys::WorkerSpawn {
-            argv: &argv,
-            envp: &envp,
-            control_fd: theirs.as_raw_fd(),
-            cgroup_fd: slot_dir.as_ref().map(|f| f.as_raw_fd()),
+        let pending = Pending {
+            chan: ours,
+            cgroups,
+            into_cgroup: slot_dir.is_some(),
+            asked: Instant::now(),
         };
-        // Born in its cgroup (clone3) where the kernel lets us: no
-        // migration, whose machine-wide lock stalls every fork. The worker
-        // arms PDEATHSIG itself and then checks getppid(), which closes the
-        // window (see worker::main). The control socket is its stdin.
-        let spawned = match sys::spawn_worker(&spawn) {
-            Err(e) if spawn.cgroup_fd.is_some() && sys::placement_refused(&e) => {
-                self.isolation.placement_refused(&e);
-                spawn.cgroup_fd = None;
-                sys::spawn_worker(&spawn)
-            }
-            other => other,
-        };
-        match &spawned {
-            Ok(_) => crate::metrics::worker_spawned(),
-            Err(_) => crate::metrics::worker_spawn_failed(),
-        }
-        let born_inside = spawn.cgroup_fd.is_some();
-        drop((theirs, slot_dir));
-        let pid = match spawned {
-            Ok(pid) => pid,
-            Err(e) => {
-                if let Some(cg) = cgroups {
+        // The fork server holds its own copies of the descriptors once
+        // sent: ours close at the end of this function.
+        match self.forks.ask(&request, &theirs, slot_dir.as_ref(), pending) {
+            Ok(()) => Ok(()),
+            Err((e, pending)) => {
+                if let Some(cg) = pending.cgroups {
                     self.isolation.release(cg);
                 }
-                return Err(e);
+                Err(e)
             }
-        };
+        }
+    }
+
+    /// Takes the fork server's answers: each new worker joins the pool.
+    pub(super) fn take_fork_answers(&mut self) {
+        for answer in self.forks.answers() {
+            match answer {
+                Answer::Forked {
+                    pending,
+                    pid,
+                    placement_refused,
+                } => self.adopt_worker(pending, pid, placement_refused),
+                Answer::Failed { pending, error } => {
+                    if let Some(cg) = pending.cgroups {
+                        // A lost fork server may have forked it before it
+                        // could say so: nothing of it may stay in the slot.
+                        cg.kill();
+                        self.isolation.release(cg);
+                    }
+                    self.no_worker(error);
+                }
+            }
+        }
+        if self.forks.pending() == 0 {
+            // Exits of workers not known yet can only be of pending ones.
+            self.early_exits.clear();
+        }
+    }
+
+    fn adopt_worker(&mut self, pending: Pending, pid: i32, placement_refused: Option<std::io::Error>) {
+        crate::metrics::worker_spawned();
+        self.fork_failures = 0;
+        // The worker does this itself too; whichever is first, the group
+        // exists before any signal is sent to it.
+        let _ = sys::make_group_leader(pid);
+        let born_inside = pending.into_cgroup && placement_refused.is_none();
+        if let Some(e) = &placement_refused {
+            self.isolation.placement_refused(e);
+        }
         // Into the cgroups it was not born in (v1 limits; v2 after a
         // refused clone3) before it hears `spawn`: everything the task
-        // forks is inside from the start. The child is reaped by reap().
-        let cgroups = cgroups.and_then(|cg| match self.isolation.enter(pid, &cg, born_inside) {
-            Ok(()) => Some(cg),
-            Err(e) => {
-                log::warn!("task.cgroup pid={pid} error={e}; process group only");
-                self.isolation.release(cg);
-                None
-            }
-        });
+        // forks is inside from the start.
+        let cgroups = pending
+            .cgroups
+            .and_then(|cg| match self.isolation.enter(pid, &cg, born_inside) {
+                Ok(()) => Some(cg),
+                Err(e) => {
+                    log::warn!("task.cgroup pid={pid} error={e}; process group only");
+                    cg.kill();
+                    self.isolation.release(cg);
+                    None
+                }
+            });
         let now = Instant::now();
-        let chan = match Channel::new(ours, self.frame_max()) {
+        let chan = match Channel::new(pending.chan, self.frame_max()) {
             Ok(c) => c,
             Err(e) => {
+                log::warn!("procman.control pid={pid} error={e}; killing the worker");
                 let _ = sys::kill_group(pid, libc::SIGKILL);
-                return Err(e);
+                return;
             }
         };
         self.workers.insert(
@@ -217,29 +281,23 @@ impl State {
                 life: Life::idle(now, self.timing),
                 cgroups,
                 assigned: now,
-                spawned: now,
+                spawned: pending.asked,
             },
         );
-        Ok(pid)
+        if let Some(status) = self.early_exits.remove(&pid) {
+            self.event(pid, Event::Exited(status));
+        }
     }
 
-    /// The worker's whole environment: an allow-list of ours, the
-    /// supervisor's pid, and where its parent-death path kills its slot.
-    fn worker_env(&self, cgroups: Option<&TaskCgroups>) -> std::io::Result<Vec<CString>> {
+    /// The fork server's whole environment, which every worker inherits:
+    /// an allow-list of ours and the supervisor's pid.
+    fn worker_env(&self) -> std::io::Result<Vec<CString>> {
         use std::os::unix::ffi::OsStrExt;
         let mut env: Vec<(&str, std::ffi::OsString)> = vec![
             (worker::SUPERVISOR_PID_ENV, sys::getpid().to_string().into()),
             (worker::LOG_LEVEL_ENV, self.cfg.log_level.clone().into()),
             (worker::FRAME_MAX_ENV, self.frame_max().to_string().into()),
         ];
-        if let Some(cg) = cgroups {
-            if let Some(f) = cg.kill_file() {
-                env.push((worker::CGROUP_KILL_ENV, f.into()));
-            }
-            if let Some(f) = cg.procs_file() {
-                env.push((worker::CGROUP_PROCS_ENV, f.into()));
-            }
-        }
         for name in worker::INHERITED_ENV {
             if let Some(v) = std::env::var_os(name) {
                 env.push((name, v));

@@ -1,35 +1,39 @@
-//! The worker: agentd re-executed by procman as `agentd __worker`, one per
-//! task. It speaks the control protocol on fd 3 and runs one runner.
+//! The worker: one per task, forked by the fork server
+//! (`agentd __forkserver`, see [`forkserver`]) as a child of agentd. It
+//! speaks the control protocol on its control socket and runs one runner.
+//! Each worker is a fresh copy of the fork server, which never runs a task.
 //!
 //! Start-up, in order (each step is why the next is safe):
-//! 1. close every inherited fd past stdio;
-//! 2. arm containment: open the task cgroup's `cgroup.kill` (v2) or
-//!    `cgroup.procs` (v1 freezer) named in our environment, or — without a
+//! 1. lead its own process group (procman sets it too, whoever is first);
+//! 2. stdin is /dev/null, the control socket is a close-on-exec fd, every
+//!    other inherited fd is closed;
+//! 3. arm containment: open the task cgroup's `cgroup.kill` (v2) or
+//!    `cgroup.procs` (v1 freezer) the fork request named, or — without a
 //!    cgroup — become a child subreaper, so what leaves our process group
 //!    is still ours; then PDEATHSIG as a caught signal whose handler kills
 //!    the whole task that way (sys::arm_containment), so a program's
 //!    descendants die with agentd too, even SIGKILLed ones that `setsid`;
-//!    (signals are unblocked after step 3: a worker spawned into a cgroup
-//!    starts with all blocked, see sys::spawn_worker);
-//! 3. catch SIGTERM (the ladder's SIGTERM is for the program; the worker
-//!    stays to report how it ended — SIGKILL still takes it);
-//! 4. `getppid()` must be the supervisor pid procman passed: if agentd died
-//!    before step 2, we were already reparented and must exit now — this
-//!    check is what makes arming PDEATHSIG after exec race-free;
-//! 5. move the control socket off stdin to a close-on-exec fd, and put
-//!    /dev/null on stdin;
+//! 4. catch SIGTERM (the ladder's SIGTERM is for the program; the worker
+//!    stays to report how it ended — SIGKILL still takes it); only now are
+//!    signals unblocked (the fork server keeps them all blocked, so no
+//!    handler runs half-way through these steps);
+//! 5. `getppid()` must be agentd: if agentd died before step 3, we were
+//!    already reparented and must exit now — this check is what makes
+//!    arming PDEATHSIG after the fork race-free;
 //! 6. say `ready`, read `spawn`, run, (as subreaper) kill what is left of
 //!    the task, say `done`, exit.
 //!
 //! A control-channel EOF means the supervisor is gone: kill the task.
 
 mod echo;
+pub mod forkserver;
 pub mod jsonl;
 mod peer;
 mod program;
 mod text;
 
 use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex};
 
@@ -38,14 +42,8 @@ use crossbeam_channel::{Receiver, Sender};
 use crate::control::{self, Cause, FromWorker, Outcome, RunnerSpec, ToWorker};
 use crate::sys;
 
-/// Environment variable carrying the supervisor's pid to the worker.
+/// Environment variable carrying the supervisor's pid to the fork server.
 pub const SUPERVISOR_PID_ENV: &str = "AGENTD_SUPERVISOR_PID";
-/// Environment variable naming the task cgroup's v2 `cgroup.kill`: the
-/// worker opens it at start-up and its parent-death path writes `1`.
-pub const CGROUP_KILL_ENV: &str = "AGENTD_CGROUP_KILL";
-/// Environment variable naming the task cgroup's v1 freezer `cgroup.procs`
-/// (hosts without cgroup v2): the parent-death path SIGKILLs every pid in it.
-pub const CGROUP_PROCS_ENV: &str = "AGENTD_CGROUP_PROCS";
 /// Environment variable carrying the daemon's log level to the worker.
 pub const LOG_LEVEL_ENV: &str = "AGENTD_LOG_LEVEL";
 /// Environment variable carrying the control channel's frame limit
@@ -56,9 +54,8 @@ pub const FRAME_MAX_ENV: &str = "AGENTD_CONTROL_FRAME_MAX_BYTES";
 pub const INHERITED_ENV: &[&str] = &[
     "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR", "RUST_LOG",
 ];
-/// The fd the control socket arrives on: the worker's stdin.
-pub const CONTROL_FD: i32 = 0;
-/// Exit code of a worker that found its supervisor gone at start.
+/// Exit code of a worker (or fork server) that found its supervisor gone
+/// at start.
 const EXIT_ORPHANED: i32 = 111;
 /// The process name (comm) of a worker waiting in the pool, and of one
 /// running a task: `ps` tells them apart (the argv of a pooled worker
@@ -107,21 +104,32 @@ pub struct Done {
     pub text: Option<String>,
 }
 
-/// `agentd __worker`: returns the process exit code.
-pub fn main() -> i32 {
+/// What a worker is born with: the fork server's settings and its request.
+pub struct Birth<'a> {
+    /// agentd's pid: our parent, or we are orphaned.
+    pub supervisor: i32,
+    pub frame_max: usize,
+    pub request: &'a crate::control::ForkRequest,
+    pub control: &'a OwnedFd,
+    /// Open /dev/null, for stdin.
+    pub null: &'a OwnedFd,
+}
+
+/// A worker, just forked: start-up as above, then its one task. Returns
+/// the process exit code (the caller exits with it; it never returns to
+/// the fork server's loop).
+pub fn start(birth: Birth<'_>) -> i32 {
     sys::set_process_name(IDLE_NAME);
-    let supervisor: i32 = match std::env::var(SUPERVISOR_PID_ENV).ok().and_then(|s| s.parse().ok()) {
-        Some(pid) => pid,
-        None => {
-            eprintln!("agentd: __worker is internal; it is started by `agentd serve`");
+    let _ = sys::become_group_leader();
+    let ctrl = match sys::settle_worker_fds(birth.control.as_raw_fd(), birth.null.as_raw_fd()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("agentd worker: cannot set up its descriptors: {e}");
             return 2;
         }
     };
-    // Anything inherited past stdio is a leak from whoever started agentd.
-    sys::close_fds_from(3);
-    let kill_file = std::env::var_os(CGROUP_KILL_ENV).map(std::path::PathBuf::from);
-    let procs_file = std::env::var_os(CGROUP_PROCS_ENV).map(std::path::PathBuf::from);
-    let containment = match sys::arm_containment(kill_file.as_deref(), procs_file.as_deref()) {
+    let req = birth.request;
+    let containment = match sys::arm_containment(req.kill_file.as_deref(), req.procs_file.as_deref()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("agentd worker: cannot arm parent-death containment: {e}");
@@ -131,20 +139,12 @@ pub fn main() -> i32 {
     if let Err(e) = sys::outlast_sigterm() {
         eprintln!("agentd worker: cannot catch SIGTERM: {e}");
     }
-    // Spawned into a cgroup, we start with every signal blocked (see
-    // sys::spawn_worker); the handlers are in place now.
+    // The handlers are in place: signals may come now.
     sys::unblock_all_signals();
-    if sys::getppid() != supervisor {
+    if sys::getppid() != birth.supervisor {
         return EXIT_ORPHANED;
     }
-    let ctrl = match sys::take_control_fd(CONTROL_FD) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("agentd worker: no control channel on fd {CONTROL_FD}: {e}");
-            return 2;
-        }
-    };
-    match run(ctrl, containment) {
+    match run(ctrl, containment, birth.frame_max) {
         Ok(()) => 0,
         Err(e) => {
             log::error!("worker.failed pid={} error={e}", sys::getpid());
@@ -153,14 +153,8 @@ pub fn main() -> i32 {
     }
 }
 
-fn run(ctrl: UnixStream, containment: sys::Containment) -> io::Result<()> {
+fn run(ctrl: UnixStream, containment: sys::Containment, frame_max: usize) -> io::Result<()> {
     let mut reader = ctrl.try_clone()?;
-    let frame_max = std::env::var(FRAME_MAX_ENV)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(crate::limits::control_frame_max_bytes(
-            crate::limits::HTTP_BODY_MAX_BYTES,
-        ));
     let link = Link {
         writer: Mutex::new(ctrl),
         frame_max,
@@ -286,11 +280,4 @@ fn read_control(mut reader: UnixStream, link: &Link, tx: Sender<Event>) {
 /// Drains events without blocking; true if a cancel arrived.
 pub fn cancel_requested(rx: &Receiver<Event>) -> bool {
     rx.try_iter().any(|e| matches!(e, Event::Cancel))
-}
-
-/// `agentd __worker`, with logging set up from the daemon's level.
-pub fn main_with_logging() -> i32 {
-    let level = std::env::var(LOG_LEVEL_ENV).unwrap_or_else(|_| "info".into());
-    crate::logging::init(&level, "worker");
-    main()
 }

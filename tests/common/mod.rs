@@ -362,12 +362,20 @@ pub fn task_workers(pid: i32) -> Vec<i32> {
     children(pid).into_iter().filter(|c| is_task_worker(*c)).collect()
 }
 
-/// The idle workers of the pool (`tasks.prespawn`): named `agentd-idle`,
-/// or just exec'd and not named yet (`exe`, from /proc/self/exe).
+/// The idle workers of the pool (`tasks.prespawn`): named `agentd-idle`.
 pub fn idle_workers(pid: i32) -> Vec<i32> {
     children(pid)
         .into_iter()
-        .filter(|c| matches!(comm(*c).as_deref(), Some("agentd-idle" | "exe")))
+        .filter(|c| comm(*c).as_deref() == Some("agentd-idle"))
+        .collect()
+}
+
+/// The fork server that forks the workers (`agentd-fork`, a child of
+/// agentd like them).
+pub fn fork_servers(pid: i32) -> Vec<i32> {
+    children(pid)
+        .into_iter()
+        .filter(|c| comm(*c).as_deref() == Some("agentd-fork"))
         .collect()
 }
 

@@ -8,6 +8,9 @@ use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicI32, Ordering};
 
+mod spawn;
+pub use spawn::*;
+
 /// Turns a C return value of -1 into the current `errno` as `io::Error`.
 fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
     if ret == -1 {
@@ -546,22 +549,24 @@ pub fn getpid() -> i32 {
     std::process::id() as i32
 }
 
-/// Adopts the inherited control descriptor `fd` (the worker's stdin): moves
-/// it to a new close-on-exec fd so a task's program never sees it, and
-/// puts /dev/null where it was.
-pub fn take_control_fd(fd: RawFd) -> io::Result<std::os::unix::net::UnixStream> {
-    use std::os::fd::{FromRawFd, IntoRawFd};
-    // SAFETY: fcntl F_DUPFD_CLOEXEC on an fd number; a bad fd is EBADF.
-    let moved = cvt(unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) })?;
-    let null = std::fs::File::open("/dev/null")?.into_raw_fd();
-    // SAFETY: dup2 onto `fd` replaces the original descriptor, now unused;
-    // then the temporary /dev/null fd we own is closed.
-    cvt(unsafe { libc::dup2(null, fd) })?;
-    // SAFETY: `null` came from into_raw_fd above and is owned by us.
-    unsafe { libc::close(null) };
-    // SAFETY: `moved` was just created by F_DUPFD_CLOEXEC and nothing else
-    // owns it.
-    Ok(unsafe { std::os::unix::net::UnixStream::from_raw_fd(moved) })
+/// A just-forked worker's descriptors: /dev/null (`null`) on stdin, in
+/// place of the fork server's socket; the control socket moved to fd 3,
+/// close-on-exec, so a task's program never sees it; every other fd the
+/// fork server had closed.
+pub fn settle_worker_fds(control: RawFd, null: RawFd) -> io::Result<std::os::unix::net::UnixStream> {
+    use std::os::fd::FromRawFd;
+    const CONTROL: RawFd = 3;
+    // SAFETY: dup2 onto stdin replaces the fork server's socket in this
+    // process only.
+    cvt(unsafe { libc::dup2(null, 0) })?;
+    if control != CONTROL {
+        // SAFETY: dup3 onto fd 3 (at most the fork server's /dev/null, no
+        // longer needed) with O_CLOEXEC.
+        cvt(unsafe { libc::dup3(control, CONTROL, libc::O_CLOEXEC) })?;
+    }
+    close_fds_from(CONTROL + 1);
+    // SAFETY: fd 3 is the control socket, now owned by nothing else.
+    Ok(unsafe { std::os::unix::net::UnixStream::from_raw_fd(CONTROL) })
 }
 
 /// The steps a child takes between fork and exec, in this order (tini's
@@ -805,282 +810,13 @@ pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
     }
 }
 
-/// What [`spawn_worker`] starts: everything pre-built, so the child of the
-/// clone only makes system calls (async-signal-safe, no allocation).
-#[derive(Debug, Clone, Copy)]
-pub struct WorkerSpawn<'a> {
-    /// argv[0] is only the name the worker shows in `ps`.
-    pub argv: &'a [std::ffi::CString],
-    pub envp: &'a [std::ffi::CString],
-    /// Becomes the worker's stdin (fd 0).
-    pub control_fd: RawFd,
-    /// An open cgroup v2 directory to start the worker in
-    /// (clone3 `CLONE_INTO_CGROUP`).
-    pub cgroup_fd: Option<RawFd>,
-}
-
-/// clone3(2) flag: start the child in the cgroup `cgroup` names (5.7+).
-const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
-
-/// `struct clone_args` of clone3(2), up to `cgroup` (CLONE_ARGS_SIZE_VER2).
-#[repr(C)]
-#[derive(Default)]
-struct CloneArgs {
-    flags: u64,
-    pidfd: u64,
-    child_tid: u64,
-    parent_tid: u64,
-    exit_signal: u64,
-    stack: u64,
-    stack_size: u64,
-    tls: u64,
-    set_tid: u64,
-    set_tid_size: u64,
-    cgroup: u64,
-}
-
-/// A NULL-terminated pointer array over `strings`, for execve/posix_spawn.
-fn c_array(strings: &[std::ffi::CString]) -> Vec<*const libc::c_char> {
-    strings
-        .iter()
-        .map(|s| s.as_ptr())
-        .chain(std::iter::once(std::ptr::null()))
-        .collect()
-}
-
-/// Starts `/proc/self/exe` (argv[0] is only the name) in its own process
-/// group, `control_fd` as its stdin, /dev/null as stdout, stderr
-/// inherited, every other descriptor left to close-on-exec (all of
-/// agentd's are), inside the cgroup when one is given. Returns the pid; the
-/// caller reaps it (waitpid).
-///
-/// Into a cgroup: clone3 without CLONE_VM (fork-like), so the child is
-/// born in the cgroup and no `cgroup.procs` write (a machine-wide lock)
-/// is needed. Without one: posix_spawn (vfork-like, its cost does not grow
-/// with agentd's memory). A kernel that refuses the placement answers
-/// ENOSYS/EPERM/EINVAL/EBUSY and nothing was started: see
-/// [`placement_refused`].
-pub fn spawn_worker(s: &WorkerSpawn<'_>) -> io::Result<i32> {
-    match s.cgroup_fd {
-        Some(cg) => clone_into_cgroup(s, cg),
-        None => posix_spawn_worker(s),
-    }
-}
-
-/// True for the errors with which clone3 says it cannot place a child in a
-/// cgroup here (old kernel, seccomp, a cgroup that takes no processes):
-/// spawn without it and migrate instead.
-pub fn placement_refused(e: &io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(libc::ENOSYS | libc::EPERM | libc::EINVAL | libc::EBUSY | libc::EOPNOTSUPP)
-    )
-}
-
-const SELF_EXE: &std::ffi::CStr = c"/proc/self/exe";
-
-fn posix_spawn_worker(s: &WorkerSpawn<'_>) -> io::Result<i32> {
-    let argv = c_array(s.argv);
-    let envp = c_array(s.envp);
-    let check = |ret: libc::c_int| {
-        if ret == 0 {
-            Ok(())
-        } else {
-            Err(io::Error::from_raw_os_error(ret))
-        }
-    };
-    // SAFETY: zeroed storage, initialised by the *_init calls below before
-    // any other use and destroyed at the end.
-    let mut actions: libc::posix_spawn_file_actions_t = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    let mut attr: libc::posix_spawnattr_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `actions` is valid storage for a file-actions object.
-    check(unsafe { libc::posix_spawn_file_actions_init(&mut actions) })?;
-    // SAFETY: `attr` is valid storage for an attributes object.
-    if let Err(e) = check(unsafe { libc::posix_spawnattr_init(&mut attr) }) {
-        // SAFETY: `actions` was initialised above.
-        unsafe { libc::posix_spawn_file_actions_destroy(&mut actions) };
-        return Err(e);
-    }
-    let result = (|| {
-        // SAFETY: an initialised file-actions object and integer fds.
-        check(unsafe { libc::posix_spawn_file_actions_adddup2(&mut actions, s.control_fd, 0) })?;
-        // SAFETY: as above, with a NUL-terminated path.
-        check(unsafe {
-            libc::posix_spawn_file_actions_addopen(&mut actions, 1, c"/dev/null".as_ptr(), libc::O_WRONLY, 0)
-        })?;
-        let mut no_signals = empty_sigset();
-        let mut all_signals = empty_sigset();
-        // SAFETY: `all_signals` is a valid sigset_t.
-        unsafe { libc::sigfillset(&mut all_signals) };
-        // SAFETY: `no_signals` is a valid sigset_t.
-        unsafe { libc::sigemptyset(&mut no_signals) };
-        // SAFETY: an initialised attributes object and valid sigsets: the
-        // worker starts with no signal blocked and every handler default.
-        check(unsafe { libc::posix_spawnattr_setsigmask(&mut attr, &no_signals) })?;
-        // SAFETY: as above.
-        check(unsafe { libc::posix_spawnattr_setsigdefault(&mut attr, &all_signals) })?;
-        // SAFETY: as above; pgroup 0 = a new group led by the child.
-        check(unsafe { libc::posix_spawnattr_setpgroup(&mut attr, 0) })?;
-        let flags = libc::POSIX_SPAWN_SETPGROUP | libc::POSIX_SPAWN_SETSIGMASK | libc::POSIX_SPAWN_SETSIGDEF;
-        // SAFETY: as above.
-        check(unsafe { libc::posix_spawnattr_setflags(&mut attr, flags as libc::c_short) })?;
-        let mut pid: libc::pid_t = 0;
-        // SAFETY: valid objects, a NUL-terminated path, and NULL-terminated
-        // argv/envp arrays whose strings outlive the call.
-        check(unsafe {
-            libc::posix_spawn(
-                &mut pid,
-                SELF_EXE.as_ptr(),
-                &actions,
-                &attr,
-                argv.as_ptr() as *const *mut libc::c_char,
-                envp.as_ptr() as *const *mut libc::c_char,
-            )
-        })?;
-        Ok(pid)
-    })();
-    // SAFETY: both objects were initialised above.
-    unsafe { libc::posix_spawnattr_destroy(&mut attr) };
-    // SAFETY: as above.
-    unsafe { libc::posix_spawn_file_actions_destroy(&mut actions) };
-    result
-}
-
 fn empty_sigset() -> libc::sigset_t {
     // SAFETY: sigset_t is plain data; sigemptyset/sigfillset set it up.
     unsafe { std::mem::zeroed() }
 }
 
-fn clone_into_cgroup(s: &WorkerSpawn<'_>, cgroup_fd: RawFd) -> io::Result<i32> {
-    // Everything the child touches is built here, before the clone.
-    let argv = c_array(s.argv);
-    let envp = c_array(s.envp);
-    let null = std::fs::OpenOptions::new().write(true).open("/dev/null")?;
-    let child = ChildData {
-        control_fd: s.control_fd,
-        null_fd: null.as_raw_fd(),
-        argv: argv.as_ptr(),
-        envp: envp.as_ptr(),
-    };
-    // The child's own stack: it shares our memory (CLONE_VM) while we are
-    // suspended (CLONE_VFORK), so it must not run on ours. u128 keeps the
-    // top 16-byte aligned, as both ABIs want at a call.
-    let mut stack: Vec<u128> = Vec::with_capacity(CHILD_STACK_BYTES / 16);
-    let args = CloneArgs {
-        flags: (libc::CLONE_VM | libc::CLONE_VFORK) as u64 | CLONE_INTO_CGROUP,
-        exit_signal: libc::SIGCHLD as u64,
-        stack: stack.as_mut_ptr() as u64,
-        stack_size: (stack.capacity() * 16) as u64,
-        cgroup: cgroup_fd as u64,
-        ..CloneArgs::default()
-    };
-    // Every signal stays blocked in the child through execve, so no handler
-    // of agentd's can ever run on agentd's memory in it; the worker unblocks
-    // them first thing (worker::main, via unblock_all_signals).
-    let mut all = empty_sigset();
-    let mut old = empty_sigset();
-    // SAFETY: `all` is a valid sigset_t.
-    unsafe { libc::sigfillset(&mut all) };
-    // SAFETY: valid sigsets; affects only this thread.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old) };
-    let ret = vfork_clone3(&args, &child);
-    // SAFETY: restores this thread's own mask saved above.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
-    drop(stack);
-    if ret < 0 {
-        return Err(io::Error::from_raw_os_error(-ret as i32));
-    }
-    Ok(ret as i32)
-}
-
-/// Room for the child's few calls (setpgid, dup2, execve, _exit).
-const CHILD_STACK_BYTES: usize = 64 * 1024;
-
-/// What the vfork-like child reads; it lives in the suspended parent's
-/// frame and is never written while the child runs.
-#[repr(C)]
-struct ChildData {
-    control_fd: RawFd,
-    null_fd: RawFd,
-    argv: *const *const libc::c_char,
-    envp: *const *const libc::c_char,
-}
-
-/// The child of [`vfork_clone3`], on its own stack in agentd's memory:
-/// system calls only, on data built before the clone; it never returns.
-/// (The libc wrappers may set the parent thread's errno; nothing reads it.)
-extern "C" fn vfork_child(data: *const ChildData) -> ! {
-    // SAFETY: `data` points at the parent's ChildData, alive and unchanged
-    // while the parent is suspended in clone3 (CLONE_VFORK).
-    let d = unsafe { &*data };
-    // SAFETY: raw system calls on fds and NULL-terminated arrays that are
-    // valid in the (shared) memory; execve does not return on success.
-    unsafe {
-        if libc::setpgid(0, 0) == 0 && libc::dup2(d.control_fd, 0) == 0 && libc::dup2(d.null_fd, 1) == 1 {
-            libc::execve(SELF_EXE.as_ptr(), d.argv, d.envp);
-        }
-        libc::_exit(127)
-    }
-}
-
-/// clone3(CLONE_VM|CLONE_VFORK, …): the child starts on `args.stack` and
-/// calls [`vfork_child`]; the parent resumes once the child has exec'd or
-/// exited. Returns the child's pid or -errno. The assembly does only that:
-/// the syscall, then in the child (return value 0) a call on the new stack
-/// (16-byte aligned, set by the kernel) that never returns.
-fn vfork_clone3(args: &CloneArgs, child: &ChildData) -> i64 {
-    let ret: i64;
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: the kernel reads `args` (valid, its size passed). In the
-    // parent the block is one syscall: rax is the result, rcx/r11 are
-    // clobbered, memory may have changed (the child shares it). In the
-    // child, rsp is the top of the fresh stack, r12/r13 still hold the
-    // function and its argument, and `vfork_child` never returns (ud2 if
-    // it did).
-    unsafe {
-        std::arch::asm!(
-            "syscall",
-            "test rax, rax",
-            "jnz 2f",
-            "mov rdi, r13",
-            "call r12",
-            "ud2",
-            "2:",
-            inlateout("rax") libc::SYS_clone3 => ret,
-            in("rdi") args as *const CloneArgs,
-            in("rsi") std::mem::size_of::<CloneArgs>(),
-            in("r12") vfork_child as extern "C" fn(*const ChildData) -> !,
-            in("r13") child as *const ChildData,
-            lateout("rcx") _,
-            lateout("r11") _,
-        );
-    }
-    #[cfg(target_arch = "aarch64")]
-    // SAFETY: as for x86_64: `svc 0` with x8 = clone3, x0/x1 = args and
-    // size; x0 is the result. In the child (x0 = 0), sp is the top of the
-    // fresh stack, x20/x21 still hold the function and its argument, and
-    // `vfork_child` never returns (brk if it did).
-    unsafe {
-        std::arch::asm!(
-            "svc 0",
-            "cbnz x0, 2f",
-            "mov x0, x21",
-            "blr x20",
-            "brk 1",
-            "2:",
-            inlateout("x0") args as *const CloneArgs => ret,
-            in("x1") std::mem::size_of::<CloneArgs>(),
-            in("x8") libc::SYS_clone3,
-            in("x20") vfork_child as extern "C" fn(*const ChildData) -> !,
-            in("x21") child as *const ChildData,
-        );
-    }
-    ret
-}
-
-/// Unblocks every signal of the calling thread: a worker started by
-/// [`spawn_worker`] into a cgroup begins with all of them blocked.
+/// Unblocks every signal of the calling thread: a worker forked by the
+/// fork server begins with all of them blocked (see [`block_all_signals`]).
 pub fn unblock_all_signals() {
     let set = empty_sigset();
     // SAFETY: an all-zero sigset_t is the empty set on Linux; a valid

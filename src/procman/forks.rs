@@ -1,0 +1,216 @@
+//! procman's side of the fork server (worker::forkserver): started when
+//! first needed, asked for workers without waiting (the answers come back
+//! through the poll loop, in order), and started again after it dies.
+
+use std::collections::VecDeque;
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::time::Instant;
+
+use crate::cgroup::TaskCgroups;
+use crate::control::{ForkReply, ForkRequest};
+use crate::sys;
+
+/// A worker asked for and not yet answered: what procman keeps of it.
+pub(super) struct Pending {
+    /// procman's end of the worker's control socket.
+    pub chan: UnixStream,
+    pub cgroups: Option<TaskCgroups>,
+    /// Its cgroup v2 directory went with the request (CLONE_INTO_CGROUP).
+    pub into_cgroup: bool,
+    pub asked: Instant,
+}
+
+/// One answer, with the request it answers.
+pub(super) enum Answer {
+    Forked {
+        pending: Pending,
+        pid: i32,
+        /// The kernel would not start it in its cgroup: move it in.
+        placement_refused: Option<io::Error>,
+    },
+    /// No worker: the fork failed, or the fork server went away first
+    /// (then a worker may have been forked that nobody will hear from; its
+    /// cgroup is the caller's to kill).
+    Failed { pending: Pending, error: io::Error },
+}
+
+struct Running {
+    pid: i32,
+    sock: OwnedFd,
+    pending: VecDeque<Pending>,
+}
+
+pub(super) struct ForkServer {
+    running: Option<Running>,
+    /// The pid of the last fork server, running or not: its exit is reaped
+    /// like a worker's, and must not be taken for an escaped process.
+    last_pid: Option<i32>,
+    /// Failed answers for what a lost fork server still owed.
+    owed: Vec<Answer>,
+}
+
+impl ForkServer {
+    pub fn new() -> ForkServer {
+        ForkServer {
+            running: None,
+            last_pid: None,
+            owed: Vec::new(),
+        }
+    }
+
+    /// Its request socket, for the poll set, while it runs.
+    pub fn fd(&self) -> Option<RawFd> {
+        self.running.as_ref().map(|r| r.sock.as_raw_fd())
+    }
+
+    pub fn is_up(&self) -> bool {
+        self.running.is_some()
+    }
+
+    /// Answers owed by a lost fork server, not yet taken.
+    pub fn owes(&self) -> bool {
+        !self.owed.is_empty()
+    }
+
+    /// Whether `pid` is (or was) the fork server.
+    pub fn is_server(&self, pid: i32) -> bool {
+        self.last_pid == Some(pid)
+    }
+
+    /// Requests not answered yet.
+    pub fn pending(&self) -> usize {
+        self.running.as_ref().map_or(0, |r| r.pending.len()) + self.owed.len()
+    }
+
+    /// Spawns `agentd __forkserver` with `env` as its whole environment.
+    pub fn start(&mut self, env: &[CString]) -> io::Result<()> {
+        self.lost("replaced by a new one");
+        let (ours, theirs) = sys::seqpacket_pair()?;
+        let argv = [c"agentd".to_owned(), c"__forkserver".to_owned()];
+        let pid = sys::spawn_self(&sys::SelfSpawn {
+            argv: &argv,
+            envp: env,
+            stdin_fd: theirs.as_raw_fd(),
+        })?;
+        log::debug!("procman.forkserver pid={pid} started");
+        self.last_pid = Some(pid);
+        self.running = Some(Running {
+            pid,
+            sock: ours,
+            pending: VecDeque::new(),
+        });
+        Ok(())
+    }
+
+    /// Asks for one worker. On an error nothing was asked and `pending`
+    /// comes back: WouldBlock = the fork server is behind, ask again later;
+    /// anything else = it is gone (it is started again on the next ask).
+    pub fn ask(
+        &mut self,
+        request: &ForkRequest,
+        control: &UnixStream,
+        cgroup_dir: Option<&std::fs::File>,
+        pending: Pending,
+    ) -> Result<(), (io::Error, Pending)> {
+        let Some(r) = self.running.as_mut() else {
+            return Err((io::ErrorKind::NotConnected.into(), pending));
+        };
+        let mut fds = vec![control.as_raw_fd()];
+        fds.extend(cgroup_dir.map(|d| d.as_raw_fd()));
+        match sys::send_with_fds(r.sock.as_raw_fd(), &request.encode(), &fds, true) {
+            Ok(()) => {
+                r.pending.push_back(pending);
+                Ok(())
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Err((e, pending)),
+            Err(e) => {
+                self.lost(&format!("sending a request failed: {e}"));
+                Err((e, pending))
+            }
+        }
+    }
+
+    /// Every answer that has arrived. If the fork server is gone (EOF, a
+    /// broken socket, a reply that makes no sense), each request still
+    /// pending is answered Failed and the next ask starts a new one.
+    pub fn answers(&mut self) -> Vec<Answer> {
+        let mut out = std::mem::take(&mut self.owed);
+        let Some(r) = self.running.as_mut() else { return out };
+        let mut buf = [0u8; 64];
+        let mut fds = Vec::new();
+        let gone = loop {
+            fds.clear();
+            match sys::recv_with_fds(r.sock.as_raw_fd(), &mut buf, &mut fds, true) {
+                Ok(0) => break Some("it exited".to_string()),
+                Ok(n) => {
+                    let reply = ForkReply::decode(&buf[..n]);
+                    let Some(pending) = r.pending.pop_front() else {
+                        break Some("it answered a request never made".into());
+                    };
+                    match reply {
+                        Some(ForkReply::Forked { pid, placement_errno }) => out.push(Answer::Forked {
+                            pending,
+                            pid,
+                            placement_refused: (placement_errno != 0)
+                                .then(|| io::Error::from_raw_os_error(placement_errno)),
+                        }),
+                        Some(ForkReply::Failed { errno }) => out.push(Answer::Failed {
+                            pending,
+                            error: io::Error::from_raw_os_error(errno),
+                        }),
+                        None => {
+                            r.pending.push_front(pending);
+                            break Some("it sent a reply that is not one".into());
+                        }
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break None,
+                Err(e) => break Some(e.to_string()),
+            }
+        };
+        if let Some(why) = gone {
+            self.lost(&why);
+            out.append(&mut self.owed);
+        }
+        out
+    }
+
+    /// The fork server is no use any more: killed, and what it still owed
+    /// answered Failed (by the next [`answers`](Self::answers)).
+    fn lost(&mut self, why: &str) {
+        self.forget(why, true)
+    }
+
+    /// The fork server `pid` exited (reaped): no pid to kill any more.
+    pub fn exited(&mut self, pid: i32, status: &sys::ExitStatus) {
+        if self.running.as_ref().is_some_and(|r| r.pid == pid) {
+            self.forget(&format!("it exited ({status})"), false);
+        }
+    }
+
+    fn forget(&mut self, why: &str, kill: bool) {
+        let Some(r) = self.running.take() else { return };
+        log::warn!(
+            "procman.forkserver pid={} lost: {why}; {} request(s) unanswered; the next worker starts another",
+            r.pid,
+            r.pending.len()
+        );
+        if kill {
+            let _ = sys::kill_pid(r.pid, libc::SIGKILL);
+        }
+        self.owed.extend(r.pending.into_iter().map(|pending| Answer::Failed {
+            pending,
+            error: io::Error::other(format!("the fork server was lost: {why}")),
+        }));
+    }
+
+    /// Lets it go (the daemon is done): EOF on its socket ends it.
+    pub fn stop(&mut self) {
+        if let Some(r) = self.running.take() {
+            log::debug!("procman.forkserver pid={} stopped", r.pid);
+        }
+    }
+}

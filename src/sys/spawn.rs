@@ -1,0 +1,360 @@
+//! Starting processes. agentd spawns one process image of itself, the fork
+//! server (`posix_spawn` of /proc/self/exe, once); the fork server forks
+//! each task's worker with `CLONE_PARENT`, so agentd is the worker's parent
+//! (it reaps it, and the worker's PDEATHSIG is tied to agentd), straight
+//! into the task's cgroup with `CLONE_INTO_CGROUP`. The requests travel on
+//! a SOCK_SEQPACKET pair with the descriptors as SCM_RIGHTS.
+
+use std::io;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+
+use super::cvt;
+
+/// What [`spawn_self`] starts.
+#[derive(Debug, Clone, Copy)]
+pub struct SelfSpawn<'a> {
+    /// argv[0] is only the name it shows in `ps`.
+    pub argv: &'a [std::ffi::CString],
+    pub envp: &'a [std::ffi::CString],
+    /// Becomes its stdin (fd 0).
+    pub stdin_fd: RawFd,
+}
+
+const SELF_EXE: &std::ffi::CStr = c"/proc/self/exe";
+
+/// A NULL-terminated pointer array over `strings`, for posix_spawn.
+fn c_array(strings: &[std::ffi::CString]) -> Vec<*const libc::c_char> {
+    strings
+        .iter()
+        .map(|s| s.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect()
+}
+
+/// Starts `/proc/self/exe` in its own process group, `stdin_fd` as its
+/// stdin, /dev/null as stdout, stderr inherited, every other descriptor
+/// left to close-on-exec (all of agentd's are), no signal blocked and
+/// every handler default. posix_spawn is vfork-like: its cost does not grow
+/// with agentd's memory. Returns the pid; the caller reaps it.
+pub fn spawn_self(s: &SelfSpawn<'_>) -> io::Result<i32> {
+    let argv = c_array(s.argv);
+    let envp = c_array(s.envp);
+    let check = |ret: libc::c_int| {
+        if ret == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::from_raw_os_error(ret))
+        }
+    };
+    // SAFETY: zeroed storage, initialised by the *_init calls below before
+    // any other use and destroyed at the end.
+    let mut actions: libc::posix_spawn_file_actions_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut attr: libc::posix_spawnattr_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `actions` is valid storage for a file-actions object.
+    check(unsafe { libc::posix_spawn_file_actions_init(&mut actions) })?;
+    // SAFETY: `attr` is valid storage for an attributes object.
+    if let Err(e) = check(unsafe { libc::posix_spawnattr_init(&mut attr) }) {
+        // SAFETY: `actions` was initialised above.
+        unsafe { libc::posix_spawn_file_actions_destroy(&mut actions) };
+        return Err(e);
+    }
+    let result = (|| {
+        // SAFETY: an initialised file-actions object and integer fds.
+        check(unsafe { libc::posix_spawn_file_actions_adddup2(&mut actions, s.stdin_fd, 0) })?;
+        // SAFETY: as above, with a NUL-terminated path.
+        check(unsafe {
+            libc::posix_spawn_file_actions_addopen(&mut actions, 1, c"/dev/null".as_ptr(), libc::O_WRONLY, 0)
+        })?;
+        let no_signals = super::empty_sigset();
+        let mut all_signals = super::empty_sigset();
+        // SAFETY: `all_signals` is a valid sigset_t.
+        unsafe { libc::sigfillset(&mut all_signals) };
+        // SAFETY: an initialised attributes object and a valid sigset.
+        check(unsafe { libc::posix_spawnattr_setsigmask(&mut attr, &no_signals) })?;
+        // SAFETY: as above.
+        check(unsafe { libc::posix_spawnattr_setsigdefault(&mut attr, &all_signals) })?;
+        // SAFETY: as above; pgroup 0 = a new group led by the child.
+        check(unsafe { libc::posix_spawnattr_setpgroup(&mut attr, 0) })?;
+        let flags = libc::POSIX_SPAWN_SETPGROUP | libc::POSIX_SPAWN_SETSIGMASK | libc::POSIX_SPAWN_SETSIGDEF;
+        // SAFETY: as above.
+        check(unsafe { libc::posix_spawnattr_setflags(&mut attr, flags as libc::c_short) })?;
+        let mut pid: libc::pid_t = 0;
+        // SAFETY: valid objects, a NUL-terminated path, and NULL-terminated
+        // argv/envp arrays whose strings outlive the call.
+        check(unsafe {
+            libc::posix_spawn(
+                &mut pid,
+                SELF_EXE.as_ptr(),
+                &actions,
+                &attr,
+                argv.as_ptr() as *const *mut libc::c_char,
+                envp.as_ptr() as *const *mut libc::c_char,
+            )
+        })?;
+        Ok(pid)
+    })();
+    // SAFETY: both objects were initialised above.
+    unsafe { libc::posix_spawnattr_destroy(&mut attr) };
+    // SAFETY: as above.
+    unsafe { libc::posix_spawn_file_actions_destroy(&mut actions) };
+    result
+}
+
+/// clone3(2) flag: start the child in the cgroup `cgroup` names (5.7+).
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// `struct clone_args` of clone3(2), up to `cgroup` (CLONE_ARGS_SIZE_VER2).
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+/// Which side of [`fork_sibling`] we are on.
+#[derive(Debug)]
+pub enum Forked {
+    /// The new process.
+    Child,
+    /// The caller: the new process's pid, and why it was not born in the
+    /// cgroup it was asked into (it was forked outside; move it in).
+    Parent {
+        pid: i32,
+        placement_refused: Option<io::Error>,
+    },
+}
+
+/// True for the errors with which clone3 says it cannot place a child in a
+/// cgroup here (old kernel, seccomp, a cgroup that takes no processes).
+pub fn placement_refused(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOSYS | libc::EPERM | libc::EINVAL | libc::EBUSY | libc::EOPNOTSUPP)
+    )
+}
+
+/// Forks the caller as a child of the caller's *parent* (CLONE_PARENT):
+/// the fork server makes agentd's workers this way, so agentd reaps them
+/// and their PDEATHSIG follows agentd. With `cgroup_fd` the child is born
+/// in that cgroup v2 directory (no `cgroup.procs` write, whose machine-wide
+/// lock stalls every fork); a kernel that refuses the placement gets a
+/// plain fork, and the refusal is returned with the pid.
+///
+/// Only for a single-threaded caller that holds no lock (the fork server):
+/// the child is a copy of it, as after fork(2). The child must not rely on
+/// libc's cached thread id (`raise`, `abort` signal the fork server, which
+/// keeps SIGABRT blocked for that reason); Rust's own locks do not use it.
+pub fn fork_sibling(cgroup_fd: Option<RawFd>) -> io::Result<Forked> {
+    let mut placement_refused_by = None;
+    if let Some(fd) = cgroup_fd {
+        let args = CloneArgs {
+            flags: libc::CLONE_PARENT as u64 | CLONE_INTO_CGROUP,
+            // Must be 0 with CLONE_PARENT: the child's exit signal is ours
+            // (SIGCHLD, as posix_spawn set it), sent to agentd.
+            exit_signal: 0,
+            cgroup: fd as u64,
+            ..CloneArgs::default()
+        };
+        // SAFETY: the kernel reads `args` (valid, its size passed). No
+        // stack is given: like fork(2), the child returns here on a copy
+        // of ours, in a copy of our memory (no CLONE_VM).
+        let ret = unsafe {
+            libc::syscall(
+                libc::SYS_clone3,
+                &args as *const CloneArgs,
+                std::mem::size_of::<CloneArgs>(),
+            )
+        };
+        match ret {
+            0 => return Ok(Forked::Child),
+            pid if pid > 0 => {
+                return Ok(Forked::Parent {
+                    pid: pid as i32,
+                    placement_refused: None,
+                })
+            }
+            _ => {
+                let e = io::Error::last_os_error();
+                if !placement_refused(&e) {
+                    return Err(e);
+                }
+                placement_refused_by = Some(e);
+            }
+        }
+    }
+    // SAFETY: clone(2) as fork(2) with CLONE_PARENT: no stack, no tid
+    // pointers, no TLS (zeros in every ABI's argument order).
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            libc::CLONE_PARENT as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    };
+    match ret {
+        0 => Ok(Forked::Child),
+        pid if pid > 0 => Ok(Forked::Parent {
+            pid: pid as i32,
+            placement_refused: placement_refused_by,
+        }),
+        _ => Err(io::Error::last_os_error()),
+    }
+}
+
+/// Blocks every signal of the calling thread (the fork server, which
+/// takes none: SIGKILL and its PDEATHSIG cannot be blocked).
+pub fn block_all_signals() {
+    let mut all = super::empty_sigset();
+    // SAFETY: `all` is a valid sigset_t.
+    unsafe { libc::sigfillset(&mut all) };
+    // SAFETY: a valid set; affects only this thread.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &all, std::ptr::null_mut()) };
+}
+
+/// A connected SOCK_SEQPACKET pair, both ends close-on-exec: each message
+/// arrives whole, with the descriptors sent along with it.
+pub fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [-1; 2];
+    // SAFETY: `fds` has room for the two descriptors socketpair writes.
+    cvt(unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    })?;
+    // SAFETY: socketpair just created both; nothing else owns them.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Most descriptors one message carries.
+pub const FDS_PER_MESSAGE: usize = 4;
+
+/// Room for FDS_PER_MESSAGE descriptors' control message, aligned for
+/// cmsghdr.
+#[repr(C, align(8))]
+struct CmsgBuf([u8; 64]);
+
+/// Sends one message with `fds` attached (SCM_RIGHTS). `nonblocking`:
+/// EAGAIN (WouldBlock) instead of waiting when the peer's queue is full.
+/// A gone peer is EPIPE, never SIGPIPE.
+pub fn send_with_fds(sock: RawFd, bytes: &[u8], fds: &[RawFd], nonblocking: bool) -> io::Result<()> {
+    assert!(fds.len() <= FDS_PER_MESSAGE);
+    let mut iov = libc::iovec {
+        iov_base: bytes.as_ptr() as *mut libc::c_void,
+        iov_len: bytes.len(),
+    };
+    let mut cbuf = CmsgBuf([0; 64]);
+    let fd_bytes = std::mem::size_of_val(fds) as u32;
+    // SAFETY: a pure size computation.
+    let space = unsafe { libc::CMSG_SPACE(fd_bytes) } as usize;
+    // SAFETY: zeroed msghdr is a valid empty header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    if !fds.is_empty() {
+        msg.msg_control = cbuf.0.as_mut_ptr() as *mut libc::c_void;
+        msg.msg_controllen = space as _;
+        // SAFETY: msg_control points at `space` (<= 64) valid bytes, so the
+        // first header fits.
+        let cmsg = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+        // SAFETY: `cmsg` points into `cbuf` (checked non-null by the
+        // space above); CMSG_DATA leaves room for `fd_bytes` after it.
+        unsafe {
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(fd_bytes) as _;
+            std::ptr::copy_nonoverlapping(fds.as_ptr() as *const u8, libc::CMSG_DATA(cmsg), fd_bytes as usize);
+        }
+    }
+    let flags = libc::MSG_NOSIGNAL | if nonblocking { libc::MSG_DONTWAIT } else { 0 };
+    loop {
+        // SAFETY: `msg` and what it points at are valid for the call.
+        let n = unsafe { libc::sendmsg(sock, &msg, flags) };
+        if n >= 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Receives one message into `buf`, the descriptors that came with it
+/// (close-on-exec) into `fds`. `Ok(0)` is the peer gone. A message longer
+/// than `buf` or with more than FDS_PER_MESSAGE descriptors is refused
+/// (InvalidData), its descriptors closed.
+pub fn recv_with_fds(sock: RawFd, buf: &mut [u8], fds: &mut Vec<OwnedFd>, nonblocking: bool) -> io::Result<usize> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr() as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    let mut cbuf = CmsgBuf([0; 64]);
+    // SAFETY: zeroed msghdr is a valid empty header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.0.as_mut_ptr() as *mut libc::c_void;
+    msg.msg_controllen = cbuf.0.len() as _;
+    let flags = libc::MSG_CMSG_CLOEXEC | if nonblocking { libc::MSG_DONTWAIT } else { 0 };
+    let n = loop {
+        // SAFETY: `msg` and the buffers it points at are valid for writes.
+        let n = unsafe { libc::recvmsg(sock, &mut msg, flags) };
+        if n >= 0 {
+            break n as usize;
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    };
+    // SAFETY: `msg` was filled by recvmsg; CMSG_FIRSTHDR/NXTHDR stay within
+    // msg_controllen.
+    let mut cmsg = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+    while !cmsg.is_null() {
+        // SAFETY: a header recvmsg wrote, inside `cbuf`.
+        let (level, kind, len) = unsafe { ((*cmsg).cmsg_level, (*cmsg).cmsg_type, (*cmsg).cmsg_len as usize) };
+        if level == libc::SOL_SOCKET && kind == libc::SCM_RIGHTS {
+            // SAFETY: a pure size computation.
+            let header = unsafe { libc::CMSG_LEN(0) } as usize;
+            let count = len.saturating_sub(header) / std::mem::size_of::<RawFd>();
+            for i in 0..count {
+                // SAFETY: the kernel wrote `count` fds after the header;
+                // read unaligned, as CMSG_DATA promises no alignment.
+                let fd = unsafe { std::ptr::read_unaligned((libc::CMSG_DATA(cmsg) as *const RawFd).add(i)) };
+                // SAFETY: each received descriptor is new and ours alone.
+                fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
+            }
+        }
+        // SAFETY: as above.
+        cmsg = unsafe { libc::CMSG_NXTHDR(&msg, cmsg) };
+    }
+    if msg.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0 {
+        fds.clear();
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "message truncated"));
+    }
+    Ok(n)
+}
+
+/// setpgid(pid, pid): makes the child `pid` lead its own process group.
+/// Called by the parent as well as by the child itself, so the group
+/// exists before either goes on (the classic race of job control).
+pub fn make_group_leader(pid: i32) -> io::Result<()> {
+    // SAFETY: setpgid takes integers.
+    cvt(unsafe { libc::setpgid(pid, pid) }).map(drop)
+}

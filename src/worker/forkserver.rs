@@ -1,0 +1,115 @@
+//! The fork server: `agentd __forkserver`, spawned once by procman. It is
+//! agentd's image already exec'd, logging set up and signals blocked, and
+//! it stays single-threaded and never runs a task; it only forks workers
+//! (sys::fork_sibling, as children of agentd, born in their cgroup). A
+//! task's process then costs a fork instead of a spawn + exec + start-up:
+//! each worker is still a fresh image that never ran another task.
+//!
+//! Its stdin is a SOCK_SEQPACKET socket to procman: each message is a
+//! [`ForkRequest`] with the worker's control socket (and its cgroup v2
+//! directory) attached; each answer a [`ForkReply`], in order. EOF means
+//! agentd is done with it; PDEATHSIG (SIGKILL) takes it if agentd dies.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use super::{Birth, EXIT_ORPHANED, FRAME_MAX_ENV, LOG_LEVEL_ENV, SUPERVISOR_PID_ENV};
+use crate::control::{ForkReply, ForkRequest};
+use crate::sys;
+
+/// The fork server's process name (comm).
+pub const NAME: &std::ffi::CStr = c"agentd-fork";
+/// Its request socket: stdin.
+const REQUESTS: i32 = 0;
+
+/// `agentd __forkserver`: returns the process exit code.
+pub fn main() -> i32 {
+    // First: no handler may ever run in a half-made worker, and abort() in a
+    // worker signals us (see sys::fork_sibling); workers unblock their own.
+    sys::block_all_signals();
+    sys::set_process_name(NAME);
+    let supervisor: i32 = match std::env::var(SUPERVISOR_PID_ENV).ok().and_then(|s| s.parse().ok()) {
+        Some(pid) => pid,
+        None => {
+            eprintln!("agentd: __forkserver is internal; it is started by `agentd serve`");
+            return 2;
+        }
+    };
+    let level = std::env::var(LOG_LEVEL_ENV).unwrap_or_else(|_| "info".into());
+    crate::logging::init(&level, "worker");
+    // Anything inherited past stdio is a leak from whoever started agentd.
+    sys::close_fds_from(3);
+    if let Err(e) = sys::set_parent_death_signal(libc::SIGKILL) {
+        eprintln!("agentd fork server: cannot arm PDEATHSIG: {e}");
+        return EXIT_ORPHANED;
+    }
+    if sys::getppid() != supervisor {
+        return EXIT_ORPHANED;
+    }
+    let null: OwnedFd = match std::fs::File::open("/dev/null") {
+        Ok(f) => f.into(),
+        Err(e) => {
+            eprintln!("agentd fork server: cannot open /dev/null: {e}");
+            return 2;
+        }
+    };
+    let frame_max = std::env::var(FRAME_MAX_ENV)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(crate::limits::control_frame_max_bytes(
+            crate::limits::HTTP_BODY_MAX_BYTES,
+        ));
+    let mut buf = [0u8; 8192];
+    let mut fds: Vec<OwnedFd> = Vec::with_capacity(sys::FDS_PER_MESSAGE);
+    loop {
+        fds.clear();
+        let reply = match sys::recv_with_fds(REQUESTS, &mut buf, &mut fds, false) {
+            Ok(0) => return 0, // agentd let go of us
+            Ok(n) => match (ForkRequest::decode(&buf[..n]), fds.first()) {
+                (Some(request), Some(control)) => {
+                    let birth = Birth {
+                        supervisor,
+                        frame_max,
+                        request: &request,
+                        control,
+                        null: &null,
+                    };
+                    fork_one(birth, fds.get(1))
+                }
+                _ => {
+                    log::error!("forkserver.request refused: not a fork request with a control socket");
+                    ForkReply::Failed { errno: libc::EINVAL }
+                }
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                log::error!("forkserver.request refused: {e}");
+                ForkReply::Failed { errno: libc::EINVAL }
+            }
+            Err(e) => {
+                log::error!("forkserver.recv error={e}; exiting");
+                return 1;
+            }
+        };
+        if let Err(e) = sys::send_with_fds(REQUESTS, &reply.encode(), &[], false) {
+            // agentd is gone (EPIPE) or the socket broke: nothing to serve.
+            log::debug!("forkserver.reply error={e}; exiting");
+            return 0;
+        }
+    }
+}
+
+/// Forks one worker; in the worker, runs it and exits.
+fn fork_one(birth: Birth<'_>, cgroup: Option<&OwnedFd>) -> ForkReply {
+    match sys::fork_sibling(cgroup.map(|fd| fd.as_raw_fd())) {
+        Ok(sys::Forked::Child) => std::process::exit(super::start(birth)),
+        Ok(sys::Forked::Parent { pid, placement_refused }) => ForkReply::Forked {
+            pid,
+            placement_errno: placement_refused.map_or(0, |e| e.raw_os_error().unwrap_or(libc::EINVAL)),
+        },
+        Err(e) => {
+            log::warn!("forkserver.fork error={e}");
+            ForkReply::Failed {
+                errno: e.raw_os_error().unwrap_or(libc::EIO),
+            }
+        }
+    }
+}
