@@ -62,12 +62,15 @@ pub struct Limits {
 /// What agentd isolates tasks with. Task cgroups are slots reused from
 /// task to task: creating and removing a cgroup costs the kernel more than
 /// the rest of a short task together.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct Isolation {
     hierarchies: Vec<Hierarchy>,
     limits: Limits,
     /// Slots (`slot-N` in every hierarchy) free for the next task.
     free: Vec<usize>,
+    /// Each v2 slot's directory, opened once and kept for CLONE_INTO_CGROUP
+    /// (an open per fork is a kernfs path walk on the request path).
+    slot_dirs: std::collections::HashMap<usize, fs::File>,
     /// Slots made so far.
     made: usize,
     /// False once the kernel refused CLONE_INTO_CGROUP: migrate instead.
@@ -179,7 +182,7 @@ impl Isolation {
 
     /// A free slot for the next worker, made (with its limits) when none is
     /// free. Nothing is in it yet: the worker is born into it
-    /// ([`Isolation::clone_into`]) or moved in ([`Isolation::enter`]).
+    /// ([`Isolation::slot_dir`]) or moved in ([`Isolation::enter`]).
     pub fn acquire(&mut self) -> io::Result<TaskCgroups> {
         let slot = match self.free.pop() {
             Some(n) => n,
@@ -215,15 +218,20 @@ impl Isolation {
         Ok(task)
     }
 
-    /// The slot's v2 directory, opened, for spawning a worker straight into
-    /// it (`sys::WorkerSpawn::cgroup_fd`; keep it open until the spawn
-    /// returned); None when the worker must be moved in.
-    pub fn clone_into(&self, task: &TaskCgroups) -> Option<fs::File> {
+    /// The slot's v2 directory, open (and kept open while the slot lives),
+    /// for forking a worker straight into it (the fork request carries it);
+    /// None when the worker must be moved in.
+    pub fn slot_dir(&mut self, task: &TaskCgroups) -> Option<&fs::File> {
         if !self.clone_into {
             return None;
         }
-        let (_, dir) = task.dirs.iter().find(|(k, _)| *k == Kind::V2)?;
-        fs::File::open(dir).ok()
+        match self.slot_dirs.entry(task.slot) {
+            std::collections::hash_map::Entry::Occupied(e) => Some(e.into_mut()),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let (_, dir) = task.dirs.iter().find(|(k, _)| *k == Kind::V2)?;
+                Some(e.insert(fs::File::open(dir).ok()?))
+            }
+        }
     }
 
     /// The kernel refused CLONE_INTO_CGROUP (`sys::placement_refused`):
@@ -288,6 +296,7 @@ impl Isolation {
     pub fn release_empty(&mut self, task: TaskCgroups) {
         if task.killed.get() {
             log::debug!("cgroup.retire slot={} (killed in)", task.slot);
+            self.slot_dirs.remove(&task.slot);
             for (_, dir) in &task.dirs {
                 let _ = fs::remove_dir(dir);
             }

@@ -29,7 +29,8 @@ pub const CONN_THREAD_STACK_BYTES: usize = 256 * 1024;
 /// (listeners, procman, logs, a 503 to a client over the cap) ...
 pub const FD_RESERVE_BASE: u64 = 64;
 /// ... and for each task that may run at once (`tasks.max_running`): its
-/// worker's control socket and what spawning it takes. Connections get the
+/// worker's control socket, its cgroup slot's directory (kept open for
+/// forking into it) and what asking the fork server for it takes. Connections get the
 /// rest of RLIMIT_NOFILE, so a task never fails because clients used the fds.
 pub const FD_RESERVE_PER_TASK: u64 = 4;
 /// A condition that repeats (accept failing with EMFILE, say) is logged at

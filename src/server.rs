@@ -99,7 +99,8 @@ pub fn serve(cfg: Config) -> Result<(), ServeError> {
     });
     tasks.subscribe(feed.clone());
     let tasks = Arc::new(tasks);
-    let (procman, procman_thread) = crate::procman::spawn(cfg.clone(), tasks.clone(), isolation.clone())
+    let isolation_text = isolation.to_string();
+    let (procman, procman_thread) = crate::procman::spawn(cfg.clone(), tasks.clone(), isolation)
         .map_err(|e| ServeError::Setup("starting procman", e))?;
     // Raises the fd limit as far as the cap needs, or lowers the cap to fit.
     let max_conns = connection_cap(&cfg);
@@ -121,7 +122,7 @@ pub fn serve(cfg: Config) -> Result<(), ServeError> {
                 started: Instant::now(),
                 listeners: listeners.iter().map(Listener::name).collect(),
                 draining: AtomicBool::new(false),
-                isolation: isolation.to_string(),
+                isolation: isolation_text.clone(),
                 max_connections: max_conns,
             },
         },
@@ -150,7 +151,7 @@ pub fn serve(cfg: Config) -> Result<(), ServeError> {
         log::info!("a2a.listen address={} runner={}", l.name(), cfg.runner.name());
     }
     log::info!(
-        "agentd.ready pid={} max_running={} isolation={isolation}",
+        "agentd.ready pid={} max_running={} isolation={isolation_text}",
         std::process::id(),
         cfg.tasks.max_running
     );

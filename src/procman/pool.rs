@@ -193,7 +193,7 @@ impl State {
             kill_file: cgroups.as_ref().and_then(TaskCgroups::kill_file),
             procs_file: cgroups.as_ref().and_then(TaskCgroups::procs_file),
         };
-        let slot_dir = cgroups.as_ref().and_then(|c| self.isolation.clone_into(c));
+        let slot_dir = cgroups.as_ref().and_then(|c| self.isolation.slot_dir(c));
         let pending = Pending {
             chan: ours,
             cgroups,
@@ -202,7 +202,7 @@ impl State {
         };
         // The fork server holds its own copies of the descriptors once
         // sent: ours close at the end of this function.
-        match self.forks.ask(&request, &theirs, slot_dir.as_ref(), pending) {
+        match self.forks.ask(&request, &theirs, slot_dir, pending) {
             Ok(()) => Ok(()),
             Err((e, pending)) => {
                 if let Some(cg) = pending.cgroups {
