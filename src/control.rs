@@ -2,7 +2,7 @@
 //!
 //! ```text
 //!  supervisor (procman)                          worker (forked by agentd __forkserver)
-//!        │ ◀──────────── ready {pid} ─────────────── │  started, waiting
+//!        │                                           │  forked, waiting
 //!        │ ───────────── spawn {task, message, runner} ▶ │
 //!        │ ◀──────────── status / artifact ────────── │  progress
 //!        │ ───────────── input {message} ───────────▶ │  follow-up turn
@@ -130,9 +130,6 @@ pub enum Progress {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum FromWorker {
-    Ready {
-        pid: i32,
-    },
     Status {
         state: Progress,
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -341,7 +338,6 @@ mod tests {
     #[test]
     fn round_trips_through_bytes() {
         let frames = vec![
-            FromWorker::Ready { pid: 42 },
             FromWorker::Status {
                 state: Progress::InputRequired,
                 text: Some("which?".into()),

@@ -109,8 +109,9 @@ pub fn worker_spawn_failed() {
     C.spawn_failures.fetch_add(1, Relaxed);
 }
 
-/// A worker said `ready` this long after it was spawned.
-pub fn worker_ready_after(d: Duration) {
+/// The fork server answered with a worker's pid this long after procman
+/// asked for it.
+pub fn worker_forked_after(d: Duration) {
     let secs = d.as_secs_f64();
     let i = SPAWN_BUCKETS
         .iter()
@@ -269,7 +270,7 @@ pub fn render(g: &Gauges) -> String {
         &mut out,
         "agentd_worker_spawn_seconds",
         "histogram",
-        "From spawning a worker to its ready frame.",
+        "From asking the fork server for a worker to its pid.",
     );
     let mut cumulative = 0;
     for (i, bound) in SPAWN_BUCKETS.iter().enumerate() {
@@ -359,7 +360,7 @@ mod tests {
     fn counters_move_and_render() {
         task_ended(TaskState::Failed, Cause::Deadline);
         ladder_rung("SIGTERM");
-        worker_ready_after(Duration::from_millis(3));
+        worker_forked_after(Duration::from_millis(3));
         peer_denied("unix", "1000".into());
         let text = render(&Gauges {
             tasks_running: 2,

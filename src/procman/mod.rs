@@ -127,8 +127,6 @@ struct Worker {
     life: Life,
     cgroups: Option<TaskCgroups>,
     assigned: Instant,
-    /// When it was spawned, for the spawn-latency metric.
-    spawned: Instant,
 }
 
 struct State {
@@ -502,21 +500,15 @@ impl State {
     fn on_frame(&mut self, pid: i32, frame: FromWorker) {
         self.event(pid, Event::Heard);
         let Some(w) = self.workers.get(&pid) else { return };
-        if matches!(frame, FromWorker::Ready { .. }) {
-            crate::metrics::worker_ready_after(w.spawned.elapsed());
-        }
         let Some(id) = w.task.clone() else { return };
         let running = w.life.is_running();
         // A reply marks the task as spoken itself, atomically with the
         // message: a stream waking in between would open as a task.
-        if !matches!(
-            frame,
-            FromWorker::Ready { .. } | FromWorker::Pong | FromWorker::Reply { .. }
-        ) {
+        if !matches!(frame, FromWorker::Pong | FromWorker::Reply { .. }) {
             self.tasks.mark_spoke(&id);
         }
         match frame {
-            FromWorker::Ready { .. } | FromWorker::Pong => {}
+            FromWorker::Pong => {}
             FromWorker::Status { state, text } => {
                 let state = match state {
                     Progress::Working => TaskState::Working,

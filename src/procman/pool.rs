@@ -113,7 +113,7 @@ impl State {
     }
 
     /// Keeps idle workers ready, so a task's start does not wait for a
-    /// process to be spawned and exec'd: tasks.prespawn of them, or with
+    /// worker to be forked: tasks.prespawn of them, or with
     /// `auto` as many as tasks started within DEMAND_WINDOW (at least one,
     /// at most PRESPAWN_AUTO_MAX).
     pub(super) fn fill_pool(&mut self) {
@@ -241,6 +241,7 @@ impl State {
 
     fn adopt_worker(&mut self, pending: Pending, pid: i32, placement_refused: Option<std::io::Error>) {
         crate::metrics::worker_spawned();
+        crate::metrics::worker_forked_after(pending.asked.elapsed());
         self.fork_failures = 0;
         // The worker does this itself too; whichever is first, the group
         // exists before any signal is sent to it.
@@ -281,7 +282,6 @@ impl State {
                 life: Life::idle(now, self.timing),
                 cgroups,
                 assigned: now,
-                spawned: pending.asked,
             },
         );
         if let Some(status) = self.early_exits.remove(&pid) {

@@ -20,7 +20,8 @@ pub fn run(_task_id: &str, _context_id: &str, message: &Message, link: &Link, rx
     } else {
         message.parts.clone()
     };
-    let sent = link.send(&FromWorker::Artifact {
+    // `done` follows at once (worker::run): both go in one write.
+    let sent = link.hold(&FromWorker::Artifact {
         artifact: Artifact {
             artifact_id: crate::ids::new_id(),
             name: Some("echo".into()),

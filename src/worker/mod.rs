@@ -20,7 +20,7 @@
 //! 5. `getppid()` must be agentd: if agentd died before step 3, we were
 //!    already reparented and must exit now — this check is what makes
 //!    arming PDEATHSIG after the fork race-free;
-//! 6. say `ready`, read `spawn`, run, (as subreaper) kill what is left of
+//! 6. read `spawn`, run, (as subreaper) kill what is left of
 //!    the task, say `done`, exit.
 //!
 //! A control-channel EOF means the supervisor is gone: kill the task.
@@ -65,8 +65,14 @@ pub const TASK_NAME: &std::ffi::CStr = c"agentd-task";
 
 /// The worker's half of the control channel, shared by its threads.
 pub struct Link {
-    writer: Mutex<UnixStream>,
+    writer: Mutex<Writer>,
     frame_max: usize,
+}
+
+struct Writer {
+    sock: UnixStream,
+    /// Frames held back to go out with the next one (see [`Link::hold`]).
+    held: Vec<u8>,
 }
 
 impl Link {
@@ -79,13 +85,36 @@ impl Link {
             Ok(w) => w,
             Err(poisoned) => poisoned.into_inner(),
         };
-        if let Err(e) = std::io::Write::write_all(&mut *w, &bytes) {
+        let w = &mut *w;
+        let written = if w.held.is_empty() {
+            std::io::Write::write_all(&mut w.sock, &bytes)
+        } else {
+            w.held.extend_from_slice(&bytes);
+            let all = std::mem::take(&mut w.held);
+            std::io::Write::write_all(&mut w.sock, &all)
+        };
+        if let Err(e) = written {
             log::error!(
                 "worker.link.lost pid={} error={e}; killing the task's group",
                 sys::getpid()
             );
             sys::kill_own_task();
         }
+        Ok(())
+    }
+}
+
+impl Link {
+    /// Queues a frame to go out with the next [`send`](Self::send), in
+    /// order: a runner whose last frame is followed at once by `done` (the
+    /// echo) saves agentd a write and a wake-up. Limits as for `send`.
+    pub fn hold(&self, frame: &FromWorker) -> Result<(), control::FrameError> {
+        let bytes = control::encode(frame, self.frame_max)?;
+        let mut w = match self.writer.lock() {
+            Ok(w) => w,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        w.held.extend_from_slice(&bytes);
         Ok(())
     }
 }
@@ -156,10 +185,12 @@ pub fn start(birth: Birth<'_>) -> i32 {
 fn run(ctrl: UnixStream, containment: sys::Containment, frame_max: usize) -> io::Result<()> {
     let mut reader = ctrl.try_clone()?;
     let link = Link {
-        writer: Mutex::new(ctrl),
+        writer: Mutex::new(Writer {
+            sock: ctrl,
+            held: Vec::new(),
+        }),
         frame_max,
     };
-    let _ = link.send(&FromWorker::Ready { pid: sys::getpid() });
     let Some(ToWorker::Spawn {
         task_id,
         context_id,
