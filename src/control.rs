@@ -245,8 +245,9 @@ pub fn read_frame<T: for<'de> Deserialize<'de>>(r: &mut impl Read, max: usize) -
 }
 
 /// What procman asks the fork server (`agentd __forkserver`) for: one
-/// worker. Its control socket, and the open cgroup v2 directory it is to be
-/// born in, travel with the request as descriptors (in that order).
+/// worker. Its control pipes (the read end of agentd's frames to it, the
+/// write end of its frames to agentd) and the open cgroup v2 directory it
+/// is to be born in travel with the request as descriptors, in that order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ForkRequest {
     /// The slot's `cgroup.kill` (v2), for the worker's parent-death path.

@@ -6,7 +6,6 @@ use std::collections::VecDeque;
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::os::unix::net::UnixStream;
 use std::time::Instant;
 
 use crate::cgroup::TaskCgroups;
@@ -15,8 +14,10 @@ use crate::sys;
 
 /// A worker asked for and not yet answered: what procman keeps of it.
 pub(super) struct Pending {
-    /// procman's end of the worker's control socket.
-    pub chan: UnixStream,
+    /// procman's ends of the worker's control pipes: frames from it,
+    /// frames to it.
+    pub from_worker: std::fs::File,
+    pub to_worker: std::fs::File,
     pub cgroups: Option<TaskCgroups>,
     /// Its cgroup v2 directory went with the request (CLONE_INTO_CGROUP).
     pub into_cgroup: bool,
@@ -111,24 +112,24 @@ impl ForkServer {
     pub fn ask(
         &mut self,
         request: &ForkRequest,
-        control: &UnixStream,
+        worker_ends: [&OwnedFd; 2],
         cgroup_dir: Option<&std::fs::File>,
         pending: Pending,
-    ) -> Result<(), (io::Error, Pending)> {
+    ) -> Result<(), (io::Error, Box<Pending>)> {
         let Some(r) = self.running.as_mut() else {
-            return Err((io::ErrorKind::NotConnected.into(), pending));
+            return Err((io::ErrorKind::NotConnected.into(), Box::new(pending)));
         };
-        let mut fds = vec![control.as_raw_fd()];
+        let mut fds = vec![worker_ends[0].as_raw_fd(), worker_ends[1].as_raw_fd()];
         fds.extend(cgroup_dir.map(|d| d.as_raw_fd()));
         match sys::send_with_fds(r.sock.as_raw_fd(), &request.encode(), &fds, true) {
             Ok(()) => {
                 r.pending.push_back(pending);
                 Ok(())
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Err((e, pending)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Err((e, Box::new(pending))),
             Err(e) => {
                 self.lost(&format!("sending a request failed: {e}"));
-                Err((e, pending))
+                Err((e, Box::new(pending)))
             }
         }
     }

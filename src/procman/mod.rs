@@ -146,8 +146,9 @@ struct State {
     next_cgroup_check: Instant,
     /// The one buffer every control socket is read through.
     scratch: Vec<u8>,
-    /// The poll set and the worker each entry past the first three is for.
-    poll_set: (Vec<libc::pollfd>, Vec<i32>),
+    /// The poll set, and the worker each entry past the first three is for
+    /// (true: its pipe to the worker, polled for room).
+    poll_set: (Vec<libc::pollfd>, Vec<(i32, bool)>),
     forks: ForkServer,
     /// Exits reaped before the fork server's answer named the pid.
     early_exits: HashMap<i32, sys::ExitStatus>,
@@ -238,13 +239,19 @@ impl State {
                 pollin(self.sigchld.as_raw_fd()),
                 pollin(forks),
             ]);
+            // Each worker's pipe from it, and its pipe to it while frames
+            // wait for room.
             for w in self.workers.values().filter(|w| w.chan.is_open()) {
-                let mut p = pollin(w.chan.fd());
+                fds.push(pollin(w.chan.read_fd()));
+                pids.push((w.pid, false));
                 if w.chan.wants_write() {
-                    p.events |= libc::POLLOUT;
+                    fds.push(libc::pollfd {
+                        fd: w.chan.write_fd(),
+                        events: libc::POLLOUT,
+                        revents: 0,
+                    });
+                    pids.push((w.pid, true));
                 }
-                fds.push(p);
-                pids.push(w.pid);
             }
             if let Err(e) = sys::poll(&mut fds, timeout_ms) {
                 log::error!("procman.poll error={e}");
@@ -263,14 +270,17 @@ impl State {
             if fds[2].revents != 0 || self.forks.owes() {
                 self.take_fork_answers();
             }
-            for (p, pid) in fds[3..].iter().zip(&pids) {
-                if p.revents & libc::POLLOUT != 0 {
-                    if let Some(w) = self.workers.get_mut(pid) {
+            for (p, &(pid, is_write)) in fds[3..].iter().zip(&pids) {
+                if p.revents == 0 {
+                    continue;
+                }
+                if is_write {
+                    // Room, or the worker closed its end (flush sees EPIPE).
+                    if let Some(w) = self.workers.get_mut(&pid) {
                         w.chan.flush();
                     }
-                }
-                if p.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
-                    self.read_from(*pid);
+                } else {
+                    self.read_from(pid);
                 }
             }
             self.poll_set = (fds, pids);

@@ -3,7 +3,6 @@
 //! their cgroup slot. Part of procman's one thread (see the module above).
 
 use std::ffi::CString;
-use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use super::channel::Channel;
@@ -177,7 +176,8 @@ impl State {
             let env = self.worker_env()?;
             self.forks.start(&env)?;
         }
-        let (ours, theirs) = UnixStream::pair()?;
+        let (from_worker, worker_writes) = sys::pipe()?;
+        let (worker_reads, to_worker) = sys::pipe()?;
         let cgroups = if self.isolation.is_cgroup() {
             match self.isolation.acquire() {
                 Ok(c) => Some(c),
@@ -195,14 +195,18 @@ impl State {
         };
         let slot_dir = cgroups.as_ref().and_then(|c| self.isolation.slot_dir(c));
         let pending = Pending {
-            chan: ours,
+            from_worker: from_worker.into(),
+            to_worker: to_worker.into(),
             cgroups,
             into_cgroup: slot_dir.is_some(),
             asked: Instant::now(),
         };
         // The fork server holds its own copies of the descriptors once
         // sent: ours close at the end of this function.
-        match self.forks.ask(&request, &theirs, slot_dir, pending) {
+        match self
+            .forks
+            .ask(&request, [&worker_reads, &worker_writes], slot_dir, pending)
+        {
             Ok(()) => Ok(()),
             Err((e, pending)) => {
                 if let Some(cg) = pending.cgroups {
@@ -265,7 +269,7 @@ impl State {
                 }
             });
         let now = Instant::now();
-        let chan = match Channel::new(pending.chan, self.frame_max()) {
+        let chan = match Channel::new(pending.from_worker, pending.to_worker, self.frame_max()) {
             Ok(c) => c,
             Err(e) => {
                 log::warn!("procman.control pid={pid} error={e}; killing the worker");

@@ -556,23 +556,56 @@ pub fn getpid() -> i32 {
 }
 
 /// A just-forked worker's descriptors: /dev/null (`null`) on stdin, in
-/// place of the fork server's socket; the control socket moved to fd 3,
-/// close-on-exec, so a task's program never sees it; every other fd the
-/// fork server had closed.
-pub fn settle_worker_fds(control: RawFd, null: RawFd) -> io::Result<std::os::unix::net::UnixStream> {
+/// place of the fork server's socket; the control pipes moved to fds 3
+/// (from agentd) and 4 (to agentd), close-on-exec, so a task's program
+/// never sees them; every other fd the fork server had closed.
+pub fn settle_worker_fds(
+    from_agentd: RawFd,
+    to_agentd: RawFd,
+    null: RawFd,
+) -> io::Result<(std::fs::File, std::fs::File)> {
     use std::os::fd::FromRawFd;
-    const CONTROL: RawFd = 3;
+    const FROM: RawFd = 3;
+    const TO: RawFd = 4;
     // SAFETY: dup2 onto stdin replaces the fork server's socket in this
     // process only.
     cvt(unsafe { libc::dup2(null, 0) })?;
-    if control != CONTROL {
-        // SAFETY: dup3 onto fd 3 (at most the fork server's /dev/null, no
-        // longer needed) with O_CLOEXEC.
-        cvt(unsafe { libc::dup3(control, CONTROL, libc::O_CLOEXEC) })?;
-    }
-    close_fds_from(CONTROL + 1);
-    // SAFETY: fd 3 is the control socket, now owned by nothing else.
-    Ok(unsafe { std::os::unix::net::UnixStream::from_raw_fd(CONTROL) })
+    // First above 4, so that placing one never overwrites the other.
+    // SAFETY: fcntl F_DUPFD_CLOEXEC on fd numbers; a bad fd is EBADF.
+    let from = cvt(unsafe { libc::fcntl(from_agentd, libc::F_DUPFD_CLOEXEC, TO + 1) })?;
+    // SAFETY: as above.
+    let to = cvt(unsafe { libc::fcntl(to_agentd, libc::F_DUPFD_CLOEXEC, TO + 1) })?;
+    // SAFETY: dup3 onto fds 3 and 4 (whatever was there is no longer
+    // needed) with O_CLOEXEC; both sources are above 4.
+    cvt(unsafe { libc::dup3(from, FROM, libc::O_CLOEXEC) })?;
+    // SAFETY: as above.
+    cvt(unsafe { libc::dup3(to, TO, libc::O_CLOEXEC) })?;
+    close_fds_from(TO + 1);
+    // SAFETY: fds 3 and 4 are the control pipes, owned by nothing else.
+    Ok(unsafe { (std::fs::File::from_raw_fd(FROM), std::fs::File::from_raw_fd(TO)) })
+}
+
+/// A pipe, both ends close-on-exec: (read end, write end).
+pub fn pipe() -> io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+    use std::os::fd::FromRawFd;
+    let mut fds = [-1; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+    cvt(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+    // SAFETY: pipe2 just created both; nothing else owns them.
+    Ok(unsafe {
+        (
+            std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+        )
+    })
+}
+
+/// Sets O_NONBLOCK on `fd`.
+pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl F_GETFL/F_SETFL on an fd number; a bad fd is EBADF.
+    let flags = cvt(unsafe { libc::fcntl(fd, libc::F_GETFL) })?;
+    // SAFETY: as above.
+    cvt(unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) }).map(drop)
 }
 
 /// The steps a child takes between fork and exec, in this order (tini's

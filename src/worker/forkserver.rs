@@ -6,7 +6,7 @@
 //! each worker is still a fresh image that never ran another task.
 //!
 //! Its stdin is a SOCK_SEQPACKET socket to procman: each message is a
-//! [`ForkRequest`] with the worker's control socket (and its cgroup v2
+//! [`ForkRequest`] with the worker's control pipes (and its cgroup v2
 //! directory) attached; each answer a [`ForkReply`], in order. EOF means
 //! agentd is done with it; PDEATHSIG (SIGKILL) takes it if agentd dies.
 
@@ -64,19 +64,20 @@ pub fn main() -> i32 {
         fds.clear();
         let reply = match sys::recv_with_fds(REQUESTS, &mut buf, &mut fds, false) {
             Ok(0) => return 0, // agentd let go of us
-            Ok(n) => match (ForkRequest::decode(&buf[..n]), fds.first()) {
-                (Some(request), Some(control)) => {
+            Ok(n) => match (ForkRequest::decode(&buf[..n]), fds.first(), fds.get(1)) {
+                (Some(request), Some(from_agentd), Some(to_agentd)) => {
                     let birth = Birth {
                         supervisor,
                         frame_max,
                         request: &request,
-                        control,
+                        from_agentd,
+                        to_agentd,
                         null: &null,
                     };
-                    fork_one(birth, fds.get(1))
+                    fork_one(birth, fds.get(2))
                 }
                 _ => {
-                    log::error!("forkserver.request refused: not a fork request with a control socket");
+                    log::error!("forkserver.request refused: not a fork request with its control pipes");
                     ForkReply::Failed { errno: libc::EINVAL }
                 }
             },

@@ -32,9 +32,9 @@ mod peer;
 mod program;
 mod text;
 
+use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex};
 
 use crossbeam_channel::{Receiver, Sender};
@@ -70,7 +70,7 @@ pub struct Link {
 }
 
 struct Writer {
-    sock: UnixStream,
+    sock: File,
     /// Frames held back to go out with the next one (see [`Link::hold`]).
     held: Vec<u8>,
 }
@@ -139,7 +139,9 @@ pub struct Birth<'a> {
     pub supervisor: i32,
     pub frame_max: usize,
     pub request: &'a crate::control::ForkRequest,
-    pub control: &'a OwnedFd,
+    /// The control pipes: frames from agentd, frames to agentd.
+    pub from_agentd: &'a OwnedFd,
+    pub to_agentd: &'a OwnedFd,
     /// Open /dev/null, for stdin.
     pub null: &'a OwnedFd,
 }
@@ -150,7 +152,11 @@ pub struct Birth<'a> {
 pub fn start(birth: Birth<'_>) -> i32 {
     sys::set_process_name(IDLE_NAME);
     let _ = sys::become_group_leader();
-    let ctrl = match sys::settle_worker_fds(birth.control.as_raw_fd(), birth.null.as_raw_fd()) {
+    let (reader, writer) = match sys::settle_worker_fds(
+        birth.from_agentd.as_raw_fd(),
+        birth.to_agentd.as_raw_fd(),
+        birth.null.as_raw_fd(),
+    ) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("agentd worker: cannot set up its descriptors: {e}");
@@ -173,7 +179,7 @@ pub fn start(birth: Birth<'_>) -> i32 {
     if sys::getppid() != birth.supervisor {
         return EXIT_ORPHANED;
     }
-    match run(ctrl, containment, birth.frame_max) {
+    match run(reader, writer, containment, birth.frame_max) {
         Ok(()) => 0,
         Err(e) => {
             log::error!("worker.failed pid={} error={e}", sys::getpid());
@@ -182,11 +188,10 @@ pub fn start(birth: Birth<'_>) -> i32 {
     }
 }
 
-fn run(ctrl: UnixStream, containment: sys::Containment, frame_max: usize) -> io::Result<()> {
-    let mut reader = ctrl.try_clone()?;
+fn run(mut reader: File, writer: File, containment: sys::Containment, frame_max: usize) -> io::Result<()> {
     let link = Link {
         writer: Mutex::new(Writer {
-            sock: ctrl,
+            sock: writer,
             held: Vec::new(),
         }),
         frame_max,
@@ -284,7 +289,7 @@ fn run(ctrl: UnixStream, containment: sys::Containment, frame_max: usize) -> io:
 
 /// Answers pings itself (so a busy runner is not mistaken for a stalled
 /// worker) and forwards the rest to the runner.
-fn read_control(mut reader: UnixStream, link: &Link, tx: Sender<Event>) {
+fn read_control(mut reader: File, link: &Link, tx: Sender<Event>) {
     loop {
         match control::read_frame::<ToWorker>(&mut reader, link.frame_max) {
             Ok(Some(ToWorker::Ping)) => {
