@@ -113,7 +113,7 @@ impl Channel {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
-                    turn.broken = Some(format!("reading the control socket: {e}"));
+                    turn.broken = Some(format!("reading the control pipe: {e}"));
                     break;
                 }
             }

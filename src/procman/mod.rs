@@ -5,7 +5,7 @@
 //! client hung up. procman lives as long as the daemon.
 //!
 //! It is one `poll(2)` loop, as tini and s6-supervise wait on their
-//! children: every worker's control socket, a wake socket for requests from
+//! children: every worker's control pipes, a wake socket for requests from
 //! the rest of agentd, and a self-pipe for SIGCHLD; its timers are the poll
 //! timeout. There is no thread per worker, and nothing here blocks: reads
 //! are bounded per turn ([`channel`]), writes go to a bounded outbox. Each
@@ -144,7 +144,7 @@ struct State {
     /// When recent tasks started: the demand the pool is sized to.
     starts: VecDeque<Instant>,
     next_cgroup_check: Instant,
-    /// The one buffer every control socket is read through.
+    /// The one buffer every control pipe is read through.
     scratch: Vec<u8>,
     /// The poll set, and the worker each entry past the first three is for
     /// (true: its pipe to the worker, polled for room).
