@@ -122,7 +122,7 @@ def floor_table(run):
     return [
         "Spawn floor: `agentd version` (stdout to /dev/null) spawned, exec'd, exited and waited for in a "
         "tight loop by benches/spawn_floor.rs on the server core; CPU is the loop's and its children's "
-        "(getrusage). posix_spawn is how agentd spawns its workers.",
+        "(getrusage). agentd spawns only its fork server this way; each worker is forked from it.",
         "",
         *table(["spawn", "spawns/s", "wall per spawn", "CPU per spawn", "p50", "p99"], rows),
     ]
