@@ -308,5 +308,9 @@ fn the_fork_server_run_by_hand_says_it_is_internal() {
     // nor forks anything: it says what it is and exits 2.
     let o = agentd(&["__forkserver"]);
     assert_eq!(o.status.code(), Some(2), "{}", err(&o));
-    assert!(err(&o).contains("internal") && err(&o).contains("agentd serve"), "{}", err(&o));
+    assert!(
+        err(&o).contains("internal") && err(&o).contains("agentd serve"),
+        "{}",
+        err(&o)
+    );
 }
