@@ -455,3 +455,84 @@ fn a_killed_fork_server_is_replaced_and_no_task_is_lost() {
         d.log_text()
     );
 }
+
+/// A pids cgroup (cgroup v1's pids hierarchy, or a v2 directory whose
+/// parent delegates pids) for the test to put a process in; removed on drop,
+/// once the process is gone.
+struct PidsCgroup(PathBuf);
+
+impl PidsCgroup {
+    fn make(name: &str) -> Result<PidsCgroup, String> {
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| e.to_string())?;
+        let mut roots = Vec::new();
+        for line in mountinfo.lines() {
+            let Some((pre, post)) = line.split_once(" - ") else {
+                continue;
+            };
+            let Some(mount) = pre.split_whitespace().nth(4) else {
+                continue;
+            };
+            let mut post = post.split_whitespace();
+            match (post.next(), post.nth(1)) {
+                (Some("cgroup"), Some(opts)) if opts.split(',').any(|o| o == "pids") => {
+                    roots.push(PathBuf::from(mount))
+                }
+                (Some("cgroup2"), _) => roots.push(PathBuf::from(mount)),
+                _ => {}
+            }
+        }
+        for root in roots {
+            let dir = root.join(format!("{name}-{}", std::process::id()));
+            if std::fs::create_dir(&dir).is_ok() {
+                if dir.join("pids.max").exists() {
+                    return Ok(PidsCgroup(dir));
+                }
+                let _ = std::fs::remove_dir(&dir);
+            }
+        }
+        Err("no pids cgroup can be made here (needs root and a pids controller)".into())
+    }
+
+    fn set_max(&self, max: &str) {
+        std::fs::write(self.0.join("pids.max"), max).unwrap();
+    }
+
+    fn enter(&self, pid: i32) {
+        std::fs::write(self.0.join("cgroup.procs"), pid.to_string()).unwrap();
+    }
+}
+
+impl Drop for PidsCgroup {
+    fn drop(&mut self) {
+        let _ = wait_for(Duration::from_secs(5), || std::fs::remove_dir(&self.0).is_ok());
+    }
+}
+
+#[test]
+fn a_worker_that_cannot_be_forked_fails_its_task_with_the_reason_and_nothing_hangs() {
+    let test = "a_worker_that_cannot_be_forked_fails_its_task_with_the_reason_and_nothing_hangs";
+    let Some(cgroup) = common::needed("a pids cgroup", test, PidsCgroup::make("agentd-test-forks")) else {
+        return;
+    };
+    let d = Daemon::start(&["--set", "tasks.prespawn=0", "--set", "tasks.cgroup=off"]);
+    let hi = |text: &str| d.ok("SendMessage", json!({"message": user_message(text)}));
+    assert_eq!(hi("first")["task"]["status"]["state"], "TASK_STATE_COMPLETED");
+    // The fork server alone goes into a full pids cgroup: every fork it
+    // tries fails (EAGAIN); agentd itself is untouched.
+    let server = common::fork_servers(d.pid());
+    assert_eq!(server.len(), 1, "one fork server after a task");
+    cgroup.enter(server[0]);
+    cgroup.set_max("1");
+    let t = hi("no room");
+    assert_eq!(t["task"]["status"]["state"], "TASK_STATE_FAILED", "{t}");
+    let why = t["task"]["status"]["message"]["parts"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(why.contains("could not start a worker"), "{t}");
+    assert_eq!(common::terminal_cause(&t["task"]), "crashed");
+    assert!(d.log_text().contains("procman.fork failed"), "{}", d.log_text());
+    // Room again: the next task runs, on the same fork server.
+    cgroup.set_max("max");
+    assert_eq!(hi("room again")["task"]["status"]["state"], "TASK_STATE_COMPLETED");
+    assert_eq!(common::fork_servers(d.pid()), server);
+}

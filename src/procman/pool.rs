@@ -41,9 +41,16 @@ impl State {
                 let room = self.tasks.max_running() - self.by_task.len();
                 let missing = room.min(self.queue.len()).saturating_sub(self.forks.pending());
                 for _ in 0..missing.min(SPAWNS_PER_TURN) {
-                    if let Err(e) = self.ask_worker() {
-                        self.no_worker(e);
-                        break;
+                    match self.ask_worker() {
+                        Ok(()) => {}
+                        Err(Ask::Later) => {
+                            self.retry_forks_at.get_or_insert(Instant::now() + FORK_RETRY);
+                            break;
+                        }
+                        Err(Ask::Failed(e)) => {
+                            self.no_worker(e);
+                            break;
+                        }
                     }
                 }
                 return;
@@ -61,11 +68,8 @@ impl State {
     /// A worker could not be had: after FORK_ATTEMPTS in a row, the task
     /// first in line fails with the reason (nothing waits for ever on a
     /// fork that keeps failing); until then it waits for the next try.
+    /// (A fork that fails with EAGAIN counts like any other failure.)
     pub(super) fn no_worker(&mut self, e: std::io::Error) {
-        if e.kind() == std::io::ErrorKind::WouldBlock {
-            self.retry_forks_at = Some(Instant::now() + FORK_RETRY);
-            return;
-        }
         crate::metrics::worker_spawn_failed();
         self.fork_failures += 1;
         log::warn!("procman.fork failed ({} in a row) error={e}", self.fork_failures);
@@ -155,11 +159,14 @@ impl State {
         }
         let have = idle.len() + self.forks.pending();
         for _ in have..want.min(have + SPAWNS_PER_TURN) {
-            if let Err(e) = self.ask_worker() {
-                if e.kind() != std::io::ErrorKind::WouldBlock {
+            match self.ask_worker() {
+                Ok(()) => {}
+                Err(Ask::Later) => return,
+                Err(Ask::Failed(e)) => {
                     log::warn!("procman.prespawn error={e}");
+                    self.retry_forks_at = Some(Instant::now() + FORK_RETRY);
+                    return;
                 }
-                return;
             }
         }
     }
@@ -167,17 +174,17 @@ impl State {
     /// Asks the fork server (started first if it is not running) for one
     /// worker, born in a free cgroup slot where agentd has them. The answer
     /// comes through the poll loop ([`State::take_fork_answers`]).
-    fn ask_worker(&mut self) -> std::io::Result<()> {
+    fn ask_worker(&mut self) -> Result<(), Ask> {
         if self.retry_forks_at.is_some_and(|t| Instant::now() < t) {
-            return Err(std::io::ErrorKind::WouldBlock.into());
+            return Err(Ask::Later);
         }
         self.retry_forks_at = None;
         if !self.forks.is_up() {
-            let env = self.worker_env()?;
-            self.forks.start(&env)?;
+            let env = self.worker_env().map_err(Ask::Failed)?;
+            self.forks.start(&env).map_err(Ask::Failed)?;
         }
-        let (from_worker, worker_writes) = sys::pipe()?;
-        let (worker_reads, to_worker) = sys::pipe()?;
+        let (from_worker, worker_writes) = sys::pipe().map_err(Ask::Failed)?;
+        let (worker_reads, to_worker) = sys::pipe().map_err(Ask::Failed)?;
         let cgroups = if self.isolation.is_cgroup() {
             match self.isolation.acquire() {
                 Ok(c) => Some(c),
@@ -212,7 +219,11 @@ impl State {
                 if let Some(cg) = pending.cgroups {
                     self.isolation.release(cg);
                 }
-                Err(e)
+                // Only a full request queue is worth waiting out.
+                Err(match e.kind() {
+                    std::io::ErrorKind::WouldBlock => Ask::Later,
+                    _ => Ask::Failed(e),
+                })
             }
         }
     }
@@ -337,6 +348,15 @@ impl State {
             },
         }
     }
+}
+
+/// Why no worker was asked for.
+enum Ask {
+    /// The fork server's request queue is full, or a failed ask was just
+    /// made: ask again after FORK_RETRY.
+    Later,
+    /// It could not be asked (it cannot be started, pipes cannot be made).
+    Failed(std::io::Error),
 }
 
 fn cstring(bytes: &[u8]) -> std::io::Result<CString> {
