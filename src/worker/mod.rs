@@ -76,15 +76,13 @@ struct Writer {
 }
 
 impl Link {
-    /// Sends one frame. A frame over the channel's limit is not sent: the
-    /// error names the limit, for the runner to fail its task with. A write
-    /// failure means the supervisor is gone: the task's group is killed.
+    /// Sends one frame (after any held back). A frame over the channel's
+    /// limit is not sent: the error names the limit, for the runner to fail
+    /// its task with. A write failure means the supervisor is gone: the
+    /// task's group is killed.
     pub fn send(&self, frame: &FromWorker) -> Result<(), control::FrameError> {
         let bytes = control::encode(frame, self.frame_max)?;
-        let mut w = match self.writer.lock() {
-            Ok(w) => w,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let mut w = self.writer();
         let w = &mut *w;
         let written = if w.held.is_empty() {
             std::io::Write::write_all(&mut w.sock, &bytes)
@@ -102,20 +100,23 @@ impl Link {
         }
         Ok(())
     }
-}
 
-impl Link {
     /// Queues a frame to go out with the next [`send`](Self::send), in
     /// order: a runner whose last frame is followed at once by `done` (the
     /// echo) saves agentd a write and a wake-up. Limits as for `send`.
     pub fn hold(&self, frame: &FromWorker) -> Result<(), control::FrameError> {
         let bytes = control::encode(frame, self.frame_max)?;
-        let mut w = match self.writer.lock() {
+        self.writer().held.extend_from_slice(&bytes);
+        Ok(())
+    }
+
+    /// The writer; a thread that panicked holding it left it whole (it
+    /// only ever appends or writes whole buffers).
+    fn writer(&self) -> std::sync::MutexGuard<'_, Writer> {
+        match self.writer.lock() {
             Ok(w) => w,
             Err(poisoned) => poisoned.into_inner(),
-        };
-        w.held.extend_from_slice(&bytes);
-        Ok(())
+        }
     }
 }
 
