@@ -70,11 +70,14 @@ fi
 venv="$out/venv"
 req="$here/requirements.txt"
 stamp="$venv/.bench-requirements"
-if ! { [ -x "$venv/bin/python" ] && cmp -s "$req" "$stamp"; }; then
+# uvicorn must also start: a venv copied from another directory keeps
+# shebangs that point at the old one.
+if ! { [ -x "$venv/bin/python" ] && cmp -s "$req" "$stamp" && "$venv/bin/uvicorn" --version >/dev/null 2>&1; }; then
     "$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
         || die "$python is $("$python" --version 2>&1); a2a-sdk 1.x needs >= 3.10 (set PYTHON=...)"
     say "setting up the venv in $venv (a2a-sdk, uvicorn)"
-    [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
+    "$venv/bin/python" -c '' 2>/dev/null && "$venv/bin/uvicorn" --version >/dev/null 2>&1 \
+        || { rm -rf "$venv"; "$python" -m venv "$venv"; }
     "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$req"
     cp "$req" "$stamp"
 fi
