@@ -13,12 +13,15 @@ pub fn new_id() -> String {
     }
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
+    // By hand, not format!: ids are made several times per task.
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(36);
     for (i, byte) in b.iter().enumerate() {
         if matches!(i, 4 | 6 | 8 | 10) {
             s.push('-');
         }
-        s.push_str(&format!("{byte:02x}"));
+        s.push(char::from(HEX[usize::from(byte >> 4)]));
+        s.push(char::from(HEX[usize::from(byte & 0x0f)]));
     }
     s
 }
@@ -43,5 +46,10 @@ mod tests {
         assert_eq!(a.len(), 36);
         assert_eq!(&a[14..15], "4");
         assert!(matches!(&a[19..20], "8" | "9" | "a" | "b"));
+        let hyphens: Vec<usize> = a.match_indices('-').map(|(i, _)| i).collect();
+        assert_eq!(hyphens, [8, 13, 18, 23]);
+        assert!(a
+            .chars()
+            .all(|c| c == '-' || c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
     }
 }
