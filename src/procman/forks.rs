@@ -42,6 +42,9 @@ struct Running {
     pid: i32,
     sock: OwnedFd,
     pending: VecDeque<Pending>,
+    /// Reaped already: its answers still in the socket are read first
+    /// (answers() sees the EOF after them), and its pid is not ours to kill.
+    reaped: bool,
 }
 
 pub(super) struct ForkServer {
@@ -102,6 +105,7 @@ impl ForkServer {
             pid,
             sock: ours,
             pending: VecDeque::new(),
+            reaped: false,
         });
         Ok(())
     }
@@ -179,27 +183,26 @@ impl ForkServer {
         out
     }
 
-    /// The fork server is no use any more: killed, and what it still owed
-    /// answered Failed (by the next [`answers`](Self::answers)).
-    fn lost(&mut self, why: &str) {
-        self.forget(why, true)
-    }
-
-    /// The fork server `pid` exited (reaped): no pid to kill any more.
-    pub fn exited(&mut self, pid: i32, status: &sys::ExitStatus) {
-        if self.running.as_ref().is_some_and(|r| r.pid == pid) {
-            self.forget(&format!("it exited ({status})"), false);
+    /// The fork server `pid` exited and was reaped. What it answered before
+    /// it died is still in its socket: [`answers`](Self::answers) reads
+    /// that, then the EOF, and only then gives it up.
+    pub fn exited(&mut self, pid: i32) {
+        if let Some(r) = self.running.as_mut().filter(|r| r.pid == pid) {
+            r.reaped = true;
         }
     }
 
-    fn forget(&mut self, why: &str, kill: bool) {
+    /// The fork server is no use any more: killed (unless already reaped:
+    /// its pid may be someone else's by now), and what it still owed
+    /// answered Failed (by the next [`answers`](Self::answers)).
+    fn lost(&mut self, why: &str) {
         let Some(r) = self.running.take() else { return };
         log::warn!(
             "procman.forkserver pid={} lost: {why}; {} request(s) unanswered; the next worker starts another",
             r.pid,
             r.pending.len()
         );
-        if kill {
+        if !r.reaped {
             let _ = sys::kill_pid(r.pid, libc::SIGKILL);
         }
         self.owed.extend(r.pending.into_iter().map(|pending| Answer::Failed {

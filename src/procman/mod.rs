@@ -622,7 +622,7 @@ impl State {
                         self.event(pid, Event::Exited(status));
                     } else if self.forks.is_server(pid) {
                         log::debug!("procman.forkserver pid={pid} {status}");
-                        self.forks.exited(pid, &status);
+                        self.forks.exited(pid);
                     } else if self.forks.pending() > 0 {
                         // A worker whose pid the fork server has yet to tell.
                         self.early_exits.insert(pid, status);
