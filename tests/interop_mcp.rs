@@ -13,8 +13,7 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{alive, group_members, Daemon};
 
@@ -50,28 +49,8 @@ fn python_mcp_sdk_drives_tasks_through_the_bridge() {
     let pidfile = d.dir.0.join("stubborn.pids");
     let script = manifest_dir().join("tests/interop/mcp_client.py");
     let out_path = d.dir.0.join("mcp-client.out");
-    let out = std::fs::File::create(&out_path).unwrap();
-    let mut child = Command::new(&python)
-        .arg(&script)
-        .arg(common::BIN)
-        .arg(&d.socket)
-        .arg(&pidfile)
-        .env("PYTHONUNBUFFERED", "1")
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .stdin(Stdio::null())
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .spawn()
-        .expect("start the python driver");
-
-    let started = Instant::now();
-    let status = common::wait_child(&mut child, Duration::from_secs(120));
-    let output = std::fs::read_to_string(&out_path).unwrap_or_default();
-    eprintln!(
-        "--- {} ({:.1} s) ---\n{output}",
-        script.display(),
-        started.elapsed().as_secs_f64()
-    );
+    let args = [common::BIN.as_ref(), d.socket.as_os_str(), pidfile.as_os_str()];
+    let (status, output) = common::run_python_driver(&python, &script, &args, &out_path, Duration::from_secs(120));
     match status {
         Some(s) if s.success() => {}
         Some(s) => panic!(

@@ -11,8 +11,7 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::Daemon;
 
@@ -38,27 +37,8 @@ fn python_sdk_client_over_the_socket() {
     let sleeper = Daemon::start(&["--exec", "sleep 30"]);
     let script = manifest_dir().join("tests/interop/python_client.py");
     let out_path = echo.dir.0.join("python.out");
-    let out = std::fs::File::create(&out_path).unwrap();
-    let mut child = Command::new(&python)
-        .arg(&script)
-        .arg(&echo.socket)
-        .arg(&sleeper.socket)
-        .env("PYTHONUNBUFFERED", "1")
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .stdin(Stdio::null())
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .spawn()
-        .expect("start the python driver");
-
-    let started = Instant::now();
-    let status = common::wait_child(&mut child, Duration::from_secs(120));
-    let output = std::fs::read_to_string(&out_path).unwrap_or_default();
-    eprintln!(
-        "--- {} ({:.1} s) ---\n{output}",
-        script.display(),
-        started.elapsed().as_secs_f64()
-    );
+    let args = [echo.socket.as_os_str(), sleeper.socket.as_os_str()];
+    let (status, output) = common::run_python_driver(&python, &script, &args, &out_path, Duration::from_secs(120));
     match status {
         Some(s) if s.success() => {}
         // (Each Daemon prints its log as it drops during the panic.)

@@ -9,7 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{alive, children, group_members, task_workers, user_message, wait_for, Daemon, SseEvent};
+use common::{alive, children, group_members, status_text, task_workers, user_message, wait_for, Daemon, SseEvent};
 use serde_json::{json, Value};
 
 /// Writes an executable script into `dir`; returns its path for `--exec`.
@@ -39,13 +39,6 @@ fn send(d: &Daemon, text: &str) -> Value {
 
 fn get(d: &Daemon, id: &str) -> Value {
     d.ok("GetTask", json!({"id": id}))
-}
-
-fn status_text(task: &Value) -> String {
-    task["status"]["message"]["parts"][0]["text"]
-        .as_str()
-        .unwrap_or("")
-        .to_string()
 }
 
 /// Polls GetTask until the task is in `state` (or the time is up).

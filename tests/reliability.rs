@@ -37,8 +37,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use common::{
-    alive, descendants, read_response, task_workers, thread_and_fd_counts, user_message, wait_for, zombies_of, Daemon,
-    HttpResponse, TempDir,
+    alive, descendants, read_response, status_text, task_workers, thread_and_fd_counts, user_message, wait_for,
+    zombies_of, Daemon, HttpResponse, TempDir,
 };
 use serde_json::{json, Value};
 
@@ -90,10 +90,6 @@ fn cause(task: &Value) -> &str {
     task["status"]["message"]["metadata"]["agentd.dev/terminal"]
         .as_str()
         .unwrap_or("")
-}
-
-fn status_text(task: &Value) -> &str {
-    task["status"]["message"]["parts"][0]["text"].as_str().unwrap_or("")
 }
 
 fn is_terminal(s: &str) -> bool {

@@ -8,7 +8,7 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{alive, wait_for, Daemon};
+use common::{alive, status_text, wait_for, Daemon};
 use serde_json::{json, Value};
 
 /// The documented jsonl line limit (4 MiB, without the newline).
@@ -23,13 +23,6 @@ fn tmp_script(tmp: &common::TempDir, body: &str) -> String {
 
 fn get(d: &Daemon, id: &str) -> Value {
     d.ok("GetTask", json!({"id": id}))
-}
-
-fn status_text(task: &Value) -> String {
-    task["status"]["message"]["parts"][0]["text"]
-        .as_str()
-        .unwrap_or("")
-        .to_string()
 }
 
 /// Sends `message` (raw JSON text) without waiting; returns the task id.

@@ -898,6 +898,44 @@ pub fn run_to_completion(cmd: &mut Command) -> Result<(), String> {
     }
 }
 
+/// Runs a Python driver script (`python script args…`) with its output in
+/// `out_path`, for at most `timeout`; prints the output (it is the test's
+/// story) and returns how it ended (None: still running at the deadline,
+/// killed) and what it printed.
+pub fn run_python_driver(
+    python: &std::path::Path,
+    script: &std::path::Path,
+    args: &[&std::ffi::OsStr],
+    out_path: &std::path::Path,
+    timeout: Duration,
+) -> (Option<std::process::ExitStatus>, String) {
+    let out = std::fs::File::create(out_path).unwrap();
+    let mut child = Command::new(python)
+        .arg(script)
+        .args(args)
+        .env("PYTHONUNBUFFERED", "1")
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .expect("start the python driver");
+    let started = Instant::now();
+    let status = wait_child(&mut child, timeout);
+    let output = std::fs::read_to_string(out_path).unwrap_or_default();
+    eprintln!(
+        "--- {} ({:.1} s) ---\n{output}",
+        script.display(),
+        started.elapsed().as_secs_f64()
+    );
+    (status, output)
+}
+
+/// The text of a task's status message ("" without one).
+pub fn status_text(task: &Value) -> &str {
+    task["status"]["message"]["parts"][0]["text"].as_str().unwrap_or("")
+}
+
 /// Waits for `child` up to `timeout`; kills it past that. `None` = killed.
 pub fn wait_child(child: &mut Child, timeout: Duration) -> Option<std::process::ExitStatus> {
     let deadline = Instant::now() + timeout;
