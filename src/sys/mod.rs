@@ -9,6 +9,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicI32, Ordering};
 
 mod alloc;
+mod mem;
 mod spawn;
 pub use spawn::*;
 
