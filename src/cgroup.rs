@@ -29,7 +29,9 @@
 use std::fmt;
 use std::fs;
 use std::io;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// One cgroup hierarchy agentd can create task cgroups in.
@@ -68,9 +70,9 @@ pub struct Isolation {
     limits: Limits,
     /// Slots (`slot-N` in every hierarchy) free for the next task.
     free: Vec<usize>,
-    /// Each v2 slot's directory, opened once and kept for CLONE_INTO_CGROUP
-    /// (an open per fork is a kernfs path walk on the request path).
-    slot_dirs: std::collections::HashMap<usize, fs::File>,
+    /// What each slot has open, opened once and kept while it lives: every
+    /// open is a kernfs path walk, and these were several per task.
+    slot_files: std::collections::HashMap<usize, Arc<SlotFiles>>,
     /// Slots made so far.
     made: usize,
     /// False once the kernel refused CLONE_INTO_CGROUP: migrate instead.
@@ -105,11 +107,40 @@ impl fmt::Display for Isolation {
     }
 }
 
+/// A slot's files agentd keeps open. Whatever could not be opened is
+/// absent, and its path is used instead.
+#[derive(Debug, Default)]
+struct SlotFiles {
+    /// The v2 directory, for forking a worker straight into it.
+    dir: Option<fs::File>,
+    /// The v2 `cgroup.kill`, for the worker's parent-death path.
+    kill: Option<fs::File>,
+    /// Each hierarchy's `cgroup.procs`, in the order of `TaskCgroups::dirs`:
+    /// "is anything left?" after every task, and (v1 freezer) the worker's
+    /// parent-death path.
+    procs: Vec<Option<fs::File>>,
+}
+
+impl SlotFiles {
+    fn open(dirs: &[(Kind, PathBuf)]) -> SlotFiles {
+        let v2 = dirs.iter().find(|(k, _)| *k == Kind::V2).map(|(_, d)| d);
+        SlotFiles {
+            dir: v2.and_then(|d| fs::File::open(d).ok()),
+            kill: v2.and_then(|d| fs::OpenOptions::new().write(true).open(d.join("cgroup.kill")).ok()),
+            procs: dirs
+                .iter()
+                .map(|(_, d)| fs::File::open(d.join("cgroup.procs")).ok())
+                .collect(),
+        }
+    }
+}
+
 /// A task's cgroups: one slot, in every hierarchy agentd uses.
 #[derive(Debug, Default)]
 pub struct TaskCgroups {
     slot: usize,
     dirs: Vec<(Kind, PathBuf)>,
+    files: Arc<SlotFiles>,
     baseline: Counters,
     /// Which counters mean anything: a limit that is not set is never hit,
     /// so its files are not read (each read is a kernfs path walk).
@@ -202,13 +233,20 @@ impl Isolation {
                 n
             }
         };
+        let dirs: Vec<(Kind, PathBuf)> = self
+            .hierarchies
+            .iter()
+            .map(|h| (h.kind, h.parent.join(format!("slot-{slot}"))))
+            .collect();
+        let files = self
+            .slot_files
+            .entry(slot)
+            .or_insert_with(|| Arc::new(SlotFiles::open(&dirs)))
+            .clone();
         let mut task = TaskCgroups {
             slot,
-            dirs: self
-                .hierarchies
-                .iter()
-                .map(|h| (h.kind, h.parent.join(format!("slot-{slot}"))))
-                .collect(),
+            dirs,
+            files,
             baseline: Counters::default(),
             limits: self.limits,
             killed: std::cell::Cell::new(false),
@@ -221,17 +259,11 @@ impl Isolation {
     /// The slot's v2 directory, open (and kept open while the slot lives),
     /// for forking a worker straight into it (the fork request carries it);
     /// None when the worker must be moved in.
-    pub fn slot_dir(&mut self, task: &TaskCgroups) -> Option<&fs::File> {
+    pub fn slot_dir<'a>(&self, task: &'a TaskCgroups) -> Option<&'a fs::File> {
         if !self.clone_into {
             return None;
         }
-        match self.slot_dirs.entry(task.slot) {
-            std::collections::hash_map::Entry::Occupied(e) => Some(e.into_mut()),
-            std::collections::hash_map::Entry::Vacant(e) => {
-                let (_, dir) = task.dirs.iter().find(|(k, _)| *k == Kind::V2)?;
-                Some(e.insert(fs::File::open(dir).ok()?))
-            }
-        }
+        task.files.dir.as_ref()
     }
 
     /// The kernel refused CLONE_INTO_CGROUP (`sys::placement_refused`):
@@ -296,7 +328,7 @@ impl Isolation {
     pub fn release_empty(&mut self, task: TaskCgroups) {
         if task.killed.get() {
             log::debug!("cgroup.retire slot={} (killed in)", task.slot);
-            self.slot_dirs.remove(&task.slot);
+            self.slot_files.remove(&task.slot);
             for (_, dir) in &task.dirs {
                 let _ = fs::remove_dir(dir);
             }
@@ -329,26 +361,28 @@ impl TaskCgroups {
         }
     }
 
-    /// The slot's v2 `cgroup.kill`, for the worker's parent-death path.
-    pub fn kill_file(&self) -> Option<PathBuf> {
-        self.dirs
-            .iter()
-            .find(|(k, _)| *k == Kind::V2)
-            .map(|(_, d)| d.join("cgroup.kill"))
+    /// The slot's v2 `cgroup.kill`, open, for the worker's parent-death path.
+    pub fn kill_file(&self) -> Option<&fs::File> {
+        self.files.kill.as_ref()
     }
 
-    /// The slot's v1 freezer `cgroup.procs` (a host without v2): the
+    /// The slot's v1 freezer `cgroup.procs`, open (a host without v2): the
     /// worker's parent-death path SIGKILLs every pid listed there.
-    pub fn procs_file(&self) -> Option<PathBuf> {
-        self.dirs
-            .iter()
-            .find(|(k, _)| *k == Kind::V1Freezer)
-            .map(|(_, d)| d.join("cgroup.procs"))
+    pub fn freezer_procs_file(&self) -> Option<&fs::File> {
+        let i = self.dirs.iter().position(|(k, _)| *k == Kind::V1Freezer)?;
+        self.files.procs.get(i)?.as_ref()
     }
 
-    /// True while any process is left in the task's cgroups.
+    /// True while any process is left in the task's cgroups: one read of
+    /// each kept `cgroup.procs` from its start.
     pub fn populated(&self) -> bool {
-        self.dirs.iter().any(|(_, d)| !procs(d).is_empty())
+        self.dirs
+            .iter()
+            .enumerate()
+            .any(|(i, (_, d))| match self.files.procs.get(i) {
+                Some(Some(f)) => crate::sys::has_content(f.as_raw_fd()),
+                _ => !procs(d).is_empty(),
+            })
     }
 
     fn counters(&self) -> Counters {

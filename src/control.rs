@@ -245,46 +245,66 @@ pub fn read_frame<T: for<'de> Deserialize<'de>>(r: &mut impl Read, max: usize) -
 }
 
 /// What procman asks the fork server (`agentd __forkserver`) for: one
-/// worker. Its control pipes (the read end of agentd's frames to it, the
-/// write end of its frames to agentd) and the open cgroup v2 directory it
-/// is to be born in travel with the request as descriptors, in that order.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// worker. Descriptors travel with the request, in this order: its control
+/// pipes (the read end of agentd's frames to it, the write end of its
+/// frames to agentd), then the open cgroup v2 directory it is to be born in
+/// (`into_cgroup`), then the file its parent-death path kills the task
+/// through (`containment`). procman keeps these open per cgroup slot: the
+/// worker opens nothing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ForkRequest {
-    /// The slot's `cgroup.kill` (v2), for the worker's parent-death path.
-    pub kill_file: Option<std::path::PathBuf>,
-    /// The slot's v1 freezer `cgroup.procs`, where there is no v2.
-    pub procs_file: Option<std::path::PathBuf>,
+    pub into_cgroup: bool,
+    pub containment: Option<ContainmentFile>,
+}
+
+/// Which cgroup file a worker is handed for its parent-death path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainmentFile {
+    /// The slot's v2 `cgroup.kill`: writing "1" kills all of it.
+    Kill,
+    /// The slot's v1 freezer `cgroup.procs` (no v2): each pid is killed.
+    Procs,
 }
 
 /// A fork request's first bytes, so nothing else is mistaken for one.
 const FORK_MAGIC: &[u8] = b"fork\0";
 
 impl ForkRequest {
-    /// `fork\0`, then each path (empty for none) followed by a NUL.
+    /// How many descriptors travel with the request.
+    pub fn fds(&self) -> usize {
+        2 + usize::from(self.into_cgroup) + usize::from(self.containment.is_some())
+    }
+
+    /// `fork\0`, then a letter per descriptor past the pipes: `c` for the
+    /// cgroup directory, `k` or `p` for the containment file.
     pub fn encode(&self) -> Vec<u8> {
-        use std::os::unix::ffi::OsStrExt;
         let mut out = FORK_MAGIC.to_vec();
-        for path in [&self.kill_file, &self.procs_file] {
-            if let Some(p) = path {
-                out.extend_from_slice(p.as_os_str().as_bytes());
-            }
-            out.push(0);
+        if self.into_cgroup {
+            out.push(b'c');
+        }
+        match self.containment {
+            Some(ContainmentFile::Kill) => out.push(b'k'),
+            Some(ContainmentFile::Procs) => out.push(b'p'),
+            None => {}
         }
         out
     }
 
     /// None for anything [`encode`](Self::encode) did not make.
     pub fn decode(bytes: &[u8]) -> Option<ForkRequest> {
-        use std::os::unix::ffi::OsStrExt;
-        let rest = bytes.strip_prefix(FORK_MAGIC)?;
-        let mut fields = rest.split(|b| *b == 0);
-        let mut path = || -> Option<Option<std::path::PathBuf>> {
-            let f = fields.next()?;
-            Some((!f.is_empty()).then(|| std::ffi::OsStr::from_bytes(f).into()))
+        let mut rest = bytes.strip_prefix(FORK_MAGIC)?;
+        let mut req = ForkRequest::default();
+        if let Some(r) = rest.strip_prefix(b"c") {
+            req.into_cgroup = true;
+            rest = r;
+        }
+        req.containment = match rest {
+            b"" => None,
+            b"k" => Some(ContainmentFile::Kill),
+            b"p" => Some(ContainmentFile::Procs),
+            _ => return None,
         };
-        let (kill_file, procs_file) = (path()?, path()?);
-        // encode ends with a NUL, which leaves one empty field.
-        (fields.next() == Some(&[]) && fields.next().is_none()).then_some(ForkRequest { kill_file, procs_file })
+        Some(req)
     }
 }
 
@@ -526,21 +546,33 @@ mod tests {
 
     #[test]
     fn fork_requests_round_trip_and_refuse_anything_else() {
-        let full = ForkRequest {
-            kill_file: Some("/sys/fs/cgroup/agentd/slot-3/cgroup.kill".into()),
-            procs_file: None,
-        };
-        for req in [ForkRequest::default(), full.clone()] {
-            assert_eq!(ForkRequest::decode(&req.encode()), Some(req));
+        let mut all = Vec::new();
+        for into_cgroup in [false, true] {
+            for containment in [None, Some(ContainmentFile::Kill), Some(ContainmentFile::Procs)] {
+                all.push(ForkRequest {
+                    into_cgroup,
+                    containment,
+                });
+            }
         }
+        for req in &all {
+            assert_eq!(ForkRequest::decode(&req.encode()), Some(*req));
+        }
+        let full = ForkRequest {
+            into_cgroup: true,
+            containment: Some(ContainmentFile::Kill),
+        };
+        assert_eq!(full.fds(), 4);
+        assert_eq!(ForkRequest::default().fds(), 2);
         let bytes = full.encode();
-        assert_eq!(ForkRequest::decode(&bytes[..bytes.len() - 1]), None, "cut short");
         assert_eq!(
-            ForkRequest::decode(&[bytes.as_slice(), b"x\0"].concat()),
+            ForkRequest::decode(&[bytes.as_slice(), b"k"].concat()),
             None,
-            "a third field"
+            "a second containment file"
         );
-        assert_eq!(ForkRequest::decode(b"spawn\0\0\0"), None, "not a fork request");
+        assert_eq!(ForkRequest::decode(b"fork\0kc"), None, "out of order");
+        assert_eq!(ForkRequest::decode(b"fork\0x"), None, "an unknown letter");
+        assert_eq!(ForkRequest::decode(b"spawn\0"), None, "not a fork request");
         assert_eq!(ForkRequest::decode(b""), None);
     }
 

@@ -57,9 +57,10 @@ pub enum Queued {
 }
 
 impl Channel {
+    /// `rx` and `tx` are ends of pipes made by `sys::pipe`.
     pub fn new(rx: File, tx: File, frame_max: usize) -> io::Result<Channel> {
-        crate::sys::set_nonblocking(rx.as_raw_fd())?;
-        crate::sys::set_nonblocking(tx.as_raw_fd())?;
+        crate::sys::set_pipe_nonblocking(rx.as_raw_fd())?;
+        crate::sys::set_pipe_nonblocking(tx.as_raw_fd())?;
         Ok(Channel {
             rx,
             tx,

@@ -116,16 +116,14 @@ impl ForkServer {
     pub fn ask(
         &mut self,
         request: &ForkRequest,
-        worker_ends: [&OwnedFd; 2],
-        cgroup_dir: Option<&std::fs::File>,
+        fds: &[RawFd],
         pending: Pending,
     ) -> Result<(), (io::Error, Box<Pending>)> {
         let Some(r) = self.running.as_mut() else {
             return Err((io::ErrorKind::NotConnected.into(), Box::new(pending)));
         };
-        let mut fds = vec![worker_ends[0].as_raw_fd(), worker_ends[1].as_raw_fd()];
-        fds.extend(cgroup_dir.map(|d| d.as_raw_fd()));
-        match sys::send_with_fds(r.sock.as_raw_fd(), &request.encode(), &fds, true) {
+        debug_assert_eq!(fds.len(), request.fds());
+        match sys::send_with_fds(r.sock.as_raw_fd(), &request.encode(), fds, true) {
             Ok(()) => {
                 r.pending.push_back(pending);
                 Ok(())

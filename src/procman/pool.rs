@@ -3,15 +3,15 @@
 //! their cgroup slot. Part of procman's one thread (see the module above).
 
 use std::ffi::CString;
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use super::channel::Channel;
 use super::forks::{Answer, Pending};
 use super::lifecycle::{self, Event, Life, Stop};
 use super::{State, Worker, DEMAND_WINDOW, FORK_ATTEMPTS, FORK_RETRY, SPAWNS_PER_TURN};
-use crate::cgroup::TaskCgroups;
 use crate::config::Runner;
-use crate::control::{Cause, ForkRequest, Rlimits, RunnerSpec, ToWorker};
+use crate::control::{Cause, ContainmentFile, ForkRequest, Rlimits, RunnerSpec, ToWorker};
 use crate::limits;
 use crate::sys;
 use crate::tasks::Notice;
@@ -196,24 +196,29 @@ impl State {
         } else {
             None
         };
-        let request = ForkRequest {
-            kill_file: cgroups.as_ref().and_then(TaskCgroups::kill_file),
-            procs_file: cgroups.as_ref().and_then(TaskCgroups::procs_file),
-        };
         let slot_dir = cgroups.as_ref().and_then(|c| self.isolation.slot_dir(c));
+        let containment = cgroups.as_ref().and_then(|c| {
+            c.kill_file()
+                .map(|f| (ContainmentFile::Kill, f))
+                .or_else(|| c.freezer_procs_file().map(|f| (ContainmentFile::Procs, f)))
+        });
+        let request = ForkRequest {
+            into_cgroup: slot_dir.is_some(),
+            containment: containment.map(|(what, _)| what),
+        };
+        let mut fds = vec![worker_reads.as_raw_fd(), worker_writes.as_raw_fd()];
+        fds.extend(slot_dir.map(|d| d.as_raw_fd()));
+        fds.extend(containment.map(|(_, f)| f.as_raw_fd()));
         let pending = Pending {
             from_worker: from_worker.into(),
             to_worker: to_worker.into(),
             cgroups,
-            into_cgroup: slot_dir.is_some(),
+            into_cgroup: request.into_cgroup,
             asked: Instant::now(),
         };
         // The fork server holds its own copies of the descriptors once
         // sent: ours close at the end of this function.
-        match self
-            .forks
-            .ask(&request, [&worker_reads, &worker_writes], slot_dir, pending)
-        {
+        match self.forks.ask(&request, &fds, pending) {
             Ok(()) => Ok(()),
             Err((e, pending)) => {
                 if let Some(cg) = pending.cgroups {

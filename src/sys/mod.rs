@@ -338,20 +338,15 @@ pub enum Containment {
     Subreaper,
 }
 
-/// Opens the task cgroup's `cgroup.kill` (or, without v2, `cgroup.procs`)
-/// for the parent-death path; with neither, makes the caller a child
-/// subreaper. Then installs the parent-death handler and PDEATHSIG.
-pub fn arm_containment(
-    kill_file: Option<&std::path::Path>,
-    procs_file: Option<&std::path::Path>,
-) -> io::Result<Containment> {
-    use std::os::fd::IntoRawFd;
-    let how = if let Some(f) = kill_file {
-        let fd = std::fs::OpenOptions::new().write(true).open(f)?.into_raw_fd();
+/// Arms the parent-death path with the task cgroup's `cgroup.kill` (v2)
+/// or freezer `cgroup.procs` (v1), already open (`kill_fd`, `procs_fd`);
+/// with neither, makes the caller a child subreaper. Then installs the
+/// parent-death handler and PDEATHSIG.
+pub fn arm_containment(kill_fd: Option<RawFd>, procs_fd: Option<RawFd>) -> io::Result<Containment> {
+    let how = if let Some(fd) = kill_fd {
         CGROUP_KILL_FD.store(fd, Ordering::SeqCst);
         Containment::CgroupKill
-    } else if let Some(f) = procs_file {
-        let fd = std::fs::File::open(f)?.into_raw_fd();
+    } else if let Some(fd) = procs_fd {
         CGROUP_PROCS_FD.store(fd, Ordering::SeqCst);
         Containment::CgroupProcs
     } else {
@@ -492,6 +487,14 @@ fn for_each_thread(mut f: impl FnMut(i32)) {
     unsafe { libc::close(dir) };
 }
 
+/// Whether a file (a kernfs list such as `cgroup.procs`) has anything in
+/// it, read from its start; a file that cannot be read has nothing.
+pub fn has_content(fd: RawFd) -> bool {
+    let mut buf = [0u8; 32];
+    // SAFETY: pread writes at most `buf.len()` bytes into `buf`.
+    unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), 0) > 0 }
+}
+
 /// Reads decimal pids separated by whitespace from `fd` (from offset 0 if
 /// `rewind`) and calls `f` with each one > 1. Stack buffer, no allocation.
 fn read_pids(fd: RawFd, rewind: bool, mut f: impl FnMut(i32)) {
@@ -552,38 +555,62 @@ pub fn kill_pid(pid: i32, sig: libc::c_int) -> io::Result<()> {
     cvt(unsafe { libc::kill(pid, sig) }).map(drop)
 }
 
+/// Ends the process now, without exit handlers: for a forked worker,
+/// whose output is never buffered.
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit takes an integer and does not return.
+    unsafe { libc::_exit(code) }
+}
+
 pub fn getpid() -> i32 {
     std::process::id() as i32
 }
 
 /// A just-forked worker's descriptors: /dev/null (`null`) on stdin, in
 /// place of the fork server's socket; the control pipes moved to fds 3
-/// (from agentd) and 4 (to agentd), close-on-exec, so a task's program
-/// never sees them; every other fd the fork server had closed.
+/// (from agentd) and 4 (to agentd) and the containment file, if any, to 5,
+/// all close-on-exec, so a task's program never sees them; every other fd
+/// the fork server had closed. The sources are fds the fork server
+/// received (never 0: its socket is there). Each is placed with one dup3
+/// (musl's fcntl(F_DUPFD_CLOEXEC) costs two calls), parking first only a
+/// source that sits where an earlier one is to go.
 pub fn settle_worker_fds(
     from_agentd: RawFd,
     to_agentd: RawFd,
+    containment: Option<RawFd>,
     null: RawFd,
-) -> io::Result<(std::fs::File, std::fs::File)> {
+) -> io::Result<(std::fs::File, std::fs::File, Option<RawFd>)> {
     use std::os::fd::FromRawFd;
     const FROM: RawFd = 3;
     const TO: RawFd = 4;
+    const KEPT: RawFd = 5;
     // SAFETY: dup2 onto stdin replaces the fork server's socket in this
     // process only.
     cvt(unsafe { libc::dup2(null, 0) })?;
-    // First above 4, so that placing one never overwrites the other.
-    // SAFETY: fcntl F_DUPFD_CLOEXEC on fd numbers; a bad fd is EBADF.
-    let from = cvt(unsafe { libc::fcntl(from_agentd, libc::F_DUPFD_CLOEXEC, TO + 1) })?;
-    // SAFETY: as above.
-    let to = cvt(unsafe { libc::fcntl(to_agentd, libc::F_DUPFD_CLOEXEC, TO + 1) })?;
-    // SAFETY: dup3 onto fds 3 and 4 (whatever was there is no longer
-    // needed) with O_CLOEXEC; both sources are above 4.
-    cvt(unsafe { libc::dup3(from, FROM, libc::O_CLOEXEC) })?;
-    // SAFETY: as above.
-    cvt(unsafe { libc::dup3(to, TO, libc::O_CLOEXEC) })?;
-    close_fds_from(TO + 1);
+    let mut sources = [Some(from_agentd), Some(to_agentd), containment];
+    let targets = [FROM, TO, KEPT];
+    for i in 0..sources.len() {
+        let Some(fd) = sources[i] else { continue };
+        // A later source where this one goes would be overwritten: park it
+        // above every target first.
+        for later in sources.iter_mut().skip(i + 1) {
+            if *later == Some(targets[i]) {
+                // SAFETY: fcntl F_DUPFD_CLOEXEC on fd numbers; a bad fd is EBADF.
+                *later = Some(cvt(unsafe {
+                    libc::fcntl(targets[i], libc::F_DUPFD_CLOEXEC, KEPT + 1)
+                })?);
+            }
+        }
+        if fd != targets[i] {
+            // SAFETY: dup3 onto a target fd (whatever was there is no longer
+            // needed: no later source is there any more), close-on-exec.
+            cvt(unsafe { libc::dup3(fd, targets[i], libc::O_CLOEXEC) })?;
+        }
+    }
+    close_fds_from(if containment.is_some() { KEPT + 1 } else { KEPT });
     // SAFETY: fds 3 and 4 are the control pipes, owned by nothing else.
-    Ok(unsafe { (std::fs::File::from_raw_fd(FROM), std::fs::File::from_raw_fd(TO)) })
+    let pipes = unsafe { (std::fs::File::from_raw_fd(FROM), std::fs::File::from_raw_fd(TO)) };
+    Ok((pipes.0, pipes.1, containment.map(|_| KEPT)))
 }
 
 /// A pipe, both ends close-on-exec: (read end, write end).
@@ -601,12 +628,12 @@ pub fn pipe() -> io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
     })
 }
 
-/// Sets O_NONBLOCK on `fd`.
-pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
-    // SAFETY: fcntl F_GETFL/F_SETFL on an fd number; a bad fd is EBADF.
-    let flags = cvt(unsafe { libc::fcntl(fd, libc::F_GETFL) })?;
-    // SAFETY: as above.
-    cvt(unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) }).map(drop)
+/// Sets O_NONBLOCK on a pipe end made by [`pipe`]. F_SETFL replaces the
+/// status flags, and such an end has none to keep (the access mode is not
+/// one F_SETFL changes), so no F_GETFL first: one call per end per worker.
+pub fn set_pipe_nonblocking(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl F_SETFL on an fd number; a bad fd is EBADF.
+    cvt(unsafe { libc::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK) }).map(drop)
 }
 
 /// The steps a child takes between fork and exec, in this order (tini's

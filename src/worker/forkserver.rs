@@ -7,7 +7,7 @@
 //!
 //! Its stdin is a SOCK_SEQPACKET socket to procman: each message is a
 //! [`ForkRequest`] with the worker's control pipes (and its cgroup v2
-//! directory) attached; each answer a [`ForkReply`], in order. EOF means
+//! directory and containment file) attached; each answer a [`ForkReply`], in order. EOF means
 //! agentd is done with it; PDEATHSIG (SIGKILL) takes it if agentd dies.
 
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -64,20 +64,22 @@ pub fn main() -> i32 {
         fds.clear();
         let reply = match sys::recv_with_fds(REQUESTS, &mut buf, &mut fds, false) {
             Ok(0) => return 0, // agentd let go of us
-            Ok(n) => match (ForkRequest::decode(&buf[..n]), fds.first(), fds.get(1)) {
-                (Some(request), Some(from_agentd), Some(to_agentd)) => {
+            Ok(n) => match ForkRequest::decode(&buf[..n]) {
+                Some(request) if fds.len() == request.fds() => {
+                    // In the request's order: pipes, cgroup directory, containment file.
+                    let cgroup = request.into_cgroup.then(|| &fds[2]);
                     let birth = Birth {
                         supervisor,
                         frame_max,
-                        request: &request,
-                        from_agentd,
-                        to_agentd,
+                        from_agentd: &fds[0],
+                        to_agentd: &fds[1],
+                        containment: request.containment.map(|what| (what, &fds[fds.len() - 1])),
                         null: &null,
                     };
-                    fork_one(birth, fds.get(2))
+                    fork_one(birth, cgroup)
                 }
                 _ => {
-                    log::error!("forkserver.request refused: not a fork request with its control pipes");
+                    log::error!("forkserver.request refused: not a fork request with its descriptors");
                     ForkReply::Failed { errno: libc::EINVAL }
                 }
             },
@@ -101,7 +103,9 @@ pub fn main() -> i32 {
 /// Forks one worker; in the worker, runs it and exits.
 fn fork_one(birth: Birth<'_>, cgroup: Option<&OwnedFd>) -> ForkReply {
     match sys::fork_sibling(cgroup.map(|fd| fd.as_raw_fd())) {
-        Ok(sys::Forked::Child) => std::process::exit(super::start(birth)),
+        // No exit handlers to run (nothing is buffered): std's would unmap
+        // the signal stack first, one more system call per task.
+        Ok(sys::Forked::Child) => sys::exit_now(super::start(birth)),
         Ok(sys::Forked::Parent { pid, placement_refused }) => ForkReply::Forked {
             pid,
             placement_errno: placement_refused.map_or(0, |e| e.raw_os_error().unwrap_or(libc::EINVAL)),

@@ -7,9 +7,9 @@
 //! 1. lead its own process group (procman sets it too, whoever is first);
 //! 2. stdin is /dev/null, the control socket is a close-on-exec fd, every
 //!    other inherited fd is closed;
-//! 3. arm containment: open the task cgroup's `cgroup.kill` (v2) or
-//!    `cgroup.procs` (v1 freezer) the fork request named, or — without a
-//!    cgroup — become a child subreaper, so what leaves our process group
+//! 3. arm containment: keep the task cgroup's `cgroup.kill` (v2) or
+//!    `cgroup.procs` (v1 freezer) that came open with the fork request, or
+//!    — without a cgroup — become a child subreaper, so what leaves our process group
 //!    is still ours; then PDEATHSIG as a caught signal whose handler kills
 //!    the whole task that way (sys::arm_containment), so a program's
 //!    descendants die with agentd too, even SIGKILLed ones that `setsid`;
@@ -134,15 +134,17 @@ pub struct Done {
     pub text: Option<String>,
 }
 
-/// What a worker is born with: the fork server's settings and its request.
+/// What a worker is born with: the fork server's settings and what came
+/// with its request.
 pub struct Birth<'a> {
     /// agentd's pid: our parent, or we are orphaned.
     pub supervisor: i32,
     pub frame_max: usize,
-    pub request: &'a crate::control::ForkRequest,
     /// The control pipes: frames from agentd, frames to agentd.
     pub from_agentd: &'a OwnedFd,
     pub to_agentd: &'a OwnedFd,
+    /// The open cgroup file the parent-death path kills the task through.
+    pub containment: Option<(control::ContainmentFile, &'a OwnedFd)>,
     /// Open /dev/null, for stdin.
     pub null: &'a OwnedFd,
 }
@@ -153,9 +155,10 @@ pub struct Birth<'a> {
 pub fn start(birth: Birth<'_>) -> i32 {
     sys::set_process_name(IDLE_NAME);
     let _ = sys::become_group_leader();
-    let (reader, writer) = match sys::settle_worker_fds(
+    let (reader, writer, kept) = match sys::settle_worker_fds(
         birth.from_agentd.as_raw_fd(),
         birth.to_agentd.as_raw_fd(),
+        birth.containment.map(|(_, fd)| fd.as_raw_fd()),
         birth.null.as_raw_fd(),
     ) {
         Ok(s) => s,
@@ -164,8 +167,12 @@ pub fn start(birth: Birth<'_>) -> i32 {
             return 2;
         }
     };
-    let req = birth.request;
-    let containment = match sys::arm_containment(req.kill_file.as_deref(), req.procs_file.as_deref()) {
+    let (kill_fd, procs_fd) = match birth.containment.map(|(what, _)| what) {
+        Some(control::ContainmentFile::Kill) => (kept, None),
+        Some(control::ContainmentFile::Procs) => (None, kept),
+        None => (None, None),
+    };
+    let containment = match sys::arm_containment(kill_fd, procs_fd) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("agentd worker: cannot arm parent-death containment: {e}");
