@@ -551,12 +551,13 @@ esac"#,
         c.is_empty() && p.is_empty()
     });
     assert!(empty, "processes left under agentd: {:?}", leftovers(pid));
-    // agentd keeps each cgroup slot it made for reuse, and its directory
-    // open for forking workers into it: one fd per slot, no more.
+    // agentd keeps each cgroup slot it made for reuse, with its files open
+    // (a v2 slot: its directory, cgroup.kill and cgroup.procs; a v1 slot:
+    // its cgroup.procs): at most three fds per slot, no more.
     let slots = task_cgroups(pid).len();
     let back = wait_for(Duration::from_secs(10), || {
         let (t, f) = thread_and_fd_counts(pid);
-        t <= base_threads + 3 && f <= base_fds + 3 + slots
+        t <= base_threads + 3 && f <= base_fds + 3 + 3 * slots
     });
     let (end_threads, end_fds) = thread_and_fd_counts(pid);
     assert!(

@@ -5,8 +5,9 @@
 //! client hung up. procman lives as long as the daemon.
 //!
 //! It is one `poll(2)` loop, as tini and s6-supervise wait on their
-//! children: every worker's control pipes, a wake socket for requests from
-//! the rest of agentd, and a self-pipe for SIGCHLD; its timers are the poll
+//! children: every worker's control pipes, an eventfd for requests from
+//! the rest of agentd, and a signalfd for SIGCHLD (with a self-pipe behind
+//! it for any thread that does not block it); its timers are the poll
 //! timeout. There is no thread per worker, and nothing here blocks: reads
 //! are bounded per turn ([`channel`]), writes go to a bounded outbox. Each
 //! worker's lifecycle is a [`lifecycle::Life`]; this file only feeds it
@@ -18,9 +19,10 @@ pub mod lifecycle;
 mod pool;
 
 use std::collections::{HashMap, VecDeque};
-use std::io::{Read, Write};
-use std::os::fd::AsRawFd;
+use std::io::Read;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -67,15 +69,32 @@ enum Msg {
 #[derive(Clone)]
 pub struct Procman {
     tx: Sender<Msg>,
-    waker: Arc<UnixStream>,
+    waker: Arc<Waker>,
+}
+
+/// Wakes procman's poll for requests. Only the first request since
+/// procman last took them writes the eventfd: under load, one wake-up
+/// serves many requests.
+struct Waker {
+    fd: OwnedFd,
+    /// Set by the request that wrote the eventfd; procman clears it before
+    /// it takes the requests, so a request either finds it set (and is
+    /// taken in that pass) or sets it and wakes procman again.
+    pending: AtomicBool,
+}
+
+impl Waker {
+    fn wake(&self) {
+        if !self.pending.swap(true, Ordering::AcqRel) {
+            sys::eventfd_signal(self.fd.as_raw_fd());
+        }
+    }
 }
 
 impl Procman {
     fn send(&self, msg: Msg) {
         if self.tx.send(msg).is_ok() {
-            // One byte wakes the poll; a full socket means a wake is
-            // already pending, which is just as good.
-            let _ = (&*self.waker).write(&[1]);
+            self.waker.wake();
         }
     }
 
@@ -135,8 +154,13 @@ struct State {
     isolation: Isolation,
     timing: Timing,
     rx: Receiver<Msg>,
-    wake: UnixStream,
-    sigchld: UnixStream,
+    waker: Arc<Waker>,
+    /// SIGCHLD, blocked in every thread agentd starts (None: the kernel
+    /// refused a signalfd, and the self-pipe below is all there is).
+    sigchld: Option<OwnedFd>,
+    /// SIGCHLD as a byte from signal-hook's handler, should it ever run in
+    /// a thread that does not block it.
+    sigchld_pipe: UnixStream,
     workers: HashMap<i32, Worker>,
     by_task: HashMap<String, i32>,
     queue: VecDeque<String>,
@@ -146,7 +170,7 @@ struct State {
     next_cgroup_check: Instant,
     /// The one buffer every control pipe is read through.
     scratch: Vec<u8>,
-    /// The poll set, and the worker each entry past the first three is for
+    /// The poll set, and the worker each entry past the first four is for
     /// (true: its pipe to the worker, polled for room).
     poll_set: (Vec<libc::pollfd>, Vec<(i32, bool)>),
     forks: ForkServer,
@@ -165,13 +189,26 @@ pub fn spawn(
     isolation: Isolation,
 ) -> std::io::Result<(Procman, std::thread::JoinHandle<()>)> {
     let (tx, rx) = crossbeam_channel::unbounded();
-    let (wake, waker) = UnixStream::pair()?;
-    wake.set_nonblocking(true)?;
-    waker.set_nonblocking(true)?;
-    let (sigchld, sigchld_writer) = UnixStream::pair()?;
-    sigchld.set_nonblocking(true)?;
+    let waker = Arc::new(Waker {
+        fd: sys::eventfd()?,
+        pending: AtomicBool::new(false),
+    });
+    let (sigchld_pipe, sigchld_writer) = UnixStream::pair()?;
+    sigchld_pipe.set_nonblocking(true)?;
     sigchld_writer.set_nonblocking(true)?;
     signal_hook::low_level::pipe::register(libc::SIGCHLD, sigchld_writer)?;
+    // The daemon calls this before it starts any other thread: from here
+    // on SIGCHLD waits for procman's signalfd in every thread.
+    let sigchld = match sys::sigchld_fd() {
+        Ok(fd) => {
+            sys::block_sigchld();
+            Some(fd)
+        }
+        Err(e) => {
+            log::warn!("procman.signalfd error={e}; SIGCHLD through its handler instead");
+            None
+        }
+    };
     let t = &cfg.tasks;
     let timing = Timing {
         cancel_grace: Duration::from_millis(t.cancel_grace_ms),
@@ -189,8 +226,9 @@ pub fn spawn(
         isolation,
         timing,
         rx,
-        wake,
+        waker: waker.clone(),
         sigchld,
+        sigchld_pipe,
         workers: HashMap::new(),
         by_task: HashMap::new(),
         queue: VecDeque::new(),
@@ -207,13 +245,7 @@ pub fn spawn(
     let handle = std::thread::Builder::new()
         .name("procman".into())
         .spawn(move || state.run())?;
-    Ok((
-        Procman {
-            tx,
-            waker: Arc::new(waker),
-        },
-        handle,
-    ))
+    Ok((Procman { tx, waker }, handle))
 }
 
 impl State {
@@ -232,11 +264,12 @@ impl State {
             let (mut fds, mut pids) = std::mem::take(&mut self.poll_set);
             fds.clear();
             pids.clear();
-            // -1 = no fork server: poll(2) skips negative fds.
+            // -1 = none: poll(2) skips negative fds.
             let forks = self.forks.fd().unwrap_or(-1);
             fds.extend([
-                pollin(self.wake.as_raw_fd()),
-                pollin(self.sigchld.as_raw_fd()),
+                pollin(self.waker.fd.as_raw_fd()),
+                pollin(self.sigchld.as_ref().map_or(-1, |fd| fd.as_raw_fd())),
+                pollin(self.sigchld_pipe.as_raw_fd()),
                 pollin(forks),
             ]);
             // Each worker's pipe from it, and its pipe to it while frames
@@ -258,19 +291,30 @@ impl State {
                 std::thread::sleep(Duration::from_millis(10));
             }
             if fds[0].revents != 0 {
-                drain(&mut self.wake);
+                sys::eventfd_drain(self.waker.fd.as_raw_fd());
             }
+            // Before taking them, and an acquire: a request that found the
+            // flag set is visible to take_requests; any later one wakes us.
+            self.waker.pending.swap(false, Ordering::AcqRel);
             if !self.take_requests() {
                 return; // every handle is gone: the daemon is exiting
             }
+            let mut reap = false;
             if fds[1].revents != 0 {
-                drain(&mut self.sigchld);
+                sys::signalfd_drain(fds[1].fd);
+                reap = true;
+            }
+            if fds[2].revents != 0 {
+                drain(&mut self.sigchld_pipe);
+                reap = true;
+            }
+            if reap {
                 self.reap();
             }
-            if fds[2].revents != 0 || self.forks.owes() {
+            if fds[3].revents != 0 || self.forks.owes() {
                 self.take_fork_answers();
             }
-            for (p, &(pid, is_write)) in fds[3..].iter().zip(&pids) {
+            for (p, &(pid, is_write)) in fds[4..].iter().zip(&pids) {
                 if p.revents == 0 {
                     continue;
                 }

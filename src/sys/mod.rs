@@ -10,6 +10,8 @@ use std::sync::atomic::{AtomicI32, Ordering};
 
 mod alloc;
 mod mem;
+mod wake;
+pub use wake::*;
 mod spawn;
 pub use spawn::*;
 
