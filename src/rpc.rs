@@ -317,10 +317,10 @@ fn too_deep(body: &[u8], max: usize) -> Option<usize> {
 }
 
 #[derive(Serialize)]
-struct Success<'a> {
+struct Success<'a, T: Serialize + ?Sized> {
     jsonrpc: &'static str,
     id: &'a Id,
-    result: Value,
+    result: &'a T,
 }
 
 #[derive(Serialize)]
@@ -331,7 +331,7 @@ struct Failure<'a> {
 }
 
 /// `{"jsonrpc":"2.0","id":…,"result":…}` as compact bytes.
-pub fn success(id: &Id, result: Value) -> Vec<u8> {
+pub fn success<T: Serialize + ?Sized>(id: &Id, result: &T) -> Vec<u8> {
     serde_json::to_vec(&Success {
         jsonrpc: "2.0",
         id,
@@ -442,7 +442,7 @@ mod tests {
             let body = format!(r#"{{"jsonrpc":"2.0", "id": {id} ,"method":"m"}}"#);
             let r = decode(body.as_bytes()).unwrap();
             assert_eq!(r.id.as_json(), id);
-            let out = String::from_utf8(success(&r.id, json!(1))).unwrap();
+            let out = String::from_utf8(success(&r.id, &json!(1))).unwrap();
             assert_eq!(out, format!(r#"{{"jsonrpc":"2.0","id":{id},"result":1}}"#));
         }
     }

@@ -604,7 +604,7 @@ fn write_stream(
             if strip_labels {
                 ext::annotations::strip(&mut result);
             }
-            let data = String::from_utf8_lossy(&rpc::success(id, result)).into_owned();
+            let data = String::from_utf8_lossy(&rpc::success(id, &result)).into_owned();
             out.chunk(&sse::encode_event(seq, &data))
         }
         Emit::KeepAlive => out.chunk(&sse::encode_comment("keep-alive")),
@@ -709,7 +709,19 @@ fn rpc_response(req: &Request, principal: &Principal, shared: &Shared, peer_gone
             if !active.has(ext::ANNOTATIONS) {
                 ext::annotations::strip(&mut v);
             }
-            full(200, rpc::success(&call.id, v))
+            full(200, rpc::success(&call.id, &v))
+        }
+        Ok(Answer::Task(mut task)) => {
+            if !active.has(ext::ANNOTATIONS) {
+                ext::annotations::strip_task(&mut task);
+            }
+            full(200, rpc::success(&call.id, &task))
+        }
+        Ok(Answer::Response(mut response)) => {
+            if !active.has(ext::ANNOTATIONS) {
+                ext::annotations::strip_response(&mut response);
+            }
+            full(200, rpc::success(&call.id, &response))
         }
         Ok(Answer::Stream(plan)) => Reply::Stream {
             id: call.id,

@@ -168,7 +168,7 @@ pub fn jsonrpc(data: &[u8]) {
     let _ = serde_json::from_value::<CancelTaskRequest>(req.params.clone());
     let _ = serde_json::from_value::<SubscribeToTaskRequest>(req.params.clone());
     let _ = serde_json::from_value::<Vec<Part>>(req.params.get("parts").cloned().unwrap_or_default());
-    let _ = rpc::success(&req.id, req.params);
+    let _ = rpc::success(&req.id, &req.params);
 }
 
 /// Control frames, both directions, decoded one after another; each one

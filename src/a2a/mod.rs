@@ -42,6 +42,11 @@ pub const METHODS: [&str; 11] = [
 /// What a method call produced: a JSON-RPC result, or a stream to open.
 pub enum Answer {
     Value(Value),
+    /// A task (GetTask, CancelTask): written straight from the typed value,
+    /// no JSON tree in between.
+    Task(Box<Task>),
+    /// SendMessage's result (a task or a message), likewise.
+    Response(Box<StreamResponse>),
     Stream(Box<stream::Plan>),
     /// The events extension's feed, resuming after this sequence.
     Events(Option<u64>),
@@ -105,16 +110,22 @@ impl Agent {
         }
         let principal = call.principal;
         match method {
-            "SendMessage" => self.send_message(call, parse(params)?).map(Answer::Value),
+            "SendMessage" => self
+                .send_message(call, parse(params)?)
+                .map(|r| Answer::Response(Box::new(r))),
             "SendStreamingMessage" => self
                 .send_streaming(call, parse(params)?)
                 .map(|p| Answer::Stream(Box::new(p))),
             "SubscribeToTask" => self
                 .subscribe(principal, parse(params)?, call.last_event_id)
                 .map(|p| Answer::Stream(Box::new(p))),
-            "GetTask" => self.get_task(principal, parse(params)?).map(Answer::Value),
+            "GetTask" => self
+                .get_task(principal, parse(params)?)
+                .map(|t| Answer::Task(Box::new(t))),
             "ListTasks" => self.list_tasks(call, params).map(Answer::Value),
-            "CancelTask" => self.cancel_task(principal, parse(params)?).map(Answer::Value),
+            "CancelTask" => self
+                .cancel_task(principal, parse(params)?)
+                .map(|t| Answer::Task(Box::new(t))),
             ext::EVENTS_METHOD if call.active.has(ext::EVENTS) => {
                 let from = match params.get("fromSeq").or_else(|| params.get("from_seq")) {
                     None | Some(Value::Null) => call.last_event_id,
@@ -262,22 +273,22 @@ impl Agent {
         }
     }
 
-    fn send_message(&self, call: &Call<'_>, req: SendMessageRequest) -> Result<Value, RpcError> {
+    fn send_message(&self, call: &Call<'_>, req: SendMessageRequest) -> Result<StreamResponse, RpcError> {
         if let Some(reply) = self.command(call, &req)? {
-            return to_value(&StreamResponse::Message(reply));
+            return Ok(StreamResponse::Message(reply));
         }
         let principal = call.principal;
         let Begun { task, config, .. } = self.begin_send(call, req, false)?;
         let history_length = history_length(config.history_length, "configuration.historyLength")?;
         if config.return_immediately {
             let task = self.tasks.get(principal, &task.id, history_length).unwrap_or(task);
-            return to_value(&StreamResponse::Task(task));
+            return Ok(StreamResponse::Task(task));
         }
         let task = self.wait_for_turn(call, &task.id, history_length)?;
-        match self.tasks.direct_reply(&task.id) {
-            Some(m) => to_value(&StreamResponse::Message(m)),
-            None => to_value(&StreamResponse::Task(task)),
-        }
+        Ok(match self.tasks.direct_reply(&task.id) {
+            Some(m) => StreamResponse::Message(m),
+            None => StreamResponse::Task(task),
+        })
     }
 
     /// Waits until the task's turn is over (terminal, interrupted, or a
@@ -403,14 +414,14 @@ impl Agent {
         matches!(self.cfg.runner, crate::config::Runner::Exec { .. }) && self.cfg.exec_protocol == "jsonl"
     }
 
-    fn get_task(&self, principal: &Principal, req: GetTaskRequest) -> Result<Value, RpcError> {
+    fn get_task(&self, principal: &Principal, req: GetTaskRequest) -> Result<Task, RpcError> {
         require_id(&req.id)?;
         let history_length = history_length(req.history_length, "historyLength")?;
         let task = self
             .tasks
             .get(principal, &req.id, history_length)
             .ok_or_else(|| RpcError::task_not_found(&req.id))?;
-        to_value(&task)
+        Ok(task)
     }
 
     fn list_tasks(&self, call: &Call<'_>, params: Value) -> Result<Value, RpcError> {
@@ -461,7 +472,7 @@ impl Agent {
         to_value(&self.tasks.list(principal, &query))
     }
 
-    fn cancel_task(&self, principal: &Principal, req: CancelTaskRequest) -> Result<Value, RpcError> {
+    fn cancel_task(&self, principal: &Principal, req: CancelTaskRequest) -> Result<Task, RpcError> {
         require_id(&req.id)?;
         let task = self
             .tasks
@@ -489,7 +500,7 @@ impl Agent {
             .tasks
             .wait_until(principal, &req.id, None, Some(bound), TaskState::is_terminal)
             .ok_or_else(|| RpcError::task_not_found(&req.id))?;
-        to_value(&task)
+        Ok(task)
     }
 }
 

@@ -14,6 +14,7 @@ use serde_json::{Map, Value};
 
 use super::ANNOTATIONS;
 use crate::rpc::RpcError;
+use crate::wire::{Message, StreamResponse, Task};
 
 pub const MAX_LABELS: usize = 16;
 pub const MAX_KEY_BYTES: usize = 64;
@@ -107,6 +108,58 @@ pub fn matches(task_metadata: Option<&Map<String, Value>>, filter: &Labels) -> b
     filter.iter().all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
 }
 
+/// [`strip`] for a typed result, where labels can be: the metadata of the
+/// task, of its messages (status and history), of its artifacts and of
+/// every part.
+pub fn strip_task(task: &mut Task) {
+    strip_metadata(&mut task.metadata);
+    if let Some(m) = task.status.message.as_mut() {
+        strip_message(m);
+    }
+    task.history.iter_mut().flatten().for_each(strip_message);
+    for a in task.artifacts.iter_mut().flatten() {
+        strip_metadata(&mut a.metadata);
+        a.parts.iter_mut().for_each(|p| strip_metadata(&mut p.metadata));
+    }
+}
+
+/// [`strip_task`] for SendMessage's result or an event.
+pub fn strip_response(r: &mut StreamResponse) {
+    match r {
+        StreamResponse::Task(t) => strip_task(t),
+        StreamResponse::Message(m) => strip_message(m),
+        StreamResponse::StatusUpdate(e) => {
+            strip_metadata(&mut e.metadata);
+            if let Some(m) = e.status.message.as_mut() {
+                strip_message(m);
+            }
+        }
+        StreamResponse::ArtifactUpdate(e) => {
+            strip_metadata(&mut e.metadata);
+            strip_metadata(&mut e.artifact.metadata);
+            e.artifact
+                .parts
+                .iter_mut()
+                .for_each(|p| strip_metadata(&mut p.metadata));
+        }
+    }
+}
+
+/// [`strip_task`] for a message.
+pub fn strip_message(m: &mut Message) {
+    strip_metadata(&mut m.metadata);
+    m.parts.iter_mut().for_each(|p| strip_metadata(&mut p.metadata));
+}
+
+/// The labels out of one metadata map; a map left empty goes too.
+fn strip_metadata(md: &mut Option<Map<String, Value>>) {
+    if let Some(m) = md {
+        if m.remove(ANNOTATIONS).is_some() && m.is_empty() {
+            *md = None;
+        }
+    }
+}
+
 /// Removes the labels from every object in a result — tasks and the
 /// messages in their history alike (for clients that did not activate the
 /// extension: to them it does not exist).
@@ -179,5 +232,39 @@ mod tests {
         let mut result = json!({"tasks": [{"id": "t", "status": {}, "metadata": task_md}]});
         strip(&mut result);
         assert_eq!(result, json!({"tasks": [{"id": "t", "status": {}}]}));
+    }
+
+    #[test]
+    fn the_typed_strip_removes_what_the_tree_strip_removes() {
+        let labels = json!({"team": "a"});
+        let with = |extra: Option<(&str, Value)>| {
+            let mut m = md(labels.clone());
+            if let Some((k, v)) = extra {
+                m.insert(k.into(), v);
+            }
+            Value::Object(m)
+        };
+        let message = json!({"messageId": "m", "role": "ROLE_USER",
+            "parts": [{"text": "hi", "metadata": with(None)}], "metadata": with(Some(("keep", json!(1))))});
+        let task = json!({
+            "id": "t", "contextId": "c",
+            "status": {"state": "TASK_STATE_COMPLETED", "message": message},
+            "history": [message, message],
+            "artifacts": [{"artifactId": "a", "parts": [{"text": "x", "metadata": with(None)}], "metadata": with(None)}],
+            "metadata": with(Some(("other", json!("x")))),
+        });
+        let mut typed: Task = serde_json::from_value(task.clone()).unwrap();
+        strip_task(&mut typed);
+        let mut tree = task;
+        strip(&mut tree);
+        assert_eq!(serde_json::to_value(&typed).unwrap(), tree);
+        assert!(!tree.to_string().contains(ANNOTATIONS), "{tree}");
+        assert!(tree.to_string().contains("keep") && tree.to_string().contains("other"));
+
+        let mut reply = StreamResponse::Message(serde_json::from_value(message.clone()).unwrap());
+        strip_response(&mut reply);
+        let mut tree = json!({ "message": message });
+        strip(&mut tree);
+        assert_eq!(serde_json::to_value(&reply).unwrap(), tree);
     }
 }
