@@ -12,19 +12,37 @@ pub fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// Formats epoch milliseconds as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+/// Formats epoch milliseconds as `YYYY-MM-DDTHH:MM:SS.mmmZ`. By hand, in
+/// one allocation: every task status and log line has one.
 pub fn format_ms(ms: u64) -> String {
     let secs = ms / 1000;
     let days = (secs / 86_400) as i64;
     let rem = secs % 86_400;
     let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60,
-        ms % 1000
-    )
+    let mut out = String::with_capacity(24);
+    // A year past 9999 (or before 0) is out of RFC 3339's range: clamp.
+    push_digits(&mut out, y.clamp(0, 9999) as u64, 4);
+    out.push('-');
+    push_digits(&mut out, u64::from(m), 2);
+    out.push('-');
+    push_digits(&mut out, u64::from(d), 2);
+    out.push('T');
+    push_digits(&mut out, rem / 3600, 2);
+    out.push(':');
+    push_digits(&mut out, rem / 60 % 60, 2);
+    out.push(':');
+    push_digits(&mut out, rem % 60, 2);
+    out.push('.');
+    push_digits(&mut out, ms % 1000, 3);
+    out.push('Z');
+    out
+}
+
+/// `n` as exactly `width` decimal digits (zero-padded; n < 10^width).
+fn push_digits(out: &mut String, n: u64, width: u32) {
+    for i in (0..width).rev() {
+        out.push(char::from(b'0' + (n / 10u64.pow(i) % 10) as u8));
+    }
 }
 
 /// Parses an RFC 3339 timestamp (any fraction length, `Z` or `±HH:MM`) to

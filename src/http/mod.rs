@@ -45,9 +45,11 @@
 pub mod chunked;
 pub mod client;
 pub mod date;
+mod headers;
 mod response;
 pub mod sse;
 
+pub use headers::Headers;
 pub use response::{reason_phrase, write_response, ChunkedWriter, Response};
 
 use std::fmt;
@@ -153,7 +155,7 @@ pub struct Request {
     /// Raw text after the first '?', if any.
     pub query: Option<String>,
     /// Names as sent; values trimmed of spaces and tabs.
-    pub headers: Vec<(String, String)>,
+    pub headers: Headers,
     pub body: Vec<u8>,
     /// HTTP/1.1: true unless `Connection: close`. HTTP/1.0: false unless
     /// `Connection: keep-alive`. `close` wins over `keep-alive`.
@@ -166,10 +168,7 @@ pub struct Request {
 impl Request {
     /// The first header named `name`, compared case-insensitively.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        self.headers.get(name)
     }
 
     /// The first query parameter named exactly `name` (after %-decoding),
@@ -302,7 +301,7 @@ struct Head {
     method: String,
     target: String,
     http11: bool,
-    headers: Vec<(String, String)>,
+    headers: Headers,
 }
 
 /// Reads requests from one connection; keeps bytes that arrived past the end
@@ -563,11 +562,12 @@ fn head_from(req: &httparse::Request<'_, '_>, len: usize) -> Result<Head, ReadEr
     let (Some(method), Some(target), Some(version)) = (req.method, req.path, req.version) else {
         return Err(ReadError::reject(400, "incomplete request line"));
     };
-    let mut headers = Vec::with_capacity(req.headers.len());
+    let bytes = req.headers.iter().map(|h| h.name.len() + h.value.len()).sum();
+    let mut headers = Headers::with_capacity(req.headers.len(), bytes);
     for h in req.headers.iter() {
         let value = std::str::from_utf8(h.value)
             .map_err(|_| ReadError::reject(400, format!("header {} is not UTF-8", h.name)))?;
-        headers.push((h.name.to_string(), value.trim_matches([' ', '\t']).to_string()));
+        headers.push(h.name, value.trim_matches([' ', '\t']));
     }
     Ok(Head {
         len,
@@ -580,7 +580,7 @@ fn head_from(req: &httparse::Request<'_, '_>, len: usize) -> Result<Head, ReadEr
 
 /// Comma-separated tokens of every header named `name`, trimmed, empty
 /// elements skipped.
-fn list_values<'a>(headers: &'a [(String, String)], name: &'a str) -> impl Iterator<Item = &'a str> {
+fn list_values<'a>(headers: &'a Headers, name: &'a str) -> impl Iterator<Item = &'a str> {
     headers
         .iter()
         .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
@@ -589,7 +589,7 @@ fn list_values<'a>(headers: &'a [(String, String)], name: &'a str) -> impl Itera
         .filter(|t| !t.is_empty())
 }
 
-fn keep_alive(http11: bool, headers: &[(String, String)]) -> bool {
+fn keep_alive(http11: bool, headers: &Headers) -> bool {
     let mut close = false;
     let mut keep = false;
     for token in list_values(headers, "connection") {
@@ -599,7 +599,7 @@ fn keep_alive(http11: bool, headers: &[(String, String)]) -> bool {
     !close && (http11 || keep)
 }
 
-fn framing(http11: bool, headers: &[(String, String)], body_max: usize) -> Result<Framing, ReadError> {
+fn framing(http11: bool, headers: &Headers, body_max: usize) -> Result<Framing, ReadError> {
     let has = |name: &str| headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(name));
     let (te, cl) = (has("transfer-encoding"), has("content-length"));
     if te && cl {
