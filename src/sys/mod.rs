@@ -615,6 +615,9 @@ pub fn settle_worker_fds(
             // SAFETY: dup3 onto a target fd (whatever was there is no longer
             // needed: no later source is there any more), close-on-exec.
             cvt(unsafe { libc::dup3(fd, targets[i], libc::O_CLOEXEC) })?;
+        } else {
+            // Already in place (not how the fork server's fds arrive).
+            set_cloexec(fd, true)?;
         }
     }
     close_fds_from(if containment.is_some() { KEPT + 1 } else { KEPT });
@@ -950,4 +953,91 @@ pub fn adopt_listening_socket(fd: RawFd) -> io::Result<std::os::fd::OwnedFd> {
     // SAFETY: the fd is open (getsockopt succeeded) and was handed to this
     // process to own; nothing else in agentd refers to it.
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// (device, inode) of an open fd, or None if it is not open.
+    fn identity(fd: RawFd) -> Option<(u64, u64)> {
+        // SAFETY: a zeroed stat is valid storage for fstat to fill.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fstat writes into `st`, a valid pointer.
+        (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
+    }
+
+    fn cloexec(fd: RawFd) -> bool {
+        // SAFETY: fcntl F_GETFD on an fd number.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+        flags >= 0 && flags & libc::FD_CLOEXEC != 0
+    }
+
+    /// In a forked child (no allocation there: other test threads may hold
+    /// malloc's lock): put the three sources on `at`, settle, and check
+    /// that 3, 4 and 5 are what they should be and nothing above is open.
+    /// The exit code says which check failed.
+    fn settle_in_child(at: [RawFd; 3]) -> i32 {
+        let null = std::fs::File::open("/dev/null").unwrap();
+        let (a, b) = pipe().unwrap();
+        let (c, _d) = pipe().unwrap();
+        let sources = [a.as_raw_fd(), b.as_raw_fd(), c.as_raw_fd()];
+        let want = sources.map(|fd| identity(fd).unwrap());
+        let null_id = identity(null.as_raw_fd()).unwrap();
+        // SAFETY: the child only makes system calls on stack data and exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // Park the sources high, then place them where the case says
+            // (over whatever the test process had there).
+            // SAFETY: fcntl on fd numbers; /dev/null goes high first, out
+            // of the way of the placing below.
+            let null_fd = unsafe { libc::fcntl(null.as_raw_fd(), libc::F_DUPFD, 110) };
+            let mut parked = [0; 3];
+            for i in 0..3 {
+                // SAFETY: fcntl on fd numbers.
+                parked[i] = unsafe { libc::fcntl(sources[i], libc::F_DUPFD, 100) };
+            }
+            for i in 0..3 {
+                // SAFETY: dup2 on fd numbers.
+                unsafe { libc::dup2(parked[i], at[i]) };
+            }
+            let code = match settle_worker_fds(at[0], at[1], Some(at[2]), null_fd) {
+                Err(_) => 10,
+                Ok((from, to, kept)) => {
+                    use std::os::fd::IntoRawFd;
+                    let (from, to) = (from.into_raw_fd(), to.into_raw_fd());
+                    if (from, to, kept) != (3, 4, Some(5)) {
+                        11
+                    } else if [3, 4, 5].iter().zip(want).any(|(&fd, id)| identity(fd) != Some(id)) {
+                        12
+                    } else if ![3, 4, 5].iter().all(|&fd| cloexec(fd)) {
+                        13
+                    } else if identity(0) != Some(null_id) {
+                        14
+                    } else if (6..128).any(|fd| identity(fd).is_some()) {
+                        15
+                    } else {
+                        0
+                    }
+                }
+            };
+            exit_now(code);
+        }
+        wait_pid(pid).map_or(99, |s| s.shell_code())
+    }
+
+    #[test]
+    fn worker_fds_land_on_3_4_5_whatever_order_they_arrive_in() {
+        for at in [
+            [7, 8, 9],
+            [4, 3, 5],
+            [5, 4, 3],
+            [3, 5, 4],
+            [4, 5, 3],
+            [3, 4, 5],
+            [9, 3, 4],
+        ] {
+            assert_eq!(settle_in_child(at), 0, "sources on {at:?}");
+        }
+    }
 }
