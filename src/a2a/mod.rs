@@ -299,12 +299,13 @@ impl Agent {
         let turn_over = |s: TaskState| s.is_terminal() || s.is_interrupted();
         let slice = Duration::from_millis(crate::limits::BLOCKING_WAIT_SLICE_MS);
         loop {
+            // The task as it settled is the answer: no second look.
             let now = self
                 .tasks
-                .wait_until(call.principal, id, Some(0), Some(slice), turn_over)
+                .wait_until(call.principal, id, history_length, Some(slice), turn_over)
                 .ok_or_else(|| RpcError::task_not_found(id))?;
             if turn_over(now.status.state) || self.tasks.direct_reply(id).is_some() {
-                break;
+                return Ok(now);
             }
             if (call.peer_gone)() {
                 log::info!(
@@ -320,9 +321,6 @@ impl Agent {
                 ));
             }
         }
-        self.tasks
-            .get(call.principal, id, history_length)
-            .ok_or_else(|| RpcError::task_not_found(id))
     }
 
     fn send_streaming(&self, call: &Call<'_>, req: SendMessageRequest) -> Result<stream::Plan, RpcError> {
