@@ -13,7 +13,7 @@
 //! ```
 
 use std::collections::VecDeque;
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
@@ -43,46 +43,48 @@ pub const RING_DEFAULT: usize = 4096;
 pub struct Record {
     pub seq: u64,
     /// Who owns the task (for visibility), empty for daemon-wide records.
-    pub principal: String,
+    pub principal: Arc<str>,
     time_ms: u64,
     fact: Fact,
 }
 
-/// A task table notice, owned.
+/// A task table notice, owned. The strings are shared: a task's ids come
+/// round in several records, and each is one allocation fewer per record
+/// ([`Names`]).
 #[derive(Debug, Clone)]
 enum Fact {
     Created {
-        task_id: String,
-        context_id: String,
+        task_id: Arc<str>,
+        context_id: Arc<str>,
     },
     State {
-        task_id: String,
-        context_id: String,
+        task_id: Arc<str>,
+        context_id: Arc<str>,
         state: TaskState,
     },
     Terminal {
-        task_id: String,
-        context_id: String,
+        task_id: Arc<str>,
+        context_id: Arc<str>,
         state: TaskState,
-        cause: Option<String>,
+        cause: Option<Arc<str>>,
     },
     Artifact {
-        task_id: String,
-        context_id: String,
-        artifact_id: String,
+        task_id: Arc<str>,
+        context_id: Arc<str>,
+        artifact_id: Arc<str>,
         append: bool,
         last_chunk: bool,
     },
     WorkerSpawn {
-        task_id: String,
+        task_id: Arc<str>,
         pid: i32,
     },
     WorkerExit {
-        task_id: String,
+        task_id: Arc<str>,
         pid: i32,
         exit_code: i32,
-        exit: String,
-        cause: String,
+        exit: Arc<str>,
+        cause: Arc<str>,
     },
 }
 
@@ -102,6 +104,7 @@ impl Record {
 struct Inner {
     seq: u64,
     ring: VecDeque<Record>,
+    names: Names,
     closed: bool,
     /// Subscribers blocked in `next`: nobody to wake, no wake-up to pay.
     waiting: usize,
@@ -129,6 +132,7 @@ impl Feed {
             inner: Mutex::new(Inner {
                 seq: 0,
                 ring: VecDeque::new(),
+                names: Names::default(),
                 closed: false,
                 waiting: 0,
             }),
@@ -141,14 +145,17 @@ impl Feed {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Appends one record, stamped with the next sequence and the time.
-    fn publish(&self, principal: &str, fact: Fact) {
+    /// Appends one record for `notice`, stamped with the next sequence and
+    /// the time.
+    fn publish(&self, principal: &str, notice: &Notice<'_>) {
         let mut inner = self.lock();
+        let fact = Fact::from_notice(notice, &mut inner.names);
+        let principal = inner.names.get(principal);
         inner.seq += 1;
         let seq = inner.seq;
         inner.ring.push_back(Record {
             seq,
-            principal: principal.to_string(),
+            principal,
             time_ms: crate::clock::now_ms(),
             fact,
         });
@@ -207,24 +214,45 @@ impl Feed {
 /// The feed subscribes to the task table: each notice becomes one record.
 impl Observer for Feed {
     fn notice(&self, principal: &str, notice: &Notice<'_>) {
-        self.publish(principal, Fact::from(notice));
+        self.publish(principal, notice);
     }
 }
 
-impl From<&Notice<'_>> for Fact {
-    fn from(notice: &Notice<'_>) -> Fact {
+/// The strings of the last few records, shared by the next ones that
+/// carry the same (a task's ids, the principal, the common causes).
+#[derive(Default)]
+struct Names {
+    recent: [Option<Arc<str>>; 8],
+    next: usize,
+}
+
+impl Names {
+    fn get(&mut self, s: &str) -> Arc<str> {
+        if let Some(hit) = self.recent.iter().flatten().find(|n| ***n == *s) {
+            return hit.clone();
+        }
+        let name: Arc<str> = Arc::from(s);
+        self.recent[self.next] = Some(name.clone());
+        self.next = (self.next + 1) % self.recent.len();
+        name
+    }
+}
+
+impl Fact {
+    fn from_notice(notice: &Notice<'_>, names: &mut Names) -> Fact {
+        let mut n = |s: &str| names.get(s);
         match *notice {
             Notice::Created { task_id, context_id } => Fact::Created {
-                task_id: task_id.into(),
-                context_id: context_id.into(),
+                task_id: n(task_id),
+                context_id: n(context_id),
             },
             Notice::State {
                 task_id,
                 context_id,
                 state,
             } => Fact::State {
-                task_id: task_id.into(),
-                context_id: context_id.into(),
+                task_id: n(task_id),
+                context_id: n(context_id),
                 state,
             },
             Notice::Terminal {
@@ -233,10 +261,10 @@ impl From<&Notice<'_>> for Fact {
                 state,
                 cause,
             } => Fact::Terminal {
-                task_id: task_id.into(),
-                context_id: context_id.into(),
+                task_id: n(task_id),
+                context_id: n(context_id),
                 state,
-                cause: cause.map(String::from),
+                cause: cause.map(&mut n),
             },
             Notice::Artifact {
                 task_id,
@@ -245,14 +273,14 @@ impl From<&Notice<'_>> for Fact {
                 append,
                 last_chunk,
             } => Fact::Artifact {
-                task_id: task_id.into(),
-                context_id: context_id.into(),
-                artifact_id: artifact_id.into(),
+                task_id: n(task_id),
+                context_id: n(context_id),
+                artifact_id: n(artifact_id),
                 append,
                 last_chunk,
             },
             Notice::WorkerSpawn { task_id, pid } => Fact::WorkerSpawn {
-                task_id: task_id.into(),
+                task_id: n(task_id),
                 pid,
             },
             Notice::WorkerExit {
@@ -262,11 +290,11 @@ impl From<&Notice<'_>> for Fact {
                 exit,
                 cause,
             } => Fact::WorkerExit {
-                task_id: task_id.into(),
+                task_id: n(task_id),
                 pid,
                 exit_code,
-                exit: exit.into(),
-                cause: cause.into(),
+                exit: n(exit),
+                cause: n(cause),
             },
         }
     }
@@ -300,7 +328,7 @@ impl Fact {
             } => {
                 let mut f = ids(task_id, context_id);
                 f.insert("state".into(), json!(state));
-                f.insert("cause".into(), json!(cause));
+                f.insert("cause".into(), json!(cause.as_deref()));
                 ("task.terminal", f)
             }
             Fact::Artifact {
@@ -311,14 +339,17 @@ impl Fact {
                 last_chunk,
             } => {
                 let mut f = ids(task_id, context_id);
-                f.insert("artifactId".into(), json!(artifact_id));
+                f.insert("artifactId".into(), json!(&**artifact_id));
                 f.insert("append".into(), json!(append));
                 f.insert("lastChunk".into(), json!(last_chunk));
                 ("task.artifact", f)
             }
             Fact::WorkerSpawn { task_id, pid } => (
                 "worker.spawn",
-                Map::from_iter([("taskId".to_string(), json!(task_id)), ("pid".to_string(), json!(pid))]),
+                Map::from_iter([
+                    ("taskId".to_string(), json!(&**task_id)),
+                    ("pid".to_string(), json!(pid)),
+                ]),
             ),
             Fact::WorkerExit {
                 task_id,
@@ -329,11 +360,11 @@ impl Fact {
             } => (
                 "worker.exit",
                 Map::from_iter([
-                    ("taskId".to_string(), json!(task_id)),
+                    ("taskId".to_string(), json!(&**task_id)),
                     ("pid".to_string(), json!(pid)),
                     ("exitCode".to_string(), json!(exit_code)),
-                    ("exit".to_string(), json!(exit)),
-                    ("cause".to_string(), json!(cause)),
+                    ("exit".to_string(), json!(&**exit)),
+                    ("cause".to_string(), json!(&**cause)),
                 ]),
             ),
         }
@@ -361,7 +392,7 @@ pub fn pump(
             Next::Records(records) => {
                 for r in records {
                     after = r.seq;
-                    if principal.is_operator() || r.principal == own {
+                    if principal.is_operator() || *r.principal == *own {
                         sink(Emit::Event(Some(r.seq), json!({ "event": r.body() })))?;
                     }
                 }
@@ -489,5 +520,22 @@ mod tests {
         })
         .unwrap();
         assert_eq!(ids, vec![2]);
+    }
+
+    #[test]
+    fn names_are_shared_while_recent_and_always_right() {
+        let mut names = Names::default();
+        let a = names.get("task-a");
+        assert!(
+            Arc::ptr_eq(&a, &names.get("task-a")),
+            "a recent name is the same allocation"
+        );
+        // Push it out with as many other names as are kept.
+        for i in 0..names.recent.len() {
+            assert_eq!(&*names.get(&format!("other-{i}")), format!("other-{i}"));
+        }
+        let again = names.get("task-a");
+        assert_eq!(&*again, "task-a");
+        assert!(!Arc::ptr_eq(&a, &again), "an old one is made anew");
     }
 }
