@@ -87,12 +87,9 @@ fn write_head(out: &mut Vec<u8>, status: u16, headers: &[(String, String)], skip
             format!("bad status code {status}"),
         ));
     }
-    // Pieces, not format!: a head is written for every response.
-    out.extend_from_slice(b"HTTP/1.1 ");
-    push_decimal(out, status.into());
-    out.push(b' ');
-    out.extend_from_slice(reason_phrase(status).as_bytes());
-    out.extend_from_slice(b"\r\n");
+    // Straight into the buffer, not through a String per line: a head is
+    // written for every response.
+    write!(out, "HTTP/1.1 {status} {}\r\n", reason_phrase(status))?;
     for (name, value) in headers {
         if skip.iter().any(|s| name.eq_ignore_ascii_case(s)) {
             continue;
@@ -104,27 +101,9 @@ fn write_head(out: &mut Vec<u8>, status: u16, headers: &[(String, String)], skip
                 format!("bad response header {name:?}"),
             ));
         }
-        for piece in [name.as_bytes(), b": ", value.as_bytes(), b"\r\n"] {
-            out.extend_from_slice(piece);
-        }
+        write!(out, "{name}: {value}\r\n")?;
     }
     Ok(())
-}
-
-/// `n` in decimal.
-fn push_decimal(out: &mut Vec<u8>, n: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    let mut n = n;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[at..]);
 }
 
 /// Writes status line, the headers, Content-Length (computed), `Connection:
@@ -142,9 +121,7 @@ pub fn write_response<W: Write>(w: &mut W, resp: &Response, keep_alive: bool) ->
     )?;
     let bodiless = resp.status < 200 || resp.status == 204 || resp.status == 304;
     if !bodiless {
-        out.extend_from_slice(b"Content-Length: ");
-        push_decimal(&mut out, resp.body.len() as u64);
-        out.extend_from_slice(b"\r\n");
+        write!(out, "Content-Length: {}\r\n", resp.body.len())?;
     }
     if !keep_alive {
         out.extend_from_slice(b"Connection: close\r\n");
