@@ -7,8 +7,9 @@
 //!
 //! Its stdin is a SOCK_SEQPACKET socket to procman: each message is a
 //! [`ForkRequest`] with the worker's control pipes (and its cgroup v2
-//! directory and containment file) attached; each answer a [`ForkReply`], in order. EOF means
-//! agentd is done with it; PDEATHSIG (SIGKILL) takes it if agentd dies.
+//! directory and containment file) attached; each answer a [`ForkReply`],
+//! in order. EOF means agentd is done with it; PDEATHSIG (SIGKILL) takes it
+//! if agentd dies.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 
