@@ -13,7 +13,10 @@
 //! ```
 //!
 //! A frame is a 4-byte big-endian length, then that many bytes of one JSON
-//! object. Both ends refuse a frame over `max` bytes, the limit the daemon
+//! value: the enum externally tagged (`{"spawn":{…}}`, `"ping"`). Not
+//! internally tagged: serde buffers such an enum whole before it reads the
+//! tag, and that second path through every field type was 45 KB of the
+//! binary. Both ends refuse a frame over `max` bytes, the limit the daemon
 //! derives from its configured input limits
 //! ([`crate::limits::control_frame_max_bytes`]): sized by what frames carry,
 //! so nothing that came in within a documented limit is refused here.
@@ -26,7 +29,7 @@ use crate::wire::{Artifact, Message};
 
 /// What the worker runs, as procman tells it in `spawn`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "lowercase")]
+#[serde(rename_all = "lowercase")]
 pub enum RunnerSpec {
     Echo,
     Peer {
@@ -89,7 +92,7 @@ impl Cause {
 // size of `Spawn` costs nothing worth a Box.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "lowercase")]
+#[serde(rename_all = "lowercase")]
 pub enum ToWorker {
     Spawn {
         task_id: String,
@@ -128,7 +131,7 @@ pub enum Progress {
 
 /// Worker → supervisor.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "lowercase")]
+#[serde(rename_all = "lowercase")]
 pub enum FromWorker {
     Status {
         state: Progress,
