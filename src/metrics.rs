@@ -42,8 +42,21 @@ const END_STATES: [TaskState; 4] = [
 ];
 /// The kill ladder's rungs, as procman names them.
 const RUNGS: [&str; 4] = ["cancel", "SIGTERM", "SIGKILL", "exit_grace"];
-/// Spawn-latency histogram bounds, in seconds.
-const SPAWN_BUCKETS: [f64; 11] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
+/// Spawn-latency histogram bounds: microseconds, and the `le` label in
+/// seconds. Integers, so that no float formatting is linked in (11 KB).
+const SPAWN_BUCKETS: [(u64, &str); 11] = [
+    (1_000, "0.001"),
+    (2_500, "0.0025"),
+    (5_000, "0.005"),
+    (10_000, "0.01"),
+    (25_000, "0.025"),
+    (50_000, "0.05"),
+    (100_000, "0.1"),
+    (250_000, "0.25"),
+    (500_000, "0.5"),
+    (1_000_000, "1"),
+    (2_500_000, "2.5"),
+];
 /// Distinct denied peers (uid or CID) kept as their own series; the rest
 /// are counted under `other`, so a scan of uids cannot grow the map.
 const DENIED_SERIES_MAX: usize = 32;
@@ -112,14 +125,13 @@ pub fn worker_spawn_failed() {
 /// The fork server answered with a worker's pid this long after procman
 /// asked for it.
 pub fn worker_forked_after(d: Duration) {
-    let secs = d.as_secs_f64();
+    let micros = d.as_micros().min(u64::MAX as u128) as u64;
     let i = SPAWN_BUCKETS
         .iter()
-        .position(|b| secs <= *b)
+        .position(|(bound, _)| micros <= *bound)
         .unwrap_or(SPAWN_BUCKETS.len());
     C.spawn_buckets[i].fetch_add(1, Relaxed);
-    C.spawn_micros_sum
-        .fetch_add(d.as_micros().min(u64::MAX as u128) as u64, Relaxed);
+    C.spawn_micros_sum.fetch_add(micros, Relaxed);
 }
 
 /// A connection passed the gate and was served.
@@ -273,14 +285,19 @@ pub fn render(g: &Gauges) -> String {
         "From asking the fork server for a worker to its pid.",
     );
     let mut cumulative = 0;
-    for (i, bound) in SPAWN_BUCKETS.iter().enumerate() {
+    for (i, (_, bound)) in SPAWN_BUCKETS.iter().enumerate() {
         cumulative += C.spawn_buckets[i].load(Relaxed);
         let _ = writeln!(out, "agentd_worker_spawn_seconds_bucket{{le=\"{bound}\"}} {cumulative}");
     }
     cumulative += C.spawn_buckets[SPAWN_BUCKETS.len()].load(Relaxed);
     let _ = writeln!(out, "agentd_worker_spawn_seconds_bucket{{le=\"+Inf\"}} {cumulative}");
-    let sum = C.spawn_micros_sum.load(Relaxed) as f64 / 1e6;
-    let _ = writeln!(out, "agentd_worker_spawn_seconds_sum {sum}");
+    let sum = C.spawn_micros_sum.load(Relaxed);
+    let _ = writeln!(
+        out,
+        "agentd_worker_spawn_seconds_sum {}.{:06}",
+        sum / 1_000_000,
+        sum % 1_000_000
+    );
     let _ = writeln!(out, "agentd_worker_spawn_seconds_count {cumulative}");
     family(
         &mut out,
@@ -373,6 +390,14 @@ mod tests {
         assert!(text.contains("agentd_peers_denied_total{transport=\"unix\",uid=\""));
         assert!(text.contains("agentd_worker_spawn_seconds_bucket{le=\"0.005\"} "));
         assert!(text.contains("agentd_worker_spawn_seconds_bucket{le=\"+Inf\"} "));
+        // The sum is seconds with six decimals; at least the 3 ms above.
+        let sum = text
+            .lines()
+            .find_map(|l| l.strip_prefix("agentd_worker_spawn_seconds_sum "))
+            .unwrap();
+        let (whole, micros) = sum.split_once('.').unwrap();
+        assert_eq!(micros.len(), 6, "{sum}");
+        assert!(whole.parse::<u64>().unwrap() * 1_000_000 + micros.parse::<u64>().unwrap() >= 3_000);
         // Every line is a comment or `name{labels} value`.
         for line in text.lines() {
             assert!(line.starts_with("# ") || line.split(' ').count() == 2, "{line}");
