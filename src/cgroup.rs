@@ -477,7 +477,7 @@ fn stale_parents(base: &Path, own_pid: u32, alive: impl Fn(i32) -> bool) -> Vec<
     let Ok(entries) = fs::read_dir(base) else {
         return Vec::new();
     };
-    let mut out: Vec<PathBuf> = entries
+    entries
         .flatten()
         .filter(|e| {
             let name = e.file_name();
@@ -488,9 +488,7 @@ fn stale_parents(base: &Path, own_pid: u32, alive: impl Fn(i32) -> bool) -> Vec<
             pid.is_some_and(|p| p as u32 == own_pid || !alive(p))
         })
         .map(|e| e.path())
-        .collect();
-    out.sort();
-    out
+        .collect()
 }
 
 /// Kills and removes the cgroups of agentd daemons that died without
@@ -525,17 +523,14 @@ fn kill_stale(kind: Kind, base: &Path, own_pid: u32) {
 /// that limit is set, and the v1 freezer as containment only when there is
 /// no v2 (dropped in [`Isolation::detect`] once v2 works).
 fn wanted(own: &[(Kind, PathBuf)], limits: Limits) -> Vec<(Kind, PathBuf)> {
-    let mut out: Vec<(Kind, PathBuf)> = own
-        .iter()
-        .filter(|(kind, _)| match kind {
-            Kind::V2 | Kind::V1Freezer => true,
-            Kind::V1Pids => limits.pids_max > 0,
-            Kind::V1Memory => limits.memory_max_bytes > 0,
-        })
-        .cloned()
-        .collect();
+    let used = own.iter().filter(|(kind, _)| match kind {
+        Kind::V2 | Kind::V1Freezer => true,
+        Kind::V1Pids => limits.pids_max > 0,
+        Kind::V1Memory => limits.memory_max_bytes > 0,
+    });
     // v2 first: whether it works decides whether the freezer is needed.
-    out.sort_by_key(|(kind, _)| *kind != Kind::V2);
+    let (mut out, v1): (Vec<_>, Vec<_>) = used.cloned().partition(|(kind, _)| *kind == Kind::V2);
+    out.extend(v1);
     out
 }
 
@@ -726,7 +721,8 @@ mod tests {
             fs::create_dir_all(base.join(d).join("slot-1")).unwrap();
         }
         let alive = |p: i32| p == 200 || p == 300;
-        let stale = stale_parents(&base, 300, alive);
+        let mut stale = stale_parents(&base, 300, alive);
+        stale.sort();
         assert_eq!(stale, vec![base.join("agentd-100"), base.join("agentd-300")]);
         assert!(stale_parents(&base.join("missing"), 1, alive).is_empty());
         fs::remove_dir_all(&base).unwrap();
