@@ -7,16 +7,95 @@ use serde_json::{json, Map, Value};
 use super::tools::STATES;
 use crate::limits::{MCP_HISTORY_DEFAULT, MCP_HISTORY_MAX};
 
-fn task_id_schema() -> Value {
-    json!({"type": "string", "minLength": 1, "description": "The task's id (from subagent.spawn or subagent.list)."})
+// The schemas are JSON text read when `tools/list` is asked: a `json!`
+// literal compiles to the code that builds its tree, several times the
+// bytes of the text (this module was 15 KB of the static binary).
+
+const TASK_ID: &str =
+    r#"{"type": "string", "minLength": 1, "description": "The task's id (from subagent.spawn or subagent.list)."}"#;
+
+const ANNOTATIONS: &str = r#"{
+    "type": "object",
+    "additionalProperties": {"type": "string"},
+    "description": "agentd task annotations: labels (string values) kept on the task and usable as subagent.list filters."
+}"#;
+
+/// What spawn and send take besides their text.
+const MESSAGE_PROPERTIES: &str = r#"{
+    "data": {"type": "array", "items": {}, "description": "JSON values, each sent as a data part."},
+    "files": {
+        "type": "array",
+        "description": "Files, each sent as a file part: by `uri`, or inline as base64 `bytes`.",
+        "items": {
+            "type": "object",
+            "properties": {
+                "uri": {"type": "string"},
+                "bytes": {"type": "string", "description": "base64"},
+                "name": {"type": "string"},
+                "mediaType": {"type": "string"}
+            },
+            "additionalProperties": false
+        }
+    },
+    "returnImmediately": {"type": "boolean", "default": false,
+        "description": "Answer at once with the task as it is, instead of when its turn ends."}
+}"#;
+
+/// One task, as spawn, send, status and cancel return it; `state`'s enum
+/// is filled from [`STATES`].
+const OUTPUT_TASK: &str = r#"{
+    "type": "object",
+    "properties": {
+        "taskId": {"type": "string"},
+        "contextId": {"type": "string"},
+        "state": {"type": "string",
+                  "description": "The task's state; `message` when the agent answered with a message and no task."},
+        "statusText": {"type": "string", "description": "The text of the task's status message (or of the direct reply)."},
+        "artifacts": {"type": "array", "items": {
+            "type": "object",
+            "properties": {
+                "artifactId": {"type": "string"},
+                "name": {"type": "string"},
+                "text": {"type": "string", "description": "The artifact's text parts, joined."},
+                "parts": {"type": "array", "description": "The A2A parts as they are."}
+            },
+            "required": ["artifactId", "text", "parts"]
+        }},
+        "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
+        "note": {"type": "string"},
+        "task": {"type": "object", "description": "The A2A Task as the daemon returned it."},
+        "message": {"type": "object", "description": "The agent's direct reply (A2A Message), when state is `message`."}
+    },
+    "required": ["state", "statusText", "artifacts"]
+}"#;
+
+const OUTPUT_LIST: &str = r#"{
+    "type": "object",
+    "properties": {
+        "tasks": {"type": "array"},
+        "totalSize": {"type": "integer"},
+        "nextPageToken": {"type": "string", "description": "Pass as pageToken for the next page; absent on the last."}
+    },
+    "required": ["tasks", "totalSize"]
+}"#;
+
+const LIST_PROPERTIES: &str = r#"{
+    "contextId": {"type": "string"},
+    "state": {"type": "string"},
+    "pageSize": {"type": "integer", "minimum": 1, "maximum": 100},
+    "pageToken": {"type": "string"},
+    "includeArtifacts": {"type": "boolean", "default": false}
+}"#;
+
+fn parse(text: &str) -> Value {
+    serde_json::from_str(text).expect("the built-in schemas are JSON (mcp::tests)")
 }
 
-fn annotations_schema() -> Value {
-    json!({
-        "type": "object",
-        "additionalProperties": {"type": "string"},
-        "description": "agentd task annotations: labels (string values) kept on the task and usable as subagent.list filters."
-    })
+fn properties(text: &str) -> Map<String, Value> {
+    match parse(text) {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    }
 }
 
 fn history_schema() -> Value {
@@ -25,70 +104,19 @@ fn history_schema() -> Value {
 }
 
 fn message_properties(text_key: &str, text_doc: &str) -> Map<String, Value> {
-    let mut p = Map::new();
+    let mut p = properties(MESSAGE_PROPERTIES);
     p.insert(text_key.into(), json!({"type": "string", "description": text_doc}));
-    p.insert(
-        "data".into(),
-        json!({"type": "array", "items": {}, "description": "JSON values, each sent as a data part."}),
-    );
-    p.insert(
-        "files".into(),
-        json!({
-            "type": "array",
-            "description": "Files, each sent as a file part: by `uri`, or inline as base64 `bytes`.",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "uri": {"type": "string"},
-                    "bytes": {"type": "string", "description": "base64"},
-                    "name": {"type": "string"},
-                    "mediaType": {"type": "string"}
-                },
-                "additionalProperties": false
-            }
-        }),
-    );
-    p.insert("annotations".into(), annotations_schema());
-    p.insert(
-        "returnImmediately".into(),
-        json!({"type": "boolean", "default": false,
-               "description": "Answer at once with the task as it is, instead of when its turn ends."}),
-    );
+    p.insert("annotations".into(), parse(ANNOTATIONS));
     p.insert("historyLength".into(), history_schema());
     p
 }
 
-fn artifact_schema() -> Value {
-    json!({
-        "type": "object",
-        "properties": {
-            "artifactId": {"type": "string"},
-            "name": {"type": "string"},
-            "text": {"type": "string", "description": "The artifact's text parts, joined."},
-            "parts": {"type": "array", "description": "The A2A parts as they are."}
-        },
-        "required": ["artifactId", "text", "parts"]
-    })
-}
-
 /// The output schema of spawn, send, status and cancel: one task.
 pub fn output_task() -> Value {
-    json!({
-        "type": "object",
-        "properties": {
-            "taskId": {"type": "string"},
-            "contextId": {"type": "string"},
-            "state": {"type": "string", "enum": STATES.iter().chain(["message"].iter()).collect::<Vec<_>>(),
-                      "description": "The task's state; `message` when the agent answered with a message and no task."},
-            "statusText": {"type": "string", "description": "The text of the task's status message (or of the direct reply)."},
-            "artifacts": {"type": "array", "items": artifact_schema()},
-            "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
-            "note": {"type": "string"},
-            "task": {"type": "object", "description": "The A2A Task as the daemon returned it."},
-            "message": {"type": "object", "description": "The agent's direct reply (A2A Message), when state is `message`."}
-        },
-        "required": ["state", "statusText", "artifacts"]
-    })
+    let mut task = parse(OUTPUT_TASK);
+    let states: Vec<&str> = STATES.iter().copied().chain(["message"]).collect();
+    task["properties"]["state"]["enum"] = json!(states);
+    task
 }
 
 fn output_list() -> Value {
@@ -99,15 +127,9 @@ fn output_list() -> Value {
         p.remove("message");
         p.remove("note");
     }
-    json!({
-        "type": "object",
-        "properties": {
-            "tasks": {"type": "array", "items": item},
-            "totalSize": {"type": "integer"},
-            "nextPageToken": {"type": "string", "description": "Pass as pageToken for the next page; absent on the last."}
-        },
-        "required": ["tasks", "totalSize"]
-    })
+    let mut list = parse(OUTPUT_LIST);
+    list["properties"]["tasks"]["items"] = item;
+    list
 }
 
 fn object(properties: Map<String, Value>, required: &[&str]) -> Value {
@@ -123,24 +145,17 @@ pub fn list(version: &str) -> Value {
     );
     let send = {
         let mut p = message_properties("text", "The follow-up: sent as the message's text part.");
-        p.insert("taskId".into(), task_id_schema());
+        p.insert("taskId".into(), parse(TASK_ID));
         p
     };
     let mut status = Map::new();
-    status.insert("taskId".into(), task_id_schema());
+    status.insert("taskId".into(), parse(TASK_ID));
     status.insert("historyLength".into(), history_schema());
     let mut cancel = Map::new();
-    cancel.insert("taskId".into(), task_id_schema());
-    let mut listing = Map::new();
-    listing.insert("contextId".into(), json!({"type": "string"}));
-    listing.insert("state".into(), json!({"type": "string", "enum": STATES}));
-    listing.insert("annotations".into(), annotations_schema());
-    listing.insert(
-        "pageSize".into(),
-        json!({"type": "integer", "minimum": 1, "maximum": 100}),
-    );
-    listing.insert("pageToken".into(), json!({"type": "string"}));
-    listing.insert("includeArtifacts".into(), json!({"type": "boolean", "default": false}));
+    cancel.insert("taskId".into(), parse(TASK_ID));
+    let mut listing = properties(LIST_PROPERTIES);
+    listing["state"]["enum"] = json!(STATES);
+    listing.insert("annotations".into(), parse(ANNOTATIONS));
 
     let tools = [
         ("subagent.spawn", "Start a task", "Start a supervised agentd task from a text objective (plus optional data and file parts, a context id, annotations). Waits until the task's turn ends — completed, failed, canceled, rejected, or waiting for input — unless returnImmediately; progress arrives as notifications when the call carries a progressToken. Returns the task.", object(spawn, &["objective"])),
