@@ -2,7 +2,8 @@
 //! listeners, and served with an `ETag`, a `Last-Modified` (its build time)
 //! and `Cache-Control`.
 
-use serde_json::{json, Map, Value};
+use serde::Serialize;
+use serde_json::Value;
 
 use crate::config::{Config, Runner};
 use crate::transport::Address;
@@ -21,8 +22,7 @@ pub const PROTOCOL_VERSION: &str = "1.0";
 
 impl Card {
     pub fn build(cfg: &Config, listeners: &[Address], streaming: bool) -> Card {
-        let value = card_value(cfg, listeners, streaming);
-        let json = serde_json::to_vec(&value).unwrap_or_default();
+        let json = serde_json::to_vec(&card_json(cfg, listeners, streaming)).unwrap_or_default();
         let etag = format!("\"{:016x}\"", fnv1a(&json));
         Card {
             json,
@@ -32,17 +32,74 @@ impl Card {
     }
 }
 
-fn card_value(cfg: &Config, listeners: &[Address], streaming: bool) -> Value {
+// The card's shape, serialized as it is (typed: a json! tree of it was
+// 8 KB of code in the static binary).
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct AgentCard<'a> {
+    name: &'a str,
+    description: String,
+    supported_interfaces: Vec<Interface<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    provider: Option<Provider<'a>>,
+    version: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    documentation_url: Option<&'a str>,
+    capabilities: Capabilities,
+    default_input_modes: &'a [String],
+    default_output_modes: &'a [String],
+    skills: [Skill<'a>; 1],
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Interface<'a> {
+    url: String,
+    protocol_binding: &'a str,
+    protocol_version: &'static str,
+}
+
+#[derive(Serialize)]
+struct Provider<'a> {
+    organization: &'a str,
+    url: &'a str,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Capabilities {
+    streaming: bool,
+    push_notifications: bool,
+    extended_agent_card: bool,
+    extensions: Value,
+}
+
+#[derive(Serialize)]
+struct Skill<'a> {
+    id: &'a str,
+    name: &'a str,
+    description: String,
+    tags: Vec<String>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    examples: &'a [String],
+}
+
+fn card_json<'a>(cfg: &'a Config, listeners: &[Address], streaming: bool) -> AgentCard<'a> {
     let c = &cfg.card;
-    let mut interfaces: Vec<Value> = listeners
+    let mut interfaces: Vec<Interface> = listeners
         .iter()
-        .map(|a| json!({"url": a.to_string(), "protocolBinding": a.binding_uri(), "protocolVersion": PROTOCOL_VERSION}))
+        .map(|a| Interface {
+            url: a.to_string(),
+            protocol_binding: a.binding_uri(),
+            protocol_version: PROTOCOL_VERSION,
+        })
         .collect();
-    interfaces.extend(
-        cfg.advertise
-            .iter()
-            .map(|(binding, url)| json!({"url": url, "protocolBinding": binding, "protocolVersion": PROTOCOL_VERSION})),
-    );
+    interfaces.extend(cfg.advertise.iter().map(|(binding, url)| Interface {
+        url: url.clone(),
+        protocol_binding: binding,
+        protocol_version: PROTOCOL_VERSION,
+    }));
     let (default_desc, default_skill_desc) = match &cfg.runner {
         Runner::Echo => (
             "agentd's built-in echo agent: every task answers with the message it was given.".to_string(),
@@ -58,49 +115,37 @@ fn card_value(cfg: &Config, listeners: &[Address], streaming: bool) -> Value {
         ),
     };
     let runner = cfg.runner.name();
-    let mut skill = Map::new();
-    skill.insert("id".into(), json!(c.skill_id.as_deref().unwrap_or(runner)));
-    skill.insert("name".into(), json!(c.skill_name.as_deref().unwrap_or(runner)));
-    skill.insert(
-        "description".into(),
-        json!(c.skill_description.clone().unwrap_or(default_skill_desc)),
-    );
-    let tags = if c.skill_tags.is_empty() {
-        vec![runner.to_string()]
-    } else {
-        c.skill_tags.clone()
+    let skill = Skill {
+        id: c.skill_id.as_deref().unwrap_or(runner),
+        name: c.skill_name.as_deref().unwrap_or(runner),
+        description: c.skill_description.clone().unwrap_or(default_skill_desc),
+        tags: if c.skill_tags.is_empty() {
+            vec![runner.to_string()]
+        } else {
+            c.skill_tags.clone()
+        },
+        examples: &c.skill_examples,
     };
-    skill.insert("tags".into(), json!(tags));
-    if !c.skill_examples.is_empty() {
-        skill.insert("examples".into(), json!(c.skill_examples));
+    AgentCard {
+        name: &c.name,
+        description: c.description.clone().unwrap_or(default_desc),
+        supported_interfaces: interfaces,
+        provider: match (&c.provider_organization, &c.provider_url) {
+            (Some(organization), Some(url)) => Some(Provider { organization, url }),
+            _ => None,
+        },
+        version: &c.version,
+        documentation_url: c.documentation_url.as_deref(),
+        capabilities: Capabilities {
+            streaming,
+            push_notifications: false,
+            extended_agent_card: false,
+            extensions: crate::ext::card_entries(&cfg.ext_required),
+        },
+        default_input_modes: &c.input_modes,
+        default_output_modes: &c.output_modes,
+        skills: [skill],
     }
-    let mut card = Map::new();
-    card.insert("name".into(), json!(c.name));
-    card.insert(
-        "description".into(),
-        json!(c.description.clone().unwrap_or(default_desc)),
-    );
-    card.insert("supportedInterfaces".into(), Value::Array(interfaces));
-    if let (Some(org), Some(url)) = (&c.provider_organization, &c.provider_url) {
-        card.insert("provider".into(), json!({"organization": org, "url": url}));
-    }
-    card.insert("version".into(), json!(c.version));
-    if let Some(doc) = &c.documentation_url {
-        card.insert("documentationUrl".into(), json!(doc));
-    }
-    card.insert(
-        "capabilities".into(),
-        json!({
-            "streaming": streaming,
-            "pushNotifications": false,
-            "extendedAgentCard": false,
-            "extensions": crate::ext::card_entries(&cfg.ext_required),
-        }),
-    );
-    card.insert("defaultInputModes".into(), json!(c.input_modes));
-    card.insert("defaultOutputModes".into(), json!(c.output_modes));
-    card.insert("skills".into(), json!([Value::Object(skill)]));
-    Value::Object(card)
 }
 
 /// FNV-1a, 64-bit: a stable content hash for the ETag (not for security).
