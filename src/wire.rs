@@ -18,7 +18,7 @@ where
 
 /// A nested A2A object must be a JSON object: serde's derive would also
 /// take a JSON array of the fields in order, which no A2A peer means.
-fn object<'de, D, T>(d: D) -> Result<T, D::Error>
+pub(crate) fn object<'de, D, T>(d: D) -> Result<T, D::Error>
 where
     D: Deserializer<'de>,
     T: serde::de::DeserializeOwned,
