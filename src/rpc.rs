@@ -53,6 +53,11 @@ impl RpcError {
         message: impl Into<String>,
         metadata: &[(&str, &str)],
     ) -> RpcError {
+        RpcError::error_info(code, reason, domain, message.into(), metadata)
+    }
+
+    // Not generic, so that it is compiled once, not per message type.
+    fn error_info(code: i32, reason: &str, domain: &str, message: String, metadata: &[(&str, &str)]) -> RpcError {
         let mut md = Map::new();
         for (k, v) in metadata {
             md.insert((*k).to_string(), Value::String((*v).to_string()));
@@ -63,7 +68,7 @@ impl RpcError {
         );
         RpcError {
             code,
-            message: message.into(),
+            message,
             data: vec![json!({
                 "@type": ERROR_INFO,
                 "reason": reason,
@@ -75,7 +80,10 @@ impl RpcError {
 
     /// -32602 with a google.rpc.BadRequest naming the offending field.
     pub fn invalid_params(field: &str, description: impl Into<String>) -> RpcError {
-        let description = description.into();
+        RpcError::bad_request(field, description.into())
+    }
+
+    fn bad_request(field: &str, description: String) -> RpcError {
         let mut e = RpcError::new(INVALID_PARAMS, format!("Invalid parameters: {field}: {description}"));
         e.data.push(json!({
             "@type": BAD_REQUEST,
