@@ -158,7 +158,7 @@ pub struct Id(Box<RawValue>);
 impl Id {
     /// `null`: the id of errors found before the id could be read.
     pub fn null() -> Id {
-        Id(RawValue::from_string("null".into()).unwrap_or_else(|_| unreachable!("null is JSON")))
+        Id(serde_json::value::to_raw_value(&Value::Null).unwrap_or_else(|_| unreachable!("null is JSON")))
     }
 
     /// The id's JSON text, as received.
@@ -273,7 +273,7 @@ pub fn decode(body: &[u8]) -> Result<Request, (Id, RpcError)> {
     // The raw text skipped what a full parse checks (a lone surrogate in a
     // string, a number beyond f64): such an id is as unreadable as before,
     // and could not be echoed as JSON every client parses.
-    if let Err(e) = serde_json::from_str::<Value>(id.as_json()) {
+    if let Err(e) = serde_json::from_slice::<Value>(id.as_json().as_bytes()) {
         return Err(parse_error(format!("the id: {e}")));
     }
     if !id.is_valid() {

@@ -520,7 +520,7 @@ impl Captured {
     pub fn messages(&self) -> Vec<Value> {
         self.text()
             .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
+            .filter_map(|l| serde_json::from_slice(l.as_bytes()).ok())
             .collect()
     }
 }

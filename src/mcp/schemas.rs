@@ -88,7 +88,7 @@ const LIST_PROPERTIES: &str = r#"{
 }"#;
 
 fn parse(text: &str) -> Value {
-    serde_json::from_str(text).expect("the built-in schemas are JSON (mcp::tests)")
+    serde_json::from_slice(text.as_bytes()).expect("the built-in schemas are JSON (mcp::tests)")
 }
 
 fn properties(text: &str) -> Map<String, Value> {
