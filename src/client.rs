@@ -291,8 +291,8 @@ impl Client {
                 .feed(&piece, &mut events)
                 .map_err(|e| self.protocol("sent a bad event stream", e))?;
             for ev in events.drain(..) {
-                let v: Value =
-                    serde_json::from_slice(ev.data.as_bytes()).map_err(|e| self.protocol("sent an event that is not JSON", e))?;
+                let v: Value = serde_json::from_slice(ev.data.as_bytes())
+                    .map_err(|e| self.protocol("sent an event that is not JSON", e))?;
                 if let Some(err) = v.get("error") {
                     return Err(ClientError::Rpc(err.clone()));
                 }

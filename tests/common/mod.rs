@@ -52,13 +52,18 @@ impl Daemon {
     }
 
     pub fn start_at(dir: TempDir, socket: PathBuf, args: &[&str]) -> Daemon {
+        Daemon::start_env(dir, socket, args, &[("RUST_LOG", "debug")])
+    }
+
+    /// `start_at` with these environment variables (RUST_LOG among them).
+    pub fn start_env(dir: TempDir, socket: PathBuf, args: &[&str], env: &[(&str, &str)]) -> Daemon {
         let log = dir.0.join("agentd.log");
         let child = Command::new(BIN)
             .arg("serve")
             .arg("--listen")
             .arg(format!("unix://{}", socket.display()))
             .args(args)
-            .env("RUST_LOG", "debug")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
