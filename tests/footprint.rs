@@ -2,8 +2,10 @@
 //! `cargo tree -e normal` (the design card's set, vsock among them, at most
 //! 26 in all) and the size of the static musl binary (at most 1.5 MiB).
 
+mod common;
+
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 /// The design card's dependency set (DESIGN.md): the only direct
@@ -60,38 +62,18 @@ fn the_dependency_tree_is_the_design_cards_and_small() {
     );
 }
 
-/// The static binary, built where the VM test builds it (one build for
-/// both), or `None` when the musl target is missing outside CI.
-fn static_agentd() -> Option<PathBuf> {
-    let installed = Command::new("rustup")
-        .args(["target", "list", "--installed"])
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("x86_64-unknown-linux-musl"));
-    if !installed {
+#[test]
+fn the_static_binary_fits_in_1_5_mib() {
+    if !common::musl_target_installed() {
         assert!(
             std::env::var_os("CI").is_none(),
             "the x86_64-unknown-linux-musl target is not installed"
         );
         eprintln!("SKIPPING the static size check: no x86_64-unknown-linux-musl target");
-        return None;
+        return;
     }
-    let target = std::env::var_os("AGENTD_VM_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("target/vm"))
-        .join("build");
-    let out = Command::new(env!("CARGO"))
-        .args(["build", "--release", "-j2", "--target", "x86_64-unknown-linux-musl"])
-        .env("CARGO_TARGET_DIR", &target)
-        .current_dir(repo())
-        .output()
-        .expect("cargo build runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    Some(target.join("x86_64-unknown-linux-musl/release/agentd"))
-}
-
-#[test]
-fn the_static_binary_fits_in_1_5_mib() {
-    let Some(bin) = static_agentd() else { return };
+    // Built where the VM test builds it: one build for both.
+    let bin = common::static_agentd();
     let len = std::fs::metadata(&bin).expect("the static binary exists").len();
     assert!(
         len <= STATIC_BINARY_MAX_BYTES,

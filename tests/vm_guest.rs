@@ -29,12 +29,6 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn vm_dir() -> PathBuf {
-    std::env::var_os("AGENTD_VM_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("target/vm"))
-}
-
 fn skip_or_fail(why: &str) {
     if std::env::var_os("CI").is_some() {
         panic!("VM test cannot run in CI: {why}");
@@ -92,21 +86,6 @@ fn json_out(o: &Output) -> Value {
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&o.stdout)))
 }
 
-/// The static agentd, built in its own target dir (no lock fight with the
-/// `cargo test` that runs us).
-fn static_agentd() -> PathBuf {
-    let target = vm_dir().join("build");
-    run(Command::new(env!("CARGO"))
-        .args(["build", "--release", "-j2", "--target", "x86_64-unknown-linux-musl"])
-        .env("CARGO_TARGET_DIR", &target)
-        .current_dir(repo()));
-    let bin = target.join("x86_64-unknown-linux-musl/release/agentd");
-    let file = run(Command::new("file").arg(&bin));
-    let kind = String::from_utf8_lossy(&file.stdout);
-    assert!(kind.contains("static"), "not a static binary: {kind}");
-    bin
-}
-
 fn write(path: &Path, text: &str, mode: u32) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::write(path, text).unwrap();
@@ -115,22 +94,17 @@ fn write(path: &Path, text: &str, mode: u32) {
 
 #[test]
 fn agentd_as_guest_init_serves_a2a_over_vsock() {
-    let vm = vm_dir();
+    let vm = common::vm_dir();
     let busybox = vm.join("busybox/bin/busybox");
     let vhost = vm.join("tools/bin/vhost-device-vsock");
     let have_qemu = Command::new("qemu-system-x86_64").arg("--version").output().is_ok();
     if !have_qemu || !busybox.exists() || !vhost.exists() || !vm.join("kernel").exists() {
         return skip_or_fail("qemu, the guest kernel, vhost-device-vsock or busybox is missing");
     }
-    if Command::new("rustup")
-        .args(["target", "list", "--installed"])
-        .output()
-        .map(|o| !String::from_utf8_lossy(&o.stdout).contains("x86_64-unknown-linux-musl"))
-        .unwrap_or(true)
-    {
+    if !common::musl_target_installed() {
         return skip_or_fail("the x86_64-unknown-linux-musl target is not installed");
     }
-    let agentd = static_agentd();
+    let agentd = common::static_agentd();
 
     let work = common::TempDir::new("vm");
     let stage = work.0.join("files");

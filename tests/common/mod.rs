@@ -1008,3 +1008,42 @@ pub fn needed<T>(what: &str, test: &str, got: Result<T, String>) -> Option<T> {
         }
     }
 }
+
+/// Where the VM test keeps its tools and builds (`$AGENTD_VM_DIR`, or
+/// `target/vm` in the repo).
+pub fn vm_dir() -> PathBuf {
+    std::env::var_os("AGENTD_VM_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/vm"))
+}
+
+/// Whether rustup has the x86_64-unknown-linux-musl target.
+pub fn musl_target_installed() -> bool {
+    Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("x86_64-unknown-linux-musl"))
+}
+
+/// The static agentd (release, musl), built in a target dir of its own
+/// (no lock fight with the `cargo test` that runs us) and shared by every
+/// test that needs it, so it is built once.
+pub fn static_agentd() -> PathBuf {
+    let target = vm_dir().join("build");
+    let out = Command::new(env!("CARGO"))
+        .args(["build", "--release", "-j2", "--target", "x86_64-unknown-linux-musl"])
+        .env("CARGO_TARGET_DIR", &target)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo build runs");
+    assert!(
+        out.status.success(),
+        "static build: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bin = target.join("x86_64-unknown-linux-musl/release/agentd");
+    let file = Command::new("file").arg(&bin).output().expect("file(1) runs");
+    let kind = String::from_utf8_lossy(&file.stdout);
+    assert!(kind.contains("static"), "not a static binary: {kind}");
+    bin
+}
