@@ -35,13 +35,9 @@ pub fn init(level: &str, who: &'static str) {
         filter.parse(&spec);
     }
     let max = filter.max();
-    if LOGGER.set(Logger { filter, who }).is_err() {
-        return;
-    }
-    if let Some(logger) = LOGGER.get() {
-        if log::set_logger(logger).is_ok() {
-            log::set_max_level(max);
-        }
+    let logger = LOGGER.get_or_init(|| Logger { filter, who });
+    if log::set_logger(logger).is_ok() {
+        log::set_max_level(max);
     }
 }
 
