@@ -209,7 +209,7 @@ fn slowloris_does_not_starve_a_real_client() {
     // Warm up (first card, first task), then the idle baseline.
     measure_real_client(&d);
     assert!(wait_for(Duration::from_secs(5), || task_workers(pid).is_empty()));
-    std::thread::sleep(Duration::from_millis(300));
+    d.settle();
     let baseline = threads(pid);
 
     // The slow clients: a few threads, each holding its share of the
@@ -298,8 +298,7 @@ fn slowloris_does_not_starve_a_real_client() {
     let cap = 50;
     let d2 = Daemon::start(&["--set", &format!("a2a.max_connections={cap}")]);
     let pid2 = d2.pid();
-    assert_eq!(d2.get(CARD).status, 200);
-    std::thread::sleep(Duration::from_millis(200));
+    d2.settle();
     let base2 = threads(pid2);
     let mut idle: Vec<UnixStream> = (0..cap).map(|_| d2.connect()).collect();
     assert!(
@@ -456,7 +455,7 @@ esac"#,
     let (warm_id, bad) = drive_one(&d, Kind::Ok);
     assert!(bad.is_none(), "{bad:?}");
     assert!(wait_for(Duration::from_secs(5), || task_workers(pid).is_empty()));
-    std::thread::sleep(Duration::from_millis(300));
+    d.settle();
     let (base_threads, base_fds) = thread_and_fd_counts(pid);
 
     let next = Arc::new(AtomicUsize::new(0));
@@ -2043,7 +2042,7 @@ fn malformed_corpus() {
     assert_eq!(state(&finished), "TASK_STATE_COMPLETED", "{finished}");
     let finished = finished["id"].as_str().unwrap().to_string();
     assert!(wait_for(Duration::from_secs(5), || task_workers(pid).is_empty()));
-    std::thread::sleep(Duration::from_millis(300));
+    d.settle();
     let baseline = threads(pid);
 
     let corpus = corpus(&finished);

@@ -107,6 +107,29 @@ impl Daemon {
         s
     }
 
+    /// Waits until the daemon serves no connection, so a test of the
+    /// connection cap starts from zero. The readiness probe holds a slot
+    /// until its thread sees the close, and that thread may not have
+    /// started (nor named itself) yet: the daemon's own count is asked,
+    /// open connections = 1 (the scrape itself), and then the scrape's
+    /// thread is waited out, its slot with it.
+    pub fn settle(&self) {
+        let only_the_scrape = || {
+            let resp = self.get("/metrics");
+            resp.status == 200 && resp.text().lines().any(|l| l == "agentd_connections_open 1")
+        };
+        assert!(
+            wait_for(Duration::from_secs(5), only_the_scrape),
+            "connections still open: {}",
+            self.get("/metrics").text()
+        );
+        assert!(
+            wait_for(Duration::from_secs(5), || conn_threads(self.pid()) == 0),
+            "{} connection threads left",
+            conn_threads(self.pid())
+        );
+    }
+
     /// One JSON-RPC call on a fresh connection, with `A2A-Version: 1.0`.
     pub fn rpc(&self, method: &str, params: Value) -> Value {
         let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
@@ -155,10 +178,12 @@ impl Daemon {
         self.raw(req.as_bytes())
     }
 
-    /// Sends raw bytes on a fresh connection and reads one response.
+    /// Sends raw bytes on a fresh connection and reads one response. A
+    /// failed write is not the end: a refused connection (503) is answered
+    /// and closed before its request is read, and the answer says more.
     pub fn raw(&self, bytes: &[u8]) -> HttpResponse {
         let mut s = self.connect();
-        s.write_all(bytes).unwrap();
+        let _ = s.write_all(bytes);
         read_response(&mut BufReader::new(s)).expect("a response")
     }
 
@@ -299,6 +324,17 @@ pub fn new_id() -> String {
     let mut r = [0u8; 8];
     std::fs::File::open("/dev/urandom").unwrap().read_exact(&mut r).unwrap();
     r.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Threads of `pid` named `conn-…` (one per connection being served).
+pub fn conn_threads(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.flatten()
+                .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with("conn-")))
+                .count()
+        })
+        .unwrap_or(0)
 }
 
 /// Polls `cond` every 10 ms until it holds or `timeout` passes.
