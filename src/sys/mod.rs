@@ -955,6 +955,15 @@ pub fn adopt_listening_socket(fd: RawFd) -> io::Result<std::os::fd::OwnedFd> {
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
 }
 
+/// Bytes written into a pipe and not yet read (FIONREAD works on either
+/// end of a pipe, and after the reader is gone).
+pub fn pipe_unread(fd: RawFd) -> io::Result<usize> {
+    let mut unread: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one c_int to the pointer, which is a live local.
+    cvt(unsafe { libc::ioctl(fd, libc::FIONREAD, &mut unread) })?;
+    Ok(unread.max(0) as usize)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
