@@ -9,16 +9,11 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicI32, Ordering};
 
 mod alloc;
-mod mem;
+pub use alloc::CachingAlloc;
 mod wake;
 pub use wake::*;
 mod spawn;
 pub use spawn::*;
-
-/// Every allocation of agentd's, its workers' and its tests' goes through
-/// the size-class cache in front of libc's malloc (see alloc.rs for why).
-#[global_allocator]
-static GLOBAL: alloc::CachingAlloc = alloc::CachingAlloc;
 
 /// Turns a C return value of -1 into the current `errno` as `io::Error`.
 fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
