@@ -292,6 +292,10 @@ mod tests {
         Life::Finished { state, reply: None }
     }
 
+    fn gone(state: TaskState) -> Life {
+        Life::Gone { state, reply: None }
+    }
+
     fn progress(to: TaskState) -> Change {
         Change::Progress { to, said: false }
     }
@@ -362,8 +366,8 @@ mod tests {
         finished_takes_no_artifacts: done(Failed), Change::Artifact => Err(Refusal::Ended(Failed));
         finished_is_evicted: Life::Finished { state: Completed, reply: Some(reply()) }, Change::Evict
             => to(Life::Gone { state: Completed, reply: Some(reply()) }, Record::Quiet);
-        gone_takes_nothing: Life::Gone { state: Failed, reply: None }, FOLLOW_UP => Err(Refusal::Gone);
-        gone_is_gone_once: Life::Gone { state: Failed, reply: None }, Change::Evict => Err(Refusal::Gone);
+        gone_takes_nothing: gone(Failed), FOLLOW_UP => Err(Refusal::Gone);
+        gone_is_gone_once: gone(Failed), Change::Evict => Err(Refusal::Gone);
     }
 
     #[test]
@@ -374,7 +378,7 @@ mod tests {
             (run(InputRequired, Spoke), Stage::Active),
             (done(Completed), Stage::Finished),
             // Eviction took it out of the finished list itself.
-            (Life::Gone { state: Completed, reply: None }, Stage::Finished),
+            (gone(Completed), Stage::Finished),
         ];
         for (life, stage) in cases {
             assert_eq!(life.stage(), stage, "{life}");
@@ -391,7 +395,7 @@ mod tests {
             (run(Working, Voice::Replied(reply())), true, true, Working),
             (run(AuthRequired, Spoke), true, true, AuthRequired),
             (done(Canceled), true, true, Canceled),
-            (Life::Gone { state: Failed, reply: None }, true, true, Failed),
+            (gone(Failed), true, true, Failed),
         ];
         for (life, settled, spoken, state) in cases {
             assert_eq!(
@@ -400,6 +404,10 @@ mod tests {
                 "{life}"
             );
         }
-        assert!(Life::Gone { state: Completed, reply: Some(reply()) }.reply().is_some());
+        let replied = Life::Gone {
+            state: Completed,
+            reply: Some(reply()),
+        };
+        assert!(replied.reply().is_some());
     }
 }

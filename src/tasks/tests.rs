@@ -445,7 +445,11 @@ fn a_worker_speaks_only_once_started() {
     t.set_direct_reply(&id, msg("again"));
     assert!(matches!(w.opening(Duration::ZERO), Opening::Reply(m) if m.text() == "hello"));
     t.finish(&id, TaskState::Completed, Cause::Completed, None);
-    assert_eq!(t.direct_reply(&id).map(|m| m.text()), Some("hello".into()), "kept once finished");
+    assert_eq!(
+        t.direct_reply(&id).map(|m| m.text()),
+        Some("hello".into()),
+        "kept once finished"
+    );
 }
 
 #[test]
