@@ -177,6 +177,9 @@ impl TaskTable {
     /// Applies `change` to a task by the rules (`life::step`) under the
     /// task's lock: `carry_out` records what they say, and the index counts
     /// the task where its new stage says, once the task's lock is released.
+    /// (The changes that move a task between stages, its start and its
+    /// verdict, all come from procman's one thread: the index hears them
+    /// in order.)
     fn apply<R>(
         &self,
         slot: &Arc<Slot>,
@@ -207,7 +210,11 @@ impl TaskTable {
                 let mut ix = self.index();
                 ix.leave(from, slot);
                 ix.enter(to, slot, bytes, now);
-                ix.evict(&self.limits, now)
+                // Only a task that finished can take the table over a bound.
+                match to {
+                    Stage::Finished => ix.evict(&self.limits, now),
+                    Stage::Queued | Stage::Active => Vec::new(),
+                }
             };
             self.gone(evicted);
         }
