@@ -6,6 +6,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use crate::control::ExecProtocol;
 use crate::limits;
 use crate::transport::Address;
 
@@ -155,7 +156,7 @@ pub struct Config {
     runner_choice: Option<String>,
     exec_argv: Option<Vec<String>>,
     peer: Option<Address>,
-    pub exec_protocol: String,
+    pub exec_protocol: ExecProtocol,
     pub workdir: Option<PathBuf>,
     pub env: Vec<(String, String)>,
     pub tasks: Tasks,
@@ -197,7 +198,7 @@ impl Default for Config {
             runner_choice: None,
             exec_argv: None,
             peer: None,
-            exec_protocol: "text".into(),
+            exec_protocol: ExecProtocol::Text,
             workdir: None,
             env: Vec::new(),
             tasks: Tasks {
@@ -349,7 +350,8 @@ impl Config {
                 self.runner = self.resolve_runner().unwrap_or(Runner::Echo);
             }
             "agent.exec_protocol" => match value {
-                "text" | "jsonl" => self.exec_protocol = value.to_string(),
+                "text" => self.exec_protocol = ExecProtocol::Text,
+                "jsonl" => self.exec_protocol = ExecProtocol::Jsonl,
                 _ => {
                     return Err(format!(
                         "agent.exec_protocol: expected `text` or `jsonl`, found `{value}`"
