@@ -122,7 +122,10 @@ impl Pool {
     /// When the pool next has something to do: asking the fork server
     /// again (for a task or for the pool), its answer overdue.
     pub fn next_due(&self) -> Option<Instant> {
-        [self.retry_forks_at, self.forks.answer_due()].into_iter().flatten().min()
+        [self.retry_forks_at, self.forks.answer_due()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// A retry time that has passed and that this turn did not need (the
