@@ -16,8 +16,15 @@ mod tests;
 mod values;
 
 pub use keys::{Key, KEYS};
-pub use values::split_command;
+pub use values::{edit_distance, nearest, split_command};
 use values::{boolean, cids, list, number, positive, suggest, text};
+
+/// The two keys that each pick a runner by being set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RunnerKey {
+    Exec,
+    Peer,
+}
 
 /// What a task runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,6 +101,9 @@ pub struct Config {
     runner_choice: Option<String>,
     exec_argv: Option<Vec<String>>,
     peer: Option<Address>,
+    /// Which of agent.exec and agent.peer was set last: it picks the
+    /// runner when agent.runner does not.
+    last_runner_key: Option<RunnerKey>,
     pub exec_protocol: String,
     pub workdir: Option<PathBuf>,
     pub env: Vec<(String, String)>,
@@ -136,6 +146,7 @@ impl Default for Config {
             runner_choice: None,
             exec_argv: None,
             peer: None,
+            last_runner_key: None,
             exec_protocol: "text".into(),
             workdir: None,
             env: Vec::new(),
@@ -280,11 +291,13 @@ impl Config {
                     return Err("agent.exec: expected a program, found nothing".into());
                 }
                 self.exec_argv = Some(argv);
+                self.last_runner_key = Some(RunnerKey::Exec);
                 self.runner = self.resolve_runner().unwrap_or(Runner::Echo);
             }
             "agent.peer" => {
                 let addr = Address::parse(value).map_err(|e| format!("agent.peer: {e}"))?;
                 self.peer = Some(addr);
+                self.last_runner_key = Some(RunnerKey::Peer);
                 self.runner = self.resolve_runner().unwrap_or(Runner::Echo);
             }
             "agent.exec_protocol" => match value {
@@ -405,7 +418,8 @@ impl Config {
     }
 
     /// Which runner the keys ask for: agent.runner when given, else the
-    /// last of agent.exec / agent.peer, else echo.
+    /// last of agent.exec / agent.peer set (a flag after the file's key, a
+    /// later flag after an earlier one), else echo.
     pub fn resolve_runner(&self) -> Result<Runner, String> {
         let exec = self.exec_argv.clone().map(|argv| Runner::Exec { argv });
         let peer = self.peer.clone().map(|address| Runner::Peer { address });
@@ -413,15 +427,29 @@ impl Config {
             Some("echo") => Ok(Runner::Echo),
             Some("exec") => exec.ok_or_else(|| "agent.runner is `exec` but agent.exec names no program".to_string()),
             Some("peer") => peer.ok_or_else(|| "agent.runner is `peer` but agent.peer names no endpoint".to_string()),
-            _ => Ok(match (&self.runner, exec, peer) {
-                (Runner::Peer { .. }, _, Some(p)) => p,
-                (_, Some(e), None) => e,
-                (_, None, Some(p)) => p,
-                (Runner::Exec { .. }, Some(e), Some(_)) => e,
-                (_, Some(_), Some(p)) => p,
-                (_, None, None) => Runner::Echo,
+            _ => Ok(match self.last_runner_key {
+                Some(RunnerKey::Exec) => exec.unwrap_or(Runner::Echo),
+                Some(RunnerKey::Peer) => peer.unwrap_or(Runner::Echo),
+                None => Runner::Echo,
             }),
         }
+    }
+
+    /// The runner keys that are set but do not pick the runner, each with
+    /// why: what `serve --check` and start-up point out.
+    pub fn unused_runner_keys(&self) -> Vec<String> {
+        let why = match self.runner_choice {
+            Some(_) => "agent.runner names the runner",
+            None => "the last of agent.exec and agent.peer set picks the runner",
+        };
+        let mut unused = Vec::new();
+        if self.exec_argv.is_some() && !matches!(self.runner, Runner::Exec { .. }) {
+            unused.push(format!("agent.exec is set but unused: the runner is {} ({why})", self.runner.name()));
+        }
+        if self.peer.is_some() && !matches!(self.runner, Runner::Peer { .. }) {
+            unused.push(format!("agent.peer is set but unused: the runner is {} ({why})", self.runner.name()));
+        }
+        unused
     }
 
     /// The listeners to use: the configured ones, else the default path.

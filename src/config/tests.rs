@@ -31,6 +31,25 @@ fn tls_on_unix_is_an_error() {
 fn suggests_near_keys() {
     let err = Config::default().set("tasks.max-running", "3").unwrap_err();
     assert!(err.contains("did you mean `tasks.max_running`"), "{err}");
+    for typo in ["tasks.max_runing", "tasks.max_runnin", "tasks.mxa_running", "Tasks.Max_Running"] {
+        let err = Config::default().set(typo, "3").unwrap_err();
+        assert!(err.contains("did you mean `tasks.max_running`"), "{typo}: {err}");
+    }
+    let err = Config::default().set("agent.exce", "cat").unwrap_err();
+    assert!(err.contains("did you mean `agent.exec`"), "{err}");
+    let err = Config::default().set("nothing.like.it", "1").unwrap_err();
+    assert!(err.contains("`agentd help config` lists every key"), "{err}");
+}
+
+#[test]
+fn edit_distance_counts_inserts_deletes_substitutions_and_swaps() {
+    assert_eq!(edit_distance("", ""), 0);
+    assert_eq!(edit_distance("abc", ""), 3);
+    assert_eq!(edit_distance("max_runing", "max_running"), 1);
+    assert_eq!(edit_distance("kitten", "sitting"), 3);
+    assert_eq!(edit_distance("exce", "exec"), 1);
+    assert_eq!(nearest("--jsn", ["--json", "--stream"]), Some("--json"));
+    assert_eq!(nearest("--colour", ["--json", "--stream"]), None);
 }
 
 #[test]
@@ -66,4 +85,62 @@ fn every_key_is_settable_or_deliberately_refused() {
         let res = Config::default().set(k.name, sample);
         assert!(res.is_ok() || k.name == "a2a.tls", "{}: {res:?}", k.name);
     }
+}
+
+#[test]
+fn the_last_of_exec_and_peer_picks_the_runner() {
+    let peer = Runner::Peer {
+        address: Address::parse("unix:///tmp/p.sock").unwrap(),
+    };
+    let exec = Runner::Exec { argv: vec!["cat".into()] };
+    let mut c = Config::default();
+    c.set("agent.exec", "cat").unwrap();
+    c.set("agent.peer", "unix:///tmp/p.sock").unwrap();
+    c.validate().unwrap();
+    assert_eq!(c.runner, peer);
+    assert_eq!(
+        c.unused_runner_keys(),
+        vec!["agent.exec is set but unused: the runner is peer (the last of agent.exec and agent.peer set picks the runner)"]
+    );
+    let mut c = Config::default();
+    c.set("agent.peer", "unix:///tmp/p.sock").unwrap();
+    c.set("agent.exec", "cat").unwrap();
+    c.validate().unwrap();
+    assert_eq!(c.runner, exec);
+    // agent.runner names one outright, wherever it comes.
+    c.set("agent.runner", "peer").unwrap();
+    c.validate().unwrap();
+    assert_eq!(c.runner, peer);
+    assert!(c.unused_runner_keys()[0].contains("(agent.runner names the runner)"));
+    let mut c = Config::default();
+    c.set("agent.exec", "cat").unwrap();
+    c.validate().unwrap();
+    assert!(c.unused_runner_keys().is_empty());
+}
+
+#[test]
+fn a_missing_script_is_named_with_a_near_one() {
+    let dir = std::env::temp_dir().join(format!("agentd-script-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("agents")).unwrap();
+    std::fs::write(dir.join("agents/trip_planner.py"), "").unwrap();
+    let mut c = Config::default();
+    c.set("agent.workdir", dir.to_str().unwrap()).unwrap();
+    c.set("agent.exec", "python3 agents/trip_planer.py").unwrap();
+    c.validate().unwrap();
+    let err = c.check_script().unwrap_err();
+    assert_eq!(
+        err,
+        format!(
+            "agent.exec: the script `agents/trip_planer.py` does not exist ({}/agents/trip_planer.py, \
+             relative to agent.workdir) (did you mean `trip_planner.py`?): correct the path",
+            dir.display()
+        )
+    );
+    c.set("agent.exec", "python3 agents/trip_planner.py").unwrap();
+    c.validate().unwrap();
+    assert_eq!(c.check_script(), Ok(Some(dir.join("agents/trip_planner.py"))));
+    c.set("agent.exec", "python3 agents/").unwrap();
+    c.validate().unwrap();
+    assert!(c.check_script().unwrap_err().contains("is not a file"));
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -54,16 +54,57 @@ pub(super) fn boolean(key: &str, value: &str) -> Result<bool, String> {
     }
 }
 
-/// The known key closest to a misspelt one (same prefix or one edit away).
+/// The known key closest to a misspelt one.
 pub(super) fn suggest(key: &str) -> Option<&'static str> {
-    KEYS.iter()
-        .map(|k| k.name)
-        .find(|k| k.eq_ignore_ascii_case(key) || k.replace('-', "_") == key.replace('-', "_"))
+    nearest(key, KEYS.iter().map(|k| k.name))
+}
+
+/// The candidate a misspelt `word` most likely meant: the same but for
+/// case or `-`/`_`, else the one fewest edits away (within about one edit
+/// in four characters, at most 3), else one it is a prefix of (or that is a
+/// prefix of it).
+pub fn nearest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str> + Clone) -> Option<&'a str> {
+    let fold = |s: &str| s.to_ascii_lowercase().replace('-', "_");
+    let within = (word.chars().count() / 4).clamp(1, 3);
+    candidates
+        .clone()
+        .into_iter()
+        .find(|c| fold(c) == fold(word))
         .or_else(|| {
-            KEYS.iter()
-                .map(|k| k.name)
-                .find(|k| key.len() > 3 && (k.starts_with(key) || key.starts_with(k)))
+            candidates
+                .clone()
+                .into_iter()
+                .map(|c| (edit_distance(&fold(word), &fold(c)), c))
+                .filter(|(d, _)| *d <= within)
+                .min_by_key(|(d, _)| *d)
+                .map(|(_, c)| c)
         })
+        .or_else(|| {
+            candidates
+                .into_iter()
+                .find(|c| word.len() > 3 && (c.starts_with(word) || word.starts_with(c)))
+        })
+}
+
+/// Edits (insert, delete, substitute, swap two neighbours) that turn `a`
+/// into `b`: the optimal string alignment distance.
+pub fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    // Three rows: the one two back (for swaps), the last, this one.
+    let mut before: Vec<usize> = vec![0; b.len() + 1];
+    let mut last: Vec<usize> = (0..=b.len()).collect();
+    for i in 1..=a.len() {
+        let mut row = vec![i; b.len() + 1];
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            row[j] = (last[j] + 1).min(row[j - 1] + 1).min(last[j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                row[j] = row[j].min(before[j - 2] + 1);
+            }
+        }
+        before = std::mem::replace(&mut last, row);
+    }
+    last[b.len()]
 }
 
 /// Splits a command line the way sh would for words: whitespace separates,
