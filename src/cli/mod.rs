@@ -4,6 +4,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
+mod check;
 mod client;
 mod mcp;
 
@@ -97,7 +98,7 @@ fn help(topic: Option<&str>) -> i32 {
     let _ = match topic {
         None => write!(out, "{USAGE}"),
         Some("serve") => write!(out, "{SERVE_HELP}"),
-        Some("client") => write!(out, "{}", client::HELP),
+        Some("client") => write!(out, "{}", client::help()),
         Some("mcp") => write!(out, "{}", mcp::HELP),
         Some("config") => write!(out, "{}", config_help()),
         Some(other) => {
@@ -125,6 +126,19 @@ pub fn config_help() -> String {
     }
     s
 }
+
+/// `serve`'s flags, for suggestions.
+const SERVE_FLAGS: &[&str] = &[
+    "--listen",
+    "--config",
+    "--exec",
+    "--exec-protocol",
+    "--peer",
+    "--set",
+    "--log-level",
+    "--check",
+    "--help",
+];
 
 /// Parses `serve`'s flags into a Config. Errors are one line for stderr.
 pub fn parse_serve(args: &[String]) -> Result<Option<Config>, String> {
@@ -159,7 +173,10 @@ pub fn parse_serve(args: &[String]) -> Result<Option<Config>, String> {
                 sets.push((flag.into(), k.trim().into(), v.trim().into()));
             }
             other if other.starts_with('-') => {
-                return Err(format!("unknown option `{other}` (see `agentd help serve`)"))
+                let hint = config::nearest(other, SERVE_FLAGS.iter().copied())
+                    .map(|f| format!("did you mean `{f}`? "))
+                    .unwrap_or_default();
+                return Err(format!("unknown option `{other}` ({hint}see `agentd help serve`)"));
             }
             other => return Err(format!("unexpected argument `{other}` (see `agentd help serve`)")),
         }
@@ -177,47 +194,29 @@ pub fn parse_serve(args: &[String]) -> Result<Option<Config>, String> {
 fn serve(args: &[String]) -> i32 {
     let check_only = args.iter().any(|a| a == "--check");
     let args: Vec<String> = args.iter().filter(|a| *a != "--check").cloned().collect();
+    let refuse = |e: String| {
+        eprintln!("agentd: {e}");
+        if crate::init::is_guest_init() {
+            // PID 1 must not exit (the kernel would panic): say why on
+            // the console, then power the guest off.
+            crate::sys::power_off();
+        }
+        EXIT_USAGE
+    };
     let cfg = match parse_serve(&args) {
         Ok(Some(cfg)) => cfg,
         Ok(None) => {
             print!("{SERVE_HELP}");
             return EXIT_OK;
         }
-        Err(e) => {
-            eprintln!("agentd: {e}");
-            if crate::init::is_guest_init() {
-                // PID 1 must not exit (the kernel would panic): say why on
-                // the console, then power the guest off.
-                crate::sys::power_off();
-            }
-            return EXIT_USAGE;
-        }
+        Err(e) => return refuse(e),
     };
-    let program = match cfg.check_program() {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("agentd: {e}");
-            if crate::init::is_guest_init() {
-                crate::sys::power_off();
-            }
-            return EXIT_USAGE;
-        }
+    let (program, script) = match cfg.check_program().and_then(|p| Ok((p, cfg.check_script()?))) {
+        Ok(checked) => checked,
+        Err(e) => return refuse(e),
     };
     if check_only {
-        if let Some(p) = &program {
-            println!("agentd: agent.exec runs {}", p.display());
-        }
-        println!(
-            "agentd: configuration is valid: listen {}; runner {}; max_running {}",
-            cfg.listeners()
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(", "),
-            cfg.runner.name(),
-            cfg.tasks.max_running
-        );
-        return EXIT_OK;
+        return check::report(&cfg, program.as_deref(), script.as_deref());
     }
     let guest_init = crate::init::is_guest_init();
     // As a guest's /init, stdio (for the log) exists only after /dev is up.
@@ -227,6 +226,9 @@ fn serve(args: &[String]) -> i32 {
         Ok(())
     };
     crate::logging::init(&cfg.log_level, "agentd");
+    for unused in cfg.unused_runner_keys() {
+        log::warn!("config.unused_key {unused}");
+    }
     if let Err(e) = prepared {
         log::error!("agentd.init {e}");
         eprintln!("agentd: init: {e}");

@@ -16,8 +16,8 @@ mod tests;
 mod values;
 
 pub use keys::{Key, KEYS};
-pub use values::{edit_distance, nearest, split_command};
 use values::{boolean, cids, list, number, positive, suggest, text};
+pub use values::{edit_distance, nearest, split_command};
 
 /// The two keys that each pick a runner by being set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -444,10 +444,16 @@ impl Config {
         };
         let mut unused = Vec::new();
         if self.exec_argv.is_some() && !matches!(self.runner, Runner::Exec { .. }) {
-            unused.push(format!("agent.exec is set but unused: the runner is {} ({why})", self.runner.name()));
+            unused.push(format!(
+                "agent.exec is set but unused: the runner is {} ({why})",
+                self.runner.name()
+            ));
         }
         if self.peer.is_some() && !matches!(self.runner, Runner::Peer { .. }) {
-            unused.push(format!("agent.peer is set but unused: the runner is {} ({why})", self.runner.name()));
+            unused.push(format!(
+                "agent.peer is set but unused: the runner is {} ({why})",
+                self.runner.name()
+            ));
         }
         unused
     }

@@ -130,7 +130,11 @@ fn script_operand(argv: &[String]) -> Option<&str> {
                 words.next();
             }
             long if long.starts_with("--") => {
-                if interp.code_long.iter().any(|c| long == *c || long.starts_with(&format!("{c}="))) {
+                if interp
+                    .code_long
+                    .iter()
+                    .any(|c| long == *c || long.starts_with(&format!("{c}=")))
+                {
                     return None;
                 }
             }
@@ -175,16 +179,16 @@ impl Config {
                 path.display()
             )),
             Err(_) => {
-                let hint = near_file(&path)
-                    .map(|name| format!(" (did you mean `{name}`?)"))
-                    .unwrap_or_default();
+                let fix = near_file(&path)
+                    .map(|name| format!("did you mean `{name}`?"))
+                    .unwrap_or_else(|| "correct the path".into());
                 let from = if self.workdir.is_some() {
                     "agent.workdir"
                 } else {
                     "the directory agentd starts in"
                 };
                 Err(format!(
-                    "agent.exec: the script `{script}` does not exist ({}, relative to {from}){hint}: correct the path",
+                    "agent.exec: the script `{script}` does not exist (no {}, relative to {from}): {fix}",
                     path.display()
                 ))
             }
@@ -213,13 +217,19 @@ mod tests {
     #[test]
     fn finds_the_script_an_interpreter_runs() {
         let cases = [
-            ("python3 examples/agents/trip_planner.py", Some("examples/agents/trip_planner.py")),
+            (
+                "python3 examples/agents/trip_planner.py",
+                Some("examples/agents/trip_planner.py"),
+            ),
             ("python3.12 -u -W ignore agent.py --flag", Some("agent.py")),
             ("/usr/bin/python3 -m http.server", None),
             ("python3 -c print(1)", None),
             ("sh -ec true", None),
             ("bash -x run.sh", Some("run.sh")),
-            ("node --require ts-node/register --inspect=9229 agent.js", Some("agent.js")),
+            (
+                "node --require ts-node/register --inspect=9229 agent.js",
+                Some("agent.js"),
+            ),
             ("node -e 1", None),
             ("node --eval=1", None),
             ("perl -I lib agent.pl", Some("agent.pl")),

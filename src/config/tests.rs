@@ -31,7 +31,12 @@ fn tls_on_unix_is_an_error() {
 fn suggests_near_keys() {
     let err = Config::default().set("tasks.max-running", "3").unwrap_err();
     assert!(err.contains("did you mean `tasks.max_running`"), "{err}");
-    for typo in ["tasks.max_runing", "tasks.max_runnin", "tasks.mxa_running", "Tasks.Max_Running"] {
+    for typo in [
+        "tasks.max_runing",
+        "tasks.max_runnin",
+        "tasks.mxa_running",
+        "Tasks.Max_Running",
+    ] {
         let err = Config::default().set(typo, "3").unwrap_err();
         assert!(err.contains("did you mean `tasks.max_running`"), "{typo}: {err}");
     }
@@ -92,7 +97,9 @@ fn the_last_of_exec_and_peer_picks_the_runner() {
     let peer = Runner::Peer {
         address: Address::parse("unix:///tmp/p.sock").unwrap(),
     };
-    let exec = Runner::Exec { argv: vec!["cat".into()] };
+    let exec = Runner::Exec {
+        argv: vec!["cat".into()],
+    };
     let mut c = Config::default();
     c.set("agent.exec", "cat").unwrap();
     c.set("agent.peer", "unix:///tmp/p.sock").unwrap();
@@ -131,8 +138,8 @@ fn a_missing_script_is_named_with_a_near_one() {
     assert_eq!(
         err,
         format!(
-            "agent.exec: the script `agents/trip_planer.py` does not exist ({}/agents/trip_planer.py, \
-             relative to agent.workdir) (did you mean `trip_planner.py`?): correct the path",
+            "agent.exec: the script `agents/trip_planer.py` does not exist (no {}/agents/trip_planer.py, \
+             relative to agent.workdir): did you mean `trip_planner.py`?",
             dir.display()
         )
     );
