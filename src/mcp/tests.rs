@@ -226,7 +226,7 @@ fn every_request_read_before_eof_is_answered_in_time() {
     // drain returns as soon as it is answered.
     let (bridge, out) = Bridge::in_memory("unix:///nonexistent/agentd.sock");
     bridge.serve(
-        &concat!(
+        concat!(
             r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18"}}"#,
             "\n",
             r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
@@ -236,7 +236,7 @@ fn every_request_read_before_eof_is_answered_in_time() {
             r#"{"jsonrpc":"2.0","id":4,"method":"resources/list"}"#,
             "\n",
         )
-        .as_bytes()[..],
+        .as_bytes(),
     );
     let started = std::time::Instant::now();
     bridge.drain(std::time::Duration::from_secs(30));
