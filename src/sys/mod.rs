@@ -14,6 +14,8 @@ mod wake;
 pub use wake::*;
 mod spawn;
 pub use spawn::*;
+mod cmdline;
+pub use cmdline::*;
 
 /// Every allocation of agentd's, its workers' and its tests' goes through
 /// the size-class cache in front of libc's malloc (see alloc.rs for why).
