@@ -70,11 +70,7 @@ fn parse(args: &[String]) -> Result<Parsed, String> {
                 let v = inline
                     .or_else(|| it.next().cloned())
                     .ok_or("--drain-timeout needs a value")?;
-                drain = v
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|s| *s >= 0.0)
-                    .and_then(|s| Duration::try_from_secs_f64(s).ok())
+                drain = crate::config::parse_secs(&v)
                     .ok_or_else(|| format!("--drain-timeout: `{v}` is not a number of seconds (e.g. 30 or 0.5)"))?;
             }
             f if f.starts_with('-') => {

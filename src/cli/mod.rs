@@ -27,7 +27,9 @@ Usage:
                                          the MCP bridge's, or every config key
   agentd version                         print the version
 
-Run `agentd help serve` for the daemon's options and `man agentd` for the manual.
+Run `agentd help serve` for the daemon's options, `agentd COMMAND --help` for a
+command's, and `man agentd` for the manual (in a clone, before it is installed:
+`man -l man/agentd.8`; `cargo install` does not install it).
 ";
 
 const SERVE_HELP: &str = "\
@@ -43,14 +45,16 @@ Options:
                            (CID -1 = any; repeatable; = a2a.listen)
   -c, --config FILE        read `key: value` lines from FILE (see `agentd help config`)
   -e, --exec 'PROGRAM ARGS'
-                           run PROGRAM for each task (= agent.exec; no shell involved)
+                           run PROGRAM for each task (= agent.exec; no shell involved;
+                           of --exec and --peer the last one given wins)
       --exec-protocol P    how to talk to PROGRAM: text or jsonl (= agent.exec_protocol)
   -p, --peer ENDPOINT      delegate every task to the A2A agent at ENDPOINT
                            (unix://, vsock:// or vsock+uds://; = agent.peer)
   -s, --set KEY=VALUE      set any config key (repeatable; after --config)
       --log-level LEVEL    error, warn, info, debug, trace, off (= log.level; RUST_LOG wins)
-      --check              check the configuration (and that the --exec program is
-                           an executable), print a summary, and exit
+      --check              check the configuration, the --exec program (and the
+                           script an interpreter runs) and the --peer's card,
+                           print what was and was not checked, and exit
   -h, --help               this text
 
 With no --listen the socket is $XDG_RUNTIME_DIR/agentd/agentd.sock, or

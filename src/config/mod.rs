@@ -17,7 +17,7 @@ mod values;
 
 pub use keys::{Key, KEYS};
 use values::{boolean, cids, list, number, positive, suggest, text};
-pub use values::{edit_distance, nearest, split_command};
+pub use values::{edit_distance, nearest, parse_secs, secs_text, split_command};
 
 /// The two keys that each pick a runner by being set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

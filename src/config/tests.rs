@@ -47,6 +47,22 @@ fn suggests_near_keys() {
 }
 
 #[test]
+fn seconds_read_and_print_without_floats() {
+    use std::time::Duration;
+    assert_eq!(parse_secs("30"), Some(Duration::from_secs(30)));
+    assert_eq!(parse_secs("0.5"), Some(Duration::from_millis(500)));
+    assert_eq!(parse_secs(".25"), Some(Duration::from_millis(250)));
+    assert_eq!(parse_secs("2."), Some(Duration::from_secs(2)));
+    assert_eq!(parse_secs("0.000000001"), Some(Duration::from_nanos(1)));
+    for bad in ["", ".", "-1", "1e3", "0.0000000001", "1,5", " 1", "inf"] {
+        assert_eq!(parse_secs(bad), None, "{bad}");
+    }
+    assert_eq!(secs_text(Duration::from_secs(30)), "30");
+    assert_eq!(secs_text(Duration::from_millis(1500)), "1.5");
+    assert_eq!(secs_text(Duration::from_millis(250)), "0.25");
+}
+
+#[test]
 fn edit_distance_counts_inserts_deletes_substitutions_and_swaps() {
     assert_eq!(edit_distance("", ""), 0);
     assert_eq!(edit_distance("abc", ""), 3);

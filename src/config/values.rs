@@ -1,6 +1,8 @@
 //! How one value is read: words, lists, numbers, booleans, a command line
 //! split as sh would; and the known key nearest a misspelt one.
 
+use std::time::Duration;
+
 use super::keys::KEYS;
 
 pub(super) fn text(key: &str, value: &str) -> Result<String, String> {
@@ -51,6 +53,28 @@ pub(super) fn boolean(key: &str, value: &str) -> Result<bool, String> {
         "true" | "yes" | "on" | "1" => Ok(true),
         "false" | "no" | "off" | "0" => Ok(false),
         _ => Err(format!("{key}: expected true or false, found `{value}`")),
+    }
+}
+
+/// Seconds as a person writes them, `30` or `0.5` (to the nanosecond),
+/// read without floating point (whose parser and printer would cost the
+/// static binary 28 KB).
+pub fn parse_secs(s: &str) -> Option<Duration> {
+    let (whole, frac) = s.split_once('.').unwrap_or((s, ""));
+    let digits = |t: &str| t.bytes().all(|b| b.is_ascii_digit());
+    if (whole.is_empty() && frac.is_empty()) || !digits(whole) || !digits(frac) || frac.len() > 9 {
+        return None;
+    }
+    let secs = if whole.is_empty() { 0 } else { whole.parse().ok()? };
+    let nanos = format!("{frac:0<9}").parse().ok()?;
+    Some(Duration::new(secs, nanos))
+}
+
+/// A duration as seconds for a person: `30`, `1.5`, `0.25`.
+pub fn secs_text(d: Duration) -> String {
+    match d.subsec_millis() {
+        0 => d.as_secs().to_string(),
+        ms => format!("{}.{}", d.as_secs(), format!("{ms:03}").trim_end_matches('0')),
     }
 }
 

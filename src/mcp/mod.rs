@@ -445,7 +445,7 @@ impl Bridge {
             if call.is_cancelled() || !call.claim_answer() {
                 continue;
             }
-            let secs = timeout.as_secs_f64();
+            let secs = crate::config::secs_text(timeout);
             let task = lock(&call.task).clone();
             log::warn!(
                 "mcp.drain_timeout request={} method={} task={}",
