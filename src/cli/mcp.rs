@@ -74,7 +74,7 @@ fn parse(args: &[String]) -> Result<Parsed, String> {
                     .ok_or_else(|| format!("--drain-timeout: `{v}` is not a number of seconds (e.g. 30 or 0.5)"))?;
             }
             f if f.starts_with('-') => {
-                let hint = crate::config::nearest(f, ["--log-level", "--drain-timeout", "--help"])
+                let hint = crate::config::nearest(f, &["--log-level", "--drain-timeout", "--help"])
                     .map(|n| format!(" (did you mean `{n}`?)"))
                     .unwrap_or_default();
                 return Err(format!("unknown option `{f}`{hint}"));

@@ -177,7 +177,7 @@ pub fn parse_serve(args: &[String]) -> Result<Option<Config>, String> {
                 sets.push((flag.into(), k.trim().into(), v.trim().into()));
             }
             other if other.starts_with('-') => {
-                let hint = config::nearest(other, SERVE_FLAGS.iter().copied())
+                let hint = config::nearest(other, SERVE_FLAGS)
                     .map(|f| format!("did you mean `{f}`? "))
                     .unwrap_or_default();
                 return Err(format!("unknown option `{other}` ({hint}see `agentd help serve`)"));

@@ -203,7 +203,8 @@ fn near_file(path: &Path) -> Option<String> {
         .ok()?
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
         .collect();
-    super::nearest(name, names.iter().map(String::as_str)).map(String::from)
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    super::nearest(name, &names).map(String::from)
 }
 
 #[cfg(test)]

@@ -69,8 +69,9 @@ fn edit_distance_counts_inserts_deletes_substitutions_and_swaps() {
     assert_eq!(edit_distance("max_runing", "max_running"), 1);
     assert_eq!(edit_distance("kitten", "sitting"), 3);
     assert_eq!(edit_distance("exce", "exec"), 1);
-    assert_eq!(nearest("--jsn", ["--json", "--stream"]), Some("--json"));
-    assert_eq!(nearest("--colour", ["--json", "--stream"]), None);
+    assert_eq!(nearest("--jsn", &["--json", "--stream"]), Some("--json"));
+    assert_eq!(nearest("--colour", &["--json", "--stream"]), None);
+    assert_eq!(nearest("--STREAM", &["--json", "--stream"]), Some("--stream"));
 }
 
 #[test]

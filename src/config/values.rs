@@ -80,34 +80,34 @@ pub fn secs_text(d: Duration) -> String {
 
 /// The known key closest to a misspelt one.
 pub(super) fn suggest(key: &str) -> Option<&'static str> {
-    nearest(key, KEYS.iter().map(|k| k.name))
+    let names: Vec<&'static str> = KEYS.iter().map(|k| k.name).collect();
+    nearest(key, &names)
 }
 
 /// The candidate a misspelt `word` most likely meant: the same but for
 /// case or `-`/`_`, else the one fewest edits away (within about one edit
 /// in four characters, at most 3), else one it is a prefix of (or that is a
-/// prefix of it).
-pub fn nearest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str> + Clone) -> Option<&'a str> {
+/// prefix of it). A slice, not an iterator: one copy of this in the binary.
+pub fn nearest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
     let fold = |s: &str| s.to_ascii_lowercase().replace('-', "_");
+    let word_folded = fold(word);
     let within = (word.chars().count() / 4).clamp(1, 3);
-    candidates
-        .clone()
-        .into_iter()
-        .find(|c| fold(c) == fold(word))
-        .or_else(|| {
-            candidates
-                .clone()
-                .into_iter()
-                .map(|c| (edit_distance(&fold(word), &fold(c)), c))
-                .filter(|(d, _)| *d <= within)
-                .min_by_key(|(d, _)| *d)
-                .map(|(_, c)| c)
-        })
-        .or_else(|| {
-            candidates
-                .into_iter()
-                .find(|c| word.len() > 3 && (c.starts_with(word) || word.starts_with(c)))
-        })
+    let mut best: Option<(usize, &'a str)> = None;
+    for c in candidates {
+        let d = edit_distance(&word_folded, &fold(c));
+        if d == 0 {
+            return Some(c);
+        }
+        if d <= within && best.is_none_or(|(b, _)| d < b) {
+            best = Some((d, c));
+        }
+    }
+    best.map(|(_, c)| c).or_else(|| {
+        candidates
+            .iter()
+            .copied()
+            .find(|c| word.len() > 3 && (c.starts_with(word) || word.starts_with(c)))
+    })
 }
 
 /// Edits (insert, delete, substitute, swap two neighbours) that turn `a`

@@ -466,10 +466,7 @@ impl Bridge {
                         self.addr
                     ),
                 };
-                self.reply(
-                    &call.id,
-                    Ok(json!({"content": [{"type": "text", "text": text}], "isError": true})),
-                );
+                self.reply(&call.id, Ok(tools::error_result(text)));
             } else {
                 self.reply(&call.id, Err(McpError::new(INTERNAL_ERROR, why)));
             }

@@ -116,8 +116,13 @@ pub fn call(bridge: &Arc<Bridge>, call: &Call, params: &Value) -> Result<Value, 
             }
             r
         }
-        Err(Failed(text)) => json!({"content": [{"type": "text", "text": text}], "isError": true}),
+        Err(Failed(text)) => error_result(text),
     })
+}
+
+/// A tool result that says the call failed, in one sentence.
+pub(super) fn error_result(text: String) -> Value {
+    json!({"content": [{"type": "text", "text": text}], "isError": true})
 }
 
 /// The tools, as `tools/list` names them (`^[a-zA-Z0-9_-]{1,64}$`).

@@ -24,20 +24,13 @@ pub struct Opts {
     flags: Vec<(&'static str, Option<String>)>,
 }
 
-fn takes_value(c: &Command, flag: &str) -> Option<bool> {
-    c.options
-        .iter()
-        .chain(help::COMMON)
-        .find(|(f, _, _)| *f == flag)
-        .map(|(_, v, _)| !v.is_empty())
+/// The flag as the command knows it (its own or a common one).
+fn known(c: &Command, flag: &str) -> Option<&'static str> {
+    c.flags.iter().chain(help::COMMON_FLAGS).copied().find(|f| *f == flag)
 }
 
-fn known(c: &Command, flag: &str) -> Option<&'static str> {
-    c.options
-        .iter()
-        .chain(help::COMMON)
-        .map(|(f, _, _)| *f)
-        .find(|f| *f == flag)
+fn takes_value(c: &Command, flag: &str) -> bool {
+    c.valued.contains(&flag) || help::COMMON_VALUED.contains(&flag)
 }
 
 pub fn parse(c: &Command, args: &[String]) -> Result<Parsed, String> {
@@ -79,7 +72,7 @@ pub fn parse(c: &Command, args: &[String]) -> Result<Parsed, String> {
         let Some(flag) = known(c, name) else {
             return Err(unknown_option(c, name));
         };
-        if takes_value(c, flag) == Some(true) {
+        if takes_value(c, flag) {
             let v = inline
                 .or_else(|| it.next().cloned())
                 .ok_or_else(|| format!("{flag} needs a value"))?;
@@ -95,20 +88,11 @@ pub fn parse(c: &Command, args: &[String]) -> Result<Parsed, String> {
 }
 
 fn unknown_option(c: &Command, name: &str) -> String {
-    let own: Vec<&str> = c
-        .options
-        .iter()
-        .chain(help::COMMON)
-        .map(|(f, _, _)| *f)
-        .filter(|f| !f.contains(','))
-        .collect();
-    if let Some(other) = help::COMMANDS
-        .iter()
-        .find(|o| o.options.iter().any(|(f, _, _)| *f == name))
-    {
+    if let Some(other) = help::COMMANDS.iter().find(|o| o.flags.contains(&name)) {
         return format!("{name} is an option of `{}`, not of `{}`", other.name, c.name);
     }
-    let hint = match crate::config::nearest(name, own.iter().copied()) {
+    let own: Vec<&str> = c.flags.iter().chain(help::COMMON_FLAGS).copied().collect();
+    let hint = match crate::config::nearest(name, &own) {
         Some(f) => format!(" (did you mean `{f}`?)"),
         None if c.name == "send" => " (to send text that starts with `-`, put `--` before it)".into(),
         None => String::new(),
