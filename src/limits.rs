@@ -92,6 +92,37 @@ pub const WORKER_EXIT_GRACE_MS: u64 = 1_000;
 /// How often a task's group that outlives its worker is SIGKILLed again
 /// and checked for emptiness.
 pub const GROUP_POLL_MS: u64 = 20;
+/// How long a worker may leave its task's `spawn` frame unread (a stopped
+/// or lost idle worker); past it the task goes to a fresh worker, and the
+/// worker is killed. A healthy worker reads it within microseconds.
+pub const WORKER_TAKE_MS: u64 = 1_000;
+/// Workers a task is given to, in a row, that never read it; the next
+/// time the task FAILS (`crashed`) with the reason instead of going round.
+pub const WORKER_TAKE_ATTEMPTS: u32 = 3;
+/// How long the fork server may leave a request for a worker unanswered
+/// (it forks in well under a millisecond); past it, it is taken for lost
+/// (stopped, wedged), killed and replaced, and what it owed is asked of the
+/// new one. Tasks waiting for those workers are not failed.
+pub const FORK_ANSWER_MS: u64 = 1_000;
+/// Fork servers lost in a row (no worker from any) before their unanswered
+/// requests count as failed forks (`FORK_ATTEMPTS`).
+pub const FORK_SERVER_LOSSES_MAX: u32 = 5;
+/// Workers that could not be had in a row before the task first in line
+/// FAILS with the reason (nothing waits for ever on a fork that fails).
+pub const FORK_ATTEMPTS: u32 = 3;
+/// How long procman waits before asking again after a failed or refused ask.
+pub const FORK_RETRY_MS: u64 = 20;
+/// How often a running task's cgroup counters are read (a fork bomb is
+/// stopped between two reads).
+pub const CGROUP_CHECK_MS: u64 = 250;
+/// How far back task starts count as demand for idle workers
+/// (`tasks.prespawn: auto`); a surplus idle worker retires after four.
+pub const PRESPAWN_DEMAND_WINDOW_MS: u64 = 250;
+/// Most idle workers procman asks for per turn of its loop, so refilling
+/// the pool never holds up frames that are waiting.
+pub const PRESPAWN_PER_TURN: usize = 2;
+/// procman's one buffer every control pipe is read through.
+pub const PROCMAN_READ_BUFFER_BYTES: usize = 64 * 1024;
 
 /// How long a task waiting for input (a warm session) may wait
 /// (config: `tasks.input_idle_ms`); past it the task FAILS with cause `idle`.

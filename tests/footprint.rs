@@ -1,6 +1,7 @@
-//! The footprint README promises, checked where it can drift: the crates in
-//! `cargo tree -e normal` (the design card's set, vsock among them, at most
-//! 26 in all) and the size of the static musl binary (at most 1.5 MiB).
+//! The footprint README promises, checked where it can drift: the direct
+//! dependencies are exactly the design card's nine, `cargo tree -e normal`
+//! has at most 26 crates in all, and the static musl binary is at most
+//! 2.5 MiB.
 
 mod common;
 
@@ -22,7 +23,7 @@ const DESIGN_CARD: [&str; 9] = [
     "signal-hook",
 ];
 const CRATES_MAX: usize = 26;
-const STATIC_BINARY_MAX_BYTES: u64 = 1536 * 1024;
+const STATIC_BINARY_MAX_BYTES: u64 = 2560 * 1024;
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -55,15 +56,17 @@ fn the_dependency_tree_is_the_design_cards_and_small() {
     );
     let mut direct = tree(Some(1));
     direct.remove("agentd");
-    let outside: Vec<&String> = direct.iter().filter(|c| !DESIGN_CARD.contains(&c.as_str())).collect();
+    let card: BTreeSet<String> = DESIGN_CARD.iter().map(|c| c.to_string()).collect();
+    let outside: Vec<&String> = direct.difference(&card).collect();
+    let missing: Vec<&String> = card.difference(&direct).collect();
     assert!(
-        outside.is_empty(),
-        "direct dependencies outside the design card: {outside:?}"
+        outside.is_empty() && missing.is_empty(),
+        "the direct dependencies are the design card's nine, exactly: outside it {outside:?}, missing {missing:?}"
     );
 }
 
 #[test]
-fn the_static_binary_fits_in_1_5_mib() {
+fn the_static_binary_fits_in_2_5_mib() {
     if !common::musl_target_installed() {
         assert!(
             std::env::var_os("CI").is_none(),
@@ -77,7 +80,7 @@ fn the_static_binary_fits_in_1_5_mib() {
     let len = std::fs::metadata(&bin).expect("the static binary exists").len();
     assert!(
         len <= STATIC_BINARY_MAX_BYTES,
-        "{} is {len} bytes, over the {STATIC_BINARY_MAX_BYTES} (1.5 MiB) README promises",
+        "{} is {len} bytes, over the {STATIC_BINARY_MAX_BYTES} (2.5 MiB) README promises",
         bin.display()
     );
 }

@@ -61,7 +61,8 @@ fn log_level_alone_filters_and_a_bad_directive_is_reported_not_fatal() {
         d.log_text()
     );
     let log = d.log_text();
-    assert!(log.contains("invalid logging spec 'agentd::nothing=loud'"), "{log}");
+    // env_logger's own words, naming the part it could not read.
+    assert!(log.contains("invalid logging spec 'loud', ignoring it"), "{log}");
     assert!(log.contains("a2a.listen address="), "{log}");
     assert!(!log.contains(" DEBUG "), "{log}");
     assert_well_formed(
@@ -70,4 +71,17 @@ fn log_level_alone_filters_and_a_bad_directive_is_reported_not_fatal() {
             .collect::<Vec<_>>()
             .join("\n"),
     );
+}
+
+#[test]
+fn a_text_suffix_keeps_only_the_lines_that_contain_it() {
+    // The manual: `/TEXT` keeps lines whose message contains TEXT.
+    let d = start(&[], "info/task.end");
+    let id = d.send_async("hello");
+    let ended = wait_for(Duration::from_secs(10), || d.log_text().contains("task.end"));
+    let log = d.log_text();
+    assert!(ended, "task {id} never logged its end:\n{log}");
+    assert!(!log.contains("task.start") && !log.contains("a2a.listen"), "{log}");
+    assert!(log.lines().all(|l| l.contains("task.end")), "{log}");
+    assert_well_formed(&log);
 }

@@ -126,3 +126,75 @@ fn the_idle_pool_follows_demand() {
         common::idle_workers(pid)
     );
 }
+
+/// A blocking SendMessage, answered within `within` or the test fails
+/// (the client gives up: a hung daemon never hangs the test).
+fn send_within(d: &Daemon, text: &str, within: Duration) -> (Value, Duration) {
+    let t0 = Instant::now();
+    let out = std::process::Command::new(common::BIN)
+        .args(["send", "--json", "--timeout", &within.as_secs().to_string()])
+        .arg(format!("unix://{}", d.socket.display()))
+        .arg(text)
+        .output()
+        .unwrap();
+    let took = t0.elapsed();
+    assert!(
+        out.status.success(),
+        "no answer within {within:?} ({}): {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr),
+        d.log_text()
+    );
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    (answer["task"].clone(), took)
+}
+
+#[test]
+fn a_stopped_fork_server_is_replaced_and_the_task_waiting_for_it_is_served() {
+    // No idle workers: every task waits for the fork server.
+    let d = Daemon::start(&["--set", "tasks.prespawn=0"]);
+    d.send_async("first"); // the fork server is up
+    assert!(wait_for(Duration::from_secs(10), || common::fork_servers(d.pid())
+        .len()
+        == 1));
+    let stopped = common::fork_servers(d.pid())[0];
+    common::signal(stopped, libc::SIGSTOP);
+    let (task, took) = send_within(&d, "after-the-stop", Duration::from_secs(20));
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{task}");
+    assert_eq!(task["artifacts"][0]["parts"][0]["text"], "after-the-stop");
+    // Not at once (the request had to be given up on), and not the client's
+    // timeout: the fork server's answer deadline (1 s) plus a fork.
+    assert!(took >= Duration::from_millis(900), "{took:?}");
+    let log = d.log_text();
+    assert!(
+        log.contains(&format!("procman.forkserver pid={stopped} lost: a request waited")),
+        "{log}"
+    );
+    assert!(!common::alive(stopped), "the stopped fork server was killed");
+    let now = common::fork_servers(d.pid());
+    assert!(now.len() == 1 && now[0] != stopped, "{now:?}");
+}
+
+#[test]
+fn a_task_given_to_a_stopped_idle_worker_moves_to_a_fresh_one() {
+    let d = Daemon::start(&["--set", "tasks.prespawn=1"]);
+    assert!(wait_for(Duration::from_secs(10), || common::idle_workers(d.pid())
+        .len()
+        == 1));
+    let stopped = common::idle_workers(d.pid())[0];
+    common::signal(stopped, libc::SIGSTOP);
+    let (task, took) = send_within(&d, "moved", Duration::from_secs(20));
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{task}");
+    assert_eq!(task["artifacts"][0]["parts"][0]["text"], "moved");
+    assert!(took >= Duration::from_millis(900), "given up on after 1 s: {took:?}");
+    let id = task["id"].as_str().unwrap();
+    let log = d.log_text();
+    assert!(
+        log.contains(&format!("procman.untaken task={id} pid={stopped}")),
+        "{log}"
+    );
+    assert!(
+        wait_for(Duration::from_secs(5), || !common::alive(stopped)),
+        "the stopped worker is killed"
+    );
+}

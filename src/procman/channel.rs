@@ -35,6 +35,9 @@ pub struct Channel {
     open: bool,
     /// The largest frame either way (`limits::control_frame_max_bytes`).
     frame_max: usize,
+    /// Bytes written into the pipe since [`mark`](Self::mark): what the
+    /// worker has not read of them is still in the pipe.
+    into_pipe_since_mark: usize,
 }
 
 /// What one turn of reading produced.
@@ -70,7 +73,25 @@ impl Channel {
             written: 0,
             open: true,
             frame_max,
+            into_pipe_since_mark: 0,
         })
+    }
+
+    /// Starts counting what goes to the worker from here (its task's
+    /// `spawn` frame is next), for [`untouched`](Self::untouched).
+    pub fn mark(&mut self) {
+        self.into_pipe_since_mark = 0;
+    }
+
+    /// Whether the worker has read nothing of what was sent since the
+    /// mark: every byte written to the pipe since is still in it
+    /// (FIONREAD on our end), or none has reached the pipe yet.
+    pub fn untouched(&self) -> bool {
+        let queued = self.outbox.len() - self.written;
+        if self.into_pipe_since_mark == 0 {
+            return queued > 0;
+        }
+        crate::sys::pipe_unread(self.tx.as_raw_fd()).is_ok_and(|unread| unread == self.into_pipe_since_mark)
     }
 
     /// What to poll for frames (POLLIN).
@@ -172,7 +193,10 @@ impl Channel {
         while self.open && self.written < self.outbox.len() {
             match self.tx.write(&self.outbox[self.written..]) {
                 Ok(0) => break,
-                Ok(n) => self.written += n,
+                Ok(n) => {
+                    self.written += n;
+                    self.into_pipe_since_mark += n;
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 // The worker closed its end: it is exiting, and whatever it
@@ -268,6 +292,20 @@ mod tests {
         drop(worker);
         let turn = ch.read_turn(&mut [0; 4096]);
         assert!(turn.closed && turn.broken.unwrap().contains("inside a frame"));
+    }
+
+    #[test]
+    fn untouched_until_the_worker_reads_a_byte_of_what_followed_the_mark() {
+        let (mut ch, _worker, mut reads) = pair();
+        assert!(!ch.untouched(), "nothing sent: nothing to touch");
+        assert_eq!(ch.send(&ToWorker::Ping), Queued::Ok);
+        let mut ping = vec![0u8; control::encode(&ToWorker::Ping, 1 << 20).unwrap().len()];
+        reads.read_exact(&mut ping).unwrap();
+        ch.mark();
+        assert_eq!(ch.send(&ToWorker::Cancel), Queued::Ok);
+        assert!(ch.untouched(), "the frame after the mark is all in the pipe");
+        reads.read_exact(&mut [0u8; 1]).unwrap();
+        assert!(!ch.untouched(), "one byte of it was read");
     }
 
     #[test]

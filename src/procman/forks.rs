@@ -1,15 +1,19 @@
 //! procman's side of the fork server (worker::forkserver): started when
 //! first needed, asked for workers without waiting (the answers come back
-//! through the poll loop, in order), and started again after it dies.
+//! through the poll loop, in order), and started again after it dies or
+//! stops answering (a request unanswered for `limits::FORK_ANSWER_MS`: it
+//! was stopped, or is wedged). It is agentd's own helper: losing it loses
+//! no task, only the workers it owed, which are asked of the next one.
 
 use std::collections::VecDeque;
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::cgroup::TaskCgroups;
 use crate::control::{ForkReply, ForkRequest};
+use crate::limits;
 use crate::sys;
 
 /// A worker asked for and not yet answered: what procman keeps of it.
@@ -32,10 +36,14 @@ pub(super) enum Answer {
         /// The kernel would not start it in its cgroup: move it in.
         placement_refused: Option<io::Error>,
     },
-    /// No worker: the fork failed, or the fork server went away first
-    /// (then a worker may have been forked that nobody will hear from; its
-    /// cgroup is the caller's to kill).
-    Failed { pending: Pending, error: io::Error },
+    /// No worker: the fork failed, or (`lost`) the fork server went away
+    /// or stopped answering first (then a worker may have been forked that
+    /// nobody will hear from; its cgroup is the caller's to kill).
+    Failed {
+        pending: Pending,
+        error: io::Error,
+        lost: bool,
+    },
 }
 
 struct Running {
@@ -54,6 +62,8 @@ pub(super) struct ForkServer {
     last_pid: Option<i32>,
     /// Failed answers for what a lost fork server still owed.
     owed: Vec<Answer>,
+    /// Fork servers lost since one last forked a worker.
+    losses_in_a_row: u32,
 }
 
 impl ForkServer {
@@ -62,6 +72,30 @@ impl ForkServer {
             running: None,
             last_pid: None,
             owed: Vec::new(),
+            losses_in_a_row: 0,
+        }
+    }
+
+    /// Fork servers lost in a row, none of which forked a worker.
+    pub fn losses_in_a_row(&self) -> u32 {
+        self.losses_in_a_row
+    }
+
+    /// When the oldest unanswered request is overdue.
+    pub fn answer_due(&self) -> Option<Instant> {
+        let r = self.running.as_ref()?;
+        let oldest = r.pending.front()?;
+        Some(oldest.asked + Duration::from_millis(limits::FORK_ANSWER_MS))
+    }
+
+    /// A request has waited past its due: the fork server is stopped or
+    /// wedged. It is killed and replaced; what it owed is answered Failed.
+    pub fn give_up_if_overdue(&mut self, now: Instant) {
+        if self.answer_due().is_some_and(|due| now >= due) {
+            self.lost(&format!(
+                "a request waited {} ms for an answer (is it stopped?)",
+                limits::FORK_ANSWER_MS
+            ));
         }
     }
 
@@ -77,6 +111,11 @@ impl ForkServer {
     /// Answers owed by a lost fork server, not yet taken.
     pub fn owes(&self) -> bool {
         !self.owed.is_empty()
+    }
+
+    /// The running fork server's pid.
+    pub fn server_pid(&self) -> Option<i32> {
+        self.running.as_ref().map(|r| r.pid).or(self.last_pid)
     }
 
     /// Whether `pid` is (or was) the fork server.
@@ -154,15 +193,19 @@ impl ForkServer {
                         break Some("it answered a request never made".into());
                     };
                     match reply {
-                        Some(ForkReply::Forked { pid, placement_errno }) => out.push(Answer::Forked {
-                            pending,
-                            pid,
-                            placement_refused: (placement_errno != 0)
-                                .then(|| io::Error::from_raw_os_error(placement_errno)),
-                        }),
+                        Some(ForkReply::Forked { pid, placement_errno }) => {
+                            self.losses_in_a_row = 0;
+                            out.push(Answer::Forked {
+                                pending,
+                                pid,
+                                placement_refused: (placement_errno != 0)
+                                    .then(|| io::Error::from_raw_os_error(placement_errno)),
+                            })
+                        }
                         Some(ForkReply::Failed { errno }) => out.push(Answer::Failed {
                             pending,
                             error: io::Error::from_raw_os_error(errno),
+                            lost: false,
                         }),
                         None => {
                             r.pending.push_front(pending);
@@ -203,9 +246,11 @@ impl ForkServer {
         if !r.reaped {
             let _ = sys::kill_pid(r.pid, libc::SIGKILL);
         }
+        self.losses_in_a_row += 1;
         self.owed.extend(r.pending.into_iter().map(|pending| Answer::Failed {
             pending,
             error: io::Error::other(format!("the fork server was lost: {why}")),
+            lost: true,
         }));
     }
 

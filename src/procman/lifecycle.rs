@@ -1,21 +1,27 @@
 //! A worker's lifecycle as a type: one [`Phase`] and one pure transition,
 //! [`Life::step`]`(event, now) → actions`. procman's driver carries the
-//! actions out (frames, signals, the task's verdict); nothing here does I/O,
-//! so the table tests below walk every path without a process.
+//! actions out (frames, signals, sweeps, the task's verdict) and reports what
+//! the kernel said back as events; nothing here does I/O, so the table tests
+//! walk every path without a process. **Every verdict is made here**: a
+//! reported result, a stop's cause, a crash, and what the final sweep found
+//! in the task's cgroup (forks refused at pids.max, the OOM killer).
 //!
 //! ```text
 //!          assign            done                 exit
 //!   Idle ─────────▶ Running ─────▶ Reported ───────────┐
 //!                    │  ▲ input-required / input       │
 //!                    │  └──────┘ (Running{waiting})    ▼
-//!                    │ stop(cause)              Draining ──EOF or drain──▶ Emptying ──group empty──▶ Finished
+//!                    │ stop(cause)              Draining ──EOF or drain──▶ Emptying ──swept, nothing left──▶ Finished
 //!                    ▼                             ▲                         │ sweep every group_poll
-//!                 Stopping: cancel frame ─cancel_grace─▶ SIGTERM+SIGCONT     │
+//!                 Stopping: cancel frame ─cancel_grace─▶ SIGTERM+SIGCONT     │ (SIGKILL what is left)
 //!                           ─term_grace─▶ SIGKILL (again every group_poll) ──┘ exit
 //! ```
 //! Liveness is judged on what is read: any frame is life. After `ping_every`
 //! of silence one ping goes out; `stall_after` more of silence stops the task
 //! as `stalled`. A worker that reported its result has `exit_grace` to exit.
+//! A worker that has not read its task's `spawn` frame within `take_within`
+//! (a stopped or lost helper of agentd's own) gives the task back to be
+//! started on a fresh worker: the task had not started, so it is not failed.
 //! The task's verdict is decided when the process is gone, from what came
 //! before: a result reported before any stop wins; a stop decides otherwise.
 
@@ -39,6 +45,8 @@ pub struct Timing {
     pub drain: Duration,
     /// How often a group that outlives its worker is SIGKILLed and checked.
     pub group_poll: Duration,
+    /// How long a worker may leave its task's `spawn` frame unread.
+    pub take_within: Duration,
 }
 
 /// What a task ends with.
@@ -60,6 +68,14 @@ impl Ending {
         };
         Ending { state, cause, text }
     }
+
+    fn exhausted(text: String) -> Ending {
+        Ending {
+            state: TaskState::Failed,
+            cause: Cause::Exhausted,
+            text: Some(text),
+        }
+    }
 }
 
 /// Why procman stops a worker, and the readable reason when it has one.
@@ -70,6 +86,10 @@ pub struct Stop {
 }
 
 impl Stop {
+    pub fn new(cause: Cause) -> Stop {
+        Stop { cause, why: None }
+    }
+
     fn ending(&self, status: ExitStatus) -> Ending {
         let state = match self.cause {
             Cause::Cancelled | Cause::Shutdown => TaskState::Canceled,
@@ -88,8 +108,34 @@ impl Stop {
     }
 }
 
+fn running(waiting: Option<Instant>, deadline: Option<Instant>, taken: bool) -> Phase {
+    Phase::Running {
+        waiting,
+        deadline,
+        taken,
+    }
+}
+
 fn crashed_text(status: ExitStatus) -> String {
     format!("the worker ended without a result: {status}")
+}
+
+fn fork_bomb_text(c: &Counters) -> String {
+    format!(
+        "the task hit tasks.pids_max ({} processes) {} time(s): a fork bomb?",
+        c.pids_max, c.pids_refused
+    )
+}
+
+/// What a task's cgroup counted since the task began.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Forks refused at pids.max.
+    pub pids_refused: u64,
+    /// The pids.max those forks hit.
+    pub pids_max: u64,
+    /// The OOM killer (or the memory limit) struck.
+    pub out_of_memory: bool,
 }
 
 /// The rungs of the kill ladder.
@@ -131,8 +177,13 @@ impl Before {
 pub enum Phase {
     /// Spawned ahead of demand; no task yet.
     Idle,
-    /// Working on its task; `waiting` since when it waits for input.
-    Running { waiting: Option<Instant> },
+    /// Working on its task: `waiting` since when it waits for input, the
+    /// task's wall-clock `deadline`, and whether it has read its `spawn`.
+    Running {
+        waiting: Option<Instant>,
+        deadline: Option<Instant>,
+        taken: bool,
+    },
     /// It reported its result; its exit is due by `due`.
     Reported { verdict: Ending, due: Instant },
     /// The kill ladder runs for `stop`; the next rung at `due`.
@@ -140,20 +191,27 @@ pub enum Phase {
     /// Reaped; its channel may still hold frames until EOF or `due`.
     Draining {
         before: Before,
-        status: ExitStatus,
+        exit: ExitStatus,
         due: Instant,
     },
-    /// Channel done; whatever is left of the task is SIGKILLed until empty.
-    Emptying { ending: Option<Ending>, due: Instant },
+    /// Channel done; whatever is left of the task is SIGKILLed until a
+    /// sweep finds nothing.
+    Emptying {
+        ending: Option<Ending>,
+        exit: ExitStatus,
+        due: Instant,
+    },
     /// Nothing of it is left; the task has its verdict.
     Finished,
 }
 
-/// What happened to a worker.
+/// What happened to a worker: from the rest of agentd, its frames, the
+/// clock, and what the driver read from the kernel.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
-    /// An idle worker got a task (its `spawn` frame is queued).
-    Assigned,
+    /// An idle worker got a task (its `spawn` frame is queued), with the
+    /// task's wall-clock deadline.
+    Assigned { task: String, deadline: Option<Instant> },
     /// A frame arrived (any frame: liveness).
     Heard,
     /// It asked for input (input-required / auth-required).
@@ -164,7 +222,7 @@ pub enum Event {
     Reported(Ending),
     /// procman wants it stopped.
     Stop(Stop),
-    /// Straight to SIGKILL (a second SIGTERM to agentd; a broken channel).
+    /// Straight to SIGKILL (a second SIGTERM to agentd).
     KillNow(Stop),
     /// Its control channel reached EOF (`broken`: a bad frame or I/O error).
     ChannelClosed { broken: bool },
@@ -172,8 +230,15 @@ pub enum Event {
     Unwritable,
     /// waitpid reported it.
     Exited(ExitStatus),
-    /// The driver found its process group and cgroup empty.
-    GroupEmpty,
+    /// It has read its `spawn` frame.
+    Took,
+    /// Its `spawn` frame is still unread, all of it.
+    Untouched,
+    /// Its cgroup's counters while it runs (read now and then).
+    Counters(Counters),
+    /// A sweep's findings: whether anything of the task is `left` (its
+    /// group, its cgroup, adopted escapees), and its cgroup's counters.
+    Swept { left: bool, counters: Option<Counters> },
     /// Time passed (`now` is the step's).
     Tick,
 }
@@ -187,48 +252,69 @@ pub enum Action {
     Terminate,
     /// SIGKILL to the group and the cgroup.
     Kill,
-    /// SIGKILL whatever is left of the task's group and cgroup, if
-    /// anything; when nothing is, the driver answers `GroupEmpty`.
-    Sweep,
+    /// Reap, then look for what is left of the task (its group, its
+    /// cgroup, and with `adopted` agentd's children that are no worker's:
+    /// escapees a SIGKILLed worker could not take with it) and SIGKILL it;
+    /// answer with `Swept`.
+    Sweep {
+        adopted: bool,
+    },
+    /// Look whether the worker has read its `spawn` frame; answer `Took`
+    /// or `Untouched`.
+    CheckTaken,
+    /// The task goes back to the queue, to start on a fresh worker.
+    Requeue(String),
     /// Log the rung or stop reached (for the operator).
     Note(&'static str),
-    /// The task ends with this (None: it had no task).
-    Finish(Option<Ending>),
+    /// The worker is gone and so is everything of its task: the task ends
+    /// with `ending` (None: it had no task).
+    Finish {
+        ending: Option<Ending>,
+        exit: ExitStatus,
+    },
 }
 
-/// One worker's lifecycle: its phase plus the clocks every phase shares.
+/// One worker's lifecycle: its phase, its task, and the clocks every phase
+/// shares.
 #[derive(Debug, Clone)]
 pub struct Life {
-    pub phase: Phase,
-    deadline: Option<Instant>,
+    pid: i32,
+    phase: Phase,
+    /// The task and when it was assigned; only `Assigned` sets it.
+    task: Option<(String, Instant)>,
     heard: Instant,
     ping_sent: Option<Instant>,
     channel_open: bool,
-    exit: Option<ExitStatus>,
+    /// In a cgroup of its own, which holds whatever escapes its group.
+    contained: bool,
     timing: Timing,
 }
 
 impl Life {
-    pub fn idle(now: Instant, timing: Timing) -> Life {
+    pub fn idle(pid: i32, contained: bool, now: Instant, timing: Timing) -> Life {
         Life {
+            pid,
             phase: Phase::Idle,
-            deadline: None,
+            task: None,
             heard: now,
             ping_sent: None,
             channel_open: true,
-            exit: None,
+            contained,
             timing,
         }
     }
 
-    /// The task's wall-clock budget starts when it is assigned.
-    pub fn set_deadline(&mut self, at: Option<Instant>) {
-        self.deadline = at;
+    pub fn phase(&self) -> &Phase {
+        &self.phase
     }
 
-    /// How the worker process ended, once reaped.
-    pub fn exit_status(&self) -> Option<ExitStatus> {
-        self.exit
+    /// The task it works for, and since when.
+    pub fn task(&self) -> Option<(&str, Instant)> {
+        self.task.as_ref().map(|(id, at)| (id.as_str(), *at))
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.phase == Phase::Idle
     }
 
     pub fn is_finished(&self) -> bool {
@@ -240,17 +326,27 @@ impl Life {
         matches!(self.phase, Phase::Running { .. })
     }
 
+    /// Whether it has a task whose `spawn` frame it may not have read yet.
+    pub fn may_not_have_taken(&self) -> bool {
+        matches!(self.phase, Phase::Running { taken: false, .. })
+    }
+
     /// When `step(Tick)` next has something to do.
     pub fn next_due(&self) -> Option<Instant> {
         let t = &self.timing;
         match &self.phase {
             Phase::Idle | Phase::Finished => None,
-            Phase::Running { waiting } => {
+            Phase::Running {
+                waiting,
+                deadline,
+                taken,
+            } => {
                 let liveness = match self.ping_sent {
                     Some(at) => at + t.stall_after,
                     None => self.heard + t.ping_every,
                 };
-                [Some(liveness), self.deadline, waiting.map(|w| w + t.input_idle)]
+                let take = self.task.as_ref().filter(|_| !taken).map(|(_, at)| *at + t.take_within);
+                [Some(liveness), *deadline, waiting.map(|w| w + t.input_idle), take]
                     .into_iter()
                     .flatten()
                     .min()
@@ -262,30 +358,47 @@ impl Life {
         }
     }
 
-    /// The transition. Unexpected events in a phase change nothing.
+    /// The transition.
     pub fn step(&mut self, event: Event, now: Instant) -> Vec<Action> {
         let t = self.timing;
-        if event == Event::Heard {
-            self.heard = now;
-            self.ping_sent = None;
-            return Vec::new();
-        }
-        match event {
+        match &event {
+            Event::Heard => {
+                self.heard = now;
+                self.ping_sent = None;
+                if let Phase::Running { taken, .. } = &mut self.phase {
+                    *taken = true; // it spoke: it read its spawn
+                }
+                return Vec::new();
+            }
             Event::ChannelClosed { .. } => self.channel_open = false,
-            Event::Exited(status) => self.exit = Some(status),
             _ => {}
         }
         let phase = std::mem::replace(&mut self.phase, Phase::Finished);
         let (next, actions) = match (phase, event) {
-            (Phase::Idle, Event::Assigned) => {
+            (Phase::Idle, Event::Assigned { task, deadline }) => {
                 self.heard = now;
-                (Phase::Running { waiting: None }, vec![])
+                self.task = Some((task, now));
+                (running(None, deadline, false), vec![])
             }
-            (Phase::Idle, Event::Stop(_) | Event::KillNow(_) | Event::Unwritable) => (Phase::Idle, vec![Action::Kill]),
-            (Phase::Idle, Event::ChannelClosed { .. }) => (Phase::Idle, vec![Action::Kill]),
+            // An idle worker has no task to ask: it is killed (retired,
+            // refused, gone quiet) and ends as a worker without a task.
+            (Phase::Idle, Event::Stop(stop) | Event::KillNow(stop)) => Self::kill_now(stop, now, t),
+            (Phase::Idle, Event::Unwritable | Event::ChannelClosed { .. }) => {
+                Self::kill_now(Stop::new(Cause::Shutdown), now, t)
+            }
 
-            (Phase::Running { .. }, Event::Asked) => (Phase::Running { waiting: Some(now) }, vec![]),
-            (Phase::Running { .. }, Event::Resumed) => (Phase::Running { waiting: None }, vec![]),
+            (Phase::Running { deadline, taken, .. }, Event::Asked) => (running(Some(now), deadline, taken), vec![]),
+            (Phase::Running { deadline, taken, .. }, Event::Resumed) => (running(None, deadline, taken), vec![]),
+            (Phase::Running { waiting, deadline, .. }, Event::Took) => (running(waiting, deadline, true), vec![]),
+            (Phase::Running { taken: false, .. }, Event::Untouched) => self.give_back(now),
+            (Phase::Running { .. }, Event::Counters(c)) if c.pids_refused > 0 => self.ladder(
+                Stop {
+                    cause: Cause::Exhausted,
+                    why: Some(fork_bomb_text(&c)),
+                },
+                now,
+            ),
+            (phase @ Phase::Running { .. }, Event::Counters(_)) => (phase, vec![]),
             (Phase::Running { .. }, Event::Reported(verdict)) => (
                 Phase::Reported {
                     verdict,
@@ -294,6 +407,7 @@ impl Life {
                 vec![],
             ),
             (Phase::Running { .. }, Event::Stop(stop)) => self.ladder(stop, now),
+            (Phase::Running { .. }, Event::KillNow(stop)) => Self::kill_now(stop, now, t),
             (Phase::Running { .. }, Event::Unwritable) => Self::terminate(
                 Stop {
                     cause: Cause::Stalled,
@@ -302,28 +416,27 @@ impl Life {
                 now,
                 t,
             ),
-            (Phase::Running { .. }, Event::ChannelClosed { broken: true }) => Self::kill_now(
-                Stop {
-                    cause: Cause::Crashed,
-                    why: None,
-                },
-                now,
-                t,
-            ),
+            (Phase::Running { .. }, Event::ChannelClosed { broken: true }) => {
+                Self::kill_now(Stop::new(Cause::Crashed), now, t)
+            }
             // A clean EOF without a result: it is on its way out. The exit
             // says how; if it lingers, the ladder (minus the frame) ends it.
             (Phase::Running { .. }, Event::ChannelClosed { broken: false }) => (
                 Phase::Stopping {
-                    stop: Stop {
-                        cause: Cause::Crashed,
-                        why: None,
-                    },
+                    stop: Stop::new(Cause::Crashed),
                     rung: Rung::Asked,
                     due: now + t.cancel_grace,
                 },
                 vec![],
             ),
-            (Phase::Running { waiting }, Event::Tick) => self.running_tick(waiting, now),
+            (
+                Phase::Running {
+                    waiting,
+                    deadline,
+                    taken,
+                },
+                Event::Tick,
+            ) => self.running_tick(waiting, deadline, taken, now),
 
             // A result came: later stops change nothing, but it must exit.
             (Phase::Reported { verdict, due }, Event::Tick) if now >= due => (
@@ -333,16 +446,13 @@ impl Life {
                 },
                 vec![Action::Note("exit_grace"), Action::Kill],
             ),
-            (Phase::Reported { verdict, .. }, Event::KillNow(_)) => (
+            (Phase::Reported { verdict, .. }, Event::KillNow(_) | Event::ChannelClosed { broken: true }) => (
                 Phase::Reported {
                     verdict,
                     due: now + t.group_poll,
                 },
                 vec![Action::Kill],
             ),
-            (Phase::Reported { verdict, due }, Event::ChannelClosed { broken: true }) => {
-                (Phase::Reported { verdict, due }, vec![Action::Kill])
-            }
 
             (Phase::Stopping { stop, rung, due }, Event::Tick) if now >= due => {
                 let (rung, actions) = match rung {
@@ -363,26 +473,15 @@ impl Life {
                     actions,
                 )
             }
-            (Phase::Stopping { stop, rung, .. }, Event::KillNow(_)) if rung != Rung::Killed => (
-                Phase::Stopping {
-                    stop,
-                    rung: Rung::Killed,
-                    due: now + t.group_poll,
-                },
-                vec![Action::Kill],
-            ),
-            (Phase::Stopping { stop, rung, .. }, Event::ChannelClosed { broken: true }) if rung != Rung::Killed => (
-                Phase::Stopping {
-                    stop,
-                    rung: Rung::Killed,
-                    due: now + t.group_poll,
-                },
-                vec![Action::Kill],
-            ),
+            (Phase::Stopping { stop, rung, .. }, Event::KillNow(_) | Event::ChannelClosed { broken: true })
+                if rung != Rung::Killed =>
+            {
+                Self::kill_now(stop, now, t)
+            }
 
             (
                 phase @ (Phase::Idle | Phase::Running { .. } | Phase::Reported { .. } | Phase::Stopping { .. }),
-                Event::Exited(status),
+                Event::Exited(exit),
             ) => {
                 let before = match phase {
                     Phase::Idle => Before::Idle,
@@ -395,13 +494,13 @@ impl Life {
                     (
                         Phase::Draining {
                             before,
-                            status,
+                            exit,
                             due: now + t.drain,
                         },
                         vec![],
                     )
                 } else {
-                    Self::empty(before.ending(status), now, t)
+                    self.empty(before, exit, now)
                 }
             }
 
@@ -410,57 +509,98 @@ impl Life {
             (
                 Phase::Draining {
                     before: Before::Running,
-                    status,
+                    exit,
                     due,
                 },
                 Event::Reported(verdict),
             ) => (
                 Phase::Draining {
                     before: Before::Reported(verdict),
-                    status,
+                    exit,
                     due,
                 },
                 vec![],
             ),
-            (Phase::Draining { before, status, .. }, Event::ChannelClosed { .. }) => {
-                Self::empty(before.ending(status), now, t)
-            }
-            (Phase::Draining { before, status, due }, Event::Tick) if now >= due => {
-                Self::empty(before.ending(status), now, t)
-            }
+            (Phase::Draining { before, exit, .. }, Event::ChannelClosed { .. }) => self.empty(before, exit, now),
+            (Phase::Draining { before, exit, due }, Event::Tick) if now >= due => self.empty(before, exit, now),
 
-            (Phase::Emptying { ending, .. }, Event::GroupEmpty) => (Phase::Finished, vec![Action::Finish(ending)]),
-            (Phase::Emptying { ending, due }, Event::Tick) if now >= due => (
+            (Phase::Emptying { ending, exit, .. }, Event::Swept { left: true, .. }) => (
                 Phase::Emptying {
                     ending,
+                    exit,
                     due: now + t.group_poll,
                 },
-                vec![Action::Sweep],
+                vec![Action::Kill],
             ),
+            (Phase::Emptying { ending, exit, .. }, Event::Swept { left: false, counters }) => {
+                let ending = ending.map(|e| Self::counted(e, counters));
+                (Phase::Finished, vec![Action::Finish { ending, exit }])
+            }
+            (Phase::Emptying { ending, exit, due }, Event::Tick) if now >= due => {
+                let sweep = self.sweep(exit);
+                (
+                    Phase::Emptying {
+                        ending,
+                        exit,
+                        due: now + t.group_poll,
+                    },
+                    vec![sweep],
+                )
+            }
 
-            (phase, _) => (phase, vec![]),
+            // Expected and harmless: a tick that is not due, frames and
+            // counters that come after the task's course is set.
+            (phase, Event::Tick | Event::Asked | Event::Resumed | Event::Took | Event::Counters(_)) => (phase, vec![]),
+            (phase, event) => {
+                log::debug!(
+                    "procman.lifecycle pid={} task={} ignoring {event:?} in {phase:?}",
+                    self.pid,
+                    self.task().map_or("-", |(id, _)| id)
+                );
+                (phase, vec![])
+            }
         };
         self.phase = next;
         actions
     }
 
-    fn running_tick(&mut self, waiting: Option<Instant>, now: Instant) -> (Phase, Vec<Action>) {
+    fn running_tick(
+        &mut self,
+        waiting: Option<Instant>,
+        deadline: Option<Instant>,
+        taken: bool,
+        now: Instant,
+    ) -> (Phase, Vec<Action>) {
         let t = self.timing;
-        let stop = |cause| Stop { cause, why: None };
-        if self.deadline.is_some_and(|d| now >= d) {
-            return self.ladder(stop(Cause::Deadline), now);
+        if deadline.is_some_and(|d| now >= d) {
+            return self.ladder(Stop::new(Cause::Deadline), now);
         }
         if waiting.is_some_and(|w| now >= w + t.input_idle) {
-            return self.ladder(stop(Cause::Idle), now);
+            return self.ladder(Stop::new(Cause::Idle), now);
+        }
+        let running = running(waiting, deadline, taken);
+        let take_due = self.task.as_ref().is_some_and(|(_, at)| now >= *at + t.take_within);
+        if !taken && take_due {
+            // The driver answers at once: Took or Untouched.
+            return (running, vec![Action::CheckTaken]);
         }
         match self.ping_sent {
-            Some(at) if now >= at + t.stall_after => self.ladder(stop(Cause::Stalled), now),
+            Some(at) if now >= at + t.stall_after => self.ladder(Stop::new(Cause::Stalled), now),
             None if now >= self.heard + t.ping_every => {
                 self.ping_sent = Some(now);
-                (Phase::Running { waiting }, vec![Action::SendPing])
+                (running, vec![Action::SendPing])
             }
-            _ => (Phase::Running { waiting }, vec![]),
+            _ => (running, vec![]),
         }
+    }
+
+    /// The worker never read its task: the task goes back (it had not
+    /// started) and the worker, agentd's own problem, is killed.
+    fn give_back(&mut self, now: Instant) -> (Phase, Vec<Action>) {
+        let (id, _) = self.task.take().expect("Running has a task");
+        let (phase, mut actions) = Self::kill_now(Stop::new(Cause::Shutdown), now, self.timing);
+        actions.insert(0, Action::Requeue(id));
+        (phase, actions)
     }
 
     /// The first rung: ask, then signal when due.
@@ -504,15 +644,38 @@ impl Life {
     }
 
     /// Whatever the program left behind goes now; the verdict waits until
-    /// the group and the cgroup are empty.
-    fn empty(ending: Option<Ending>, now: Instant, t: Timing) -> (Phase, Vec<Action>) {
-        (
-            Phase::Emptying {
-                ending,
-                due: now + t.group_poll,
-            },
-            vec![Action::Sweep],
-        )
+    /// a sweep finds nothing of it.
+    fn empty(&self, before: Before, exit: ExitStatus, now: Instant) -> (Phase, Vec<Action>) {
+        // A task given back is no longer this worker's to end.
+        let ending = self.task.as_ref().and_then(|_| before.ending(exit));
+        let phase = Phase::Emptying {
+            ending,
+            exit,
+            due: now + self.timing.group_poll,
+        };
+        (phase, vec![self.sweep(exit)])
+    }
+
+    /// Without a cgroup, a worker is the subreaper of what its program
+    /// started; SIGKILLed, it could not take that with it, and it comes to
+    /// agentd. With one, the cgroup holds it.
+    fn sweep(&self, exit: ExitStatus) -> Action {
+        Action::Sweep {
+            adopted: !self.contained && exit == ExitStatus::Signal(libc::SIGKILL),
+        }
+    }
+
+    /// What the cgroup counted overrides the ending: forks refused at
+    /// pids.max (unless the task was cancelled), the OOM killer (always).
+    fn counted(ending: Ending, counters: Option<Counters>) -> Ending {
+        let Some(c) = counters else { return ending };
+        if c.out_of_memory {
+            return Ending::exhausted("out of memory: the task went over tasks.memory_max_bytes".into());
+        }
+        if c.pids_refused > 0 && ending.state != TaskState::Canceled {
+            return Ending::exhausted(fork_bomb_text(&c));
+        }
+        ending
     }
 }
 

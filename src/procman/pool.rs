@@ -1,67 +1,223 @@
 //! Starting tasks: the queue under tasks.max_running, the pool of idle
 //! workers sized to demand, and asking the fork server for workers born in
 //! their cgroup slot. Part of procman's one thread (see the module above).
+//!
+//! A task whose worker never read it (a stopped or lost idle worker, a
+//! worker that died before it could) comes back here and starts first on a
+//! fresh worker, up to `limits::WORKER_TAKE_ATTEMPTS` workers.
 
+use std::collections::{HashMap, VecDeque};
 use std::ffi::CString;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
 use super::channel::Channel;
-use super::forks::{Answer, Pending};
-use super::lifecycle::{self, Event, Life, Stop};
-use super::{State, Worker, DEMAND_WINDOW, FORK_ATTEMPTS, FORK_RETRY, SPAWNS_PER_TURN};
+use super::driver::{end_task, GivenBack, Helpers};
+use super::forks::{Answer, ForkServer, Pending};
+use super::lifecycle::Ending;
+use super::Loop;
 use crate::config::Runner;
 use crate::control::{Cause, ContainmentFile, ForkRequest, Rlimits, RunnerSpec, ToWorker};
 use crate::limits;
-use crate::sys;
-use crate::tasks::Notice;
-use crate::wire::{Message, TaskState};
+use crate::sys::{self, ExitStatus};
+use crate::wire::TaskState;
 use crate::worker;
 
-impl State {
-    /// Starts queued tasks on idle workers while there is room under
+const DEMAND_WINDOW: Duration = Duration::from_millis(limits::PRESPAWN_DEMAND_WINDOW_MS);
+const FORK_RETRY: Duration = Duration::from_millis(limits::FORK_RETRY_MS);
+
+/// What waits for a worker, and what brings workers.
+pub(super) struct Pool {
+    queue: VecDeque<String>,
+    /// Tasks a worker never read: they start before the queue.
+    again: VecDeque<GivenBack>,
+    /// When recent tasks started: the demand the pool is sized to.
+    starts: VecDeque<Instant>,
+    forks: ForkServer,
+    /// Exits reaped before the fork server's answer named the pid.
+    early_exits: HashMap<i32, ExitStatus>,
+    /// Workers asked for in a row that did not come (see FORK_ATTEMPTS).
+    fork_failures: u32,
+    /// No ask before then (the last one failed or found the socket full).
+    retry_forks_at: Option<Instant>,
+}
+
+impl Pool {
+    pub fn new() -> Pool {
+        Pool {
+            queue: VecDeque::new(),
+            again: VecDeque::new(),
+            starts: VecDeque::new(),
+            forks: ForkServer::new(),
+            early_exits: HashMap::new(),
+            fork_failures: 0,
+            retry_forks_at: None,
+        }
+    }
+
+    pub fn queue(&mut self, task_id: String) {
+        self.queue.push_back(task_id);
+    }
+
+    pub fn queued(&self) -> usize {
+        self.queue.len() + self.again.len()
+    }
+
+    /// Every task waiting for a worker, taken out (the daemon stops).
+    pub fn take_queued(&mut self) -> Vec<String> {
+        let again = self.again.drain(..).map(|g| g.task);
+        again.chain(self.queue.drain(..)).collect()
+    }
+
+    /// Takes a waiting task out; false if it was not waiting.
+    pub fn unqueue(&mut self, task_id: &str) -> bool {
+        if let Some(at) = self.again.iter().position(|g| g.task == task_id) {
+            self.again.remove(at);
+            return true;
+        }
+        match self.queue.iter().position(|id| id == task_id) {
+            Some(at) => self.queue.remove(at).is_some(),
+            None => false,
+        }
+    }
+
+    /// The fork server's socket, for the poll set, while it runs.
+    pub fn forks_fd(&self) -> Option<RawFd> {
+        self.forks.fd()
+    }
+
+    /// Answers owed by a lost fork server, not yet taken.
+    pub fn forks_owe(&self) -> bool {
+        self.forks.owes()
+    }
+
+    pub fn forks_overdue(&self, now: Instant) -> bool {
+        self.forks.answer_due().is_some_and(|due| now >= due)
+    }
+
+    pub fn helpers(&self) -> Helpers {
+        Helpers {
+            fork_server: self.forks.server_pid(),
+            forks_pending: self.forks.pending(),
+        }
+    }
+
+    /// An exit that was no worker's: the fork server's, or a worker's the
+    /// fork server has yet to name, or an orphan's.
+    pub fn route_exit(&mut self, pid: i32, status: ExitStatus) {
+        if self.forks.is_server(pid) {
+            log::debug!("procman.forkserver pid={pid} {status}");
+            self.forks.exited(pid);
+        } else if self.forks.pending() > 0 {
+            self.early_exits.insert(pid, status);
+        } else {
+            log::debug!("procman.reaped pid={pid} {status} (not a worker)");
+        }
+    }
+
+    pub fn stop_forks(&mut self) {
+        self.forks.stop();
+    }
+
+    /// When the pool next has something to do: a retry of the fork server,
+    /// the fork server's answer overdue.
+    pub fn next_due(&self) -> Option<Instant> {
+        let retry = self.retry_forks_at.filter(|_| self.queued() > 0);
+        [retry, self.forks.answer_due()].into_iter().flatten().min()
+    }
+}
+
+impl Loop {
+    /// Tasks given back by workers that never read them: each starts again
+    /// first, unless it has been round too often.
+    pub(super) fn take_given_back(&mut self) {
+        for back in std::mem::take(&mut self.driver.given_back) {
+            if back.attempts >= limits::WORKER_TAKE_ATTEMPTS {
+                log::error!(
+                    "task.spawn_failed task={} workers={} none read it",
+                    back.task,
+                    back.attempts
+                );
+                let text = format!(
+                    "agentd could not start a worker: {} in a row never read the task",
+                    back.attempts
+                );
+                end_task(&self.driver.tasks, &back.task, failed(text));
+            } else {
+                self.pool.again.push_back(back);
+            }
+        }
+    }
+
+    /// Starts waiting tasks on idle workers while there is room under
     /// tasks.max_running; with no idle worker, asks the fork server for as
     /// many as can start now (they start as they arrive).
     pub(super) fn start_queued(&mut self) {
-        // Every worker with a task counts, stopping ones too: their processes
-        // still run.
-        while self.by_task.len() < self.tasks.max_running() && self.shutdown.is_none() {
-            let Some(id) = self.queue.front() else { return };
-            if self.tasks.state(id) != Some(TaskState::Submitted) {
-                self.queue.pop_front(); // cancelled while queued, or pruned
+        while self.driver.tasks_running() < self.driver.tasks.max_running() && self.shutdown.is_none() {
+            let (id, attempt) = match (self.pool.again.front(), self.pool.queue.front()) {
+                (Some(back), _) => (back.task.clone(), back.attempts + 1),
+                (None, Some(id)) => (id.clone(), 1),
+                (None, None) => return,
+            };
+            // Given back: it was started (WORKING). Queued: it waits.
+            let state = self.driver.tasks.state(&id);
+            let waiting = if attempt > 1 {
+                state.is_some_and(|s| !s.is_terminal())
+            } else {
+                state == Some(TaskState::Submitted)
+            };
+            if !waiting {
+                self.pop_waiting(attempt); // cancelled while queued, or pruned
                 continue;
             }
-            let idle = self
-                .workers
-                .values()
-                .filter(|w| w.task.is_none() && w.life.phase == lifecycle::Phase::Idle && w.chan.is_open())
-                .map(|w| w.pid)
-                .min();
-            let Some(pid) = idle else {
-                let room = self.tasks.max_running() - self.by_task.len();
-                let missing = room.min(self.queue.len()).saturating_sub(self.forks.pending());
-                for _ in 0..missing.min(SPAWNS_PER_TURN) {
-                    match self.ask_worker() {
-                        Ok(()) => {}
-                        Err(Ask::Later) => {
-                            self.retry_forks_at.get_or_insert(Instant::now() + FORK_RETRY);
-                            break;
-                        }
-                        Err(Ask::Failed(e)) => {
-                            self.no_worker(e);
-                            break;
-                        }
-                    }
-                }
+            let Some(pid) = self.driver.idle().map(|(pid, _)| pid).min() else {
+                self.ask_for_workers();
                 return;
             };
-            let Some(id) = self.queue.pop_front() else { return };
-            let Some((context_id, message)) = self.tasks.start_info(&id) else {
+            self.pop_waiting(attempt);
+            let Some((context_id, message)) = self.driver.tasks.start_info(&id) else {
                 continue;
             };
             let now = Instant::now();
-            self.starts.push_back(now);
-            self.assign(pid, id, context_id, message, now);
+            self.pool.starts.push_back(now);
+            let spawn = ToWorker::Spawn {
+                task_id: id.clone(),
+                context_id,
+                message,
+                runner: self.runner_spec(),
+                trace: self.driver.tasks.trace(&id),
+            };
+            let deadline_ms = self.cfg.tasks.deadline_ms;
+            let deadline = (deadline_ms > 0).then(|| now + Duration::from_millis(deadline_ms));
+            self.driver.assign(pid, id, &spawn, deadline, attempt);
+        }
+    }
+
+    fn pop_waiting(&mut self, attempt: u32) {
+        if attempt > 1 {
+            self.pool.again.pop_front();
+        } else {
+            self.pool.queue.pop_front();
+        }
+    }
+
+    /// No idle worker for the task first in line: ask for as many as can
+    /// start now.
+    fn ask_for_workers(&mut self) {
+        let room = self.driver.tasks.max_running() - self.driver.tasks_running();
+        let missing = room.min(self.pool.queued()).saturating_sub(self.pool.forks.pending());
+        for _ in 0..missing.min(limits::PRESPAWN_PER_TURN) {
+            match self.ask_worker() {
+                Ok(()) => {}
+                Err(Ask::Later) => {
+                    self.pool.retry_forks_at.get_or_insert(Instant::now() + FORK_RETRY);
+                    return;
+                }
+                Err(Ask::Failed(e)) => {
+                    self.no_worker(e);
+                    return;
+                }
+            }
         }
     }
 
@@ -69,50 +225,24 @@ impl State {
     /// first in line fails with the reason (nothing waits for ever on a
     /// fork that keeps failing); until then it waits for the next try.
     /// (A fork that fails with EAGAIN counts like any other failure.)
-    pub(super) fn no_worker(&mut self, e: std::io::Error) {
+    fn no_worker(&mut self, e: std::io::Error) {
         crate::metrics::worker_spawn_failed();
-        self.fork_failures += 1;
-        log::warn!("procman.fork failed ({} in a row) error={e}", self.fork_failures);
-        self.retry_forks_at = Some(Instant::now() + FORK_RETRY);
-        if self.fork_failures < FORK_ATTEMPTS {
+        let pool = &mut self.pool;
+        pool.fork_failures += 1;
+        log::warn!("procman.fork failed ({} in a row) error={e}", pool.fork_failures);
+        pool.retry_forks_at = Some(Instant::now() + FORK_RETRY);
+        if pool.fork_failures < limits::FORK_ATTEMPTS {
             return;
         }
-        self.fork_failures = 0;
-        let Some(id) = self.queue.pop_front() else { return };
-        log::error!("task.spawn_failed task={id} error={e}");
-        self.end(
-            &id,
-            TaskState::Failed,
-            Cause::Crashed,
-            Some(format!("agentd could not start a worker: {e}")),
-        );
-    }
-
-    fn assign(&mut self, pid: i32, id: String, context_id: String, message: Message, now: Instant) {
-        let deadline_ms = self.cfg.tasks.deadline_ms;
-        let runner = self.runner_spec();
-        let Some(w) = self.workers.get_mut(&pid) else { return };
-        w.task = Some(id.clone());
-        w.assigned = now;
-        w.life
-            .set_deadline((deadline_ms > 0).then(|| now + Duration::from_millis(deadline_ms)));
-        self.by_task.insert(id.clone(), pid);
-        self.event(pid, Event::Assigned);
-        self.tasks.worker_notice(&Notice::WorkerSpawn { task_id: &id, pid });
-        self.tasks.set_progress(&id, TaskState::Working, None);
-        let trace = self.tasks.trace(&id);
-        match &trace {
-            Some(t) => log::info!("task.start task={id} pid={pid} trace={}", t.trace_id()),
-            None => log::info!("task.start task={id} pid={pid}"),
-        }
-        let spawn = ToWorker::Spawn {
-            task_id: id,
-            context_id,
-            message,
-            runner,
-            trace,
+        pool.fork_failures = 0;
+        let first = match pool.again.pop_front() {
+            Some(back) => Some(back.task),
+            None => pool.queue.pop_front(),
         };
-        self.send(pid, &spawn);
+        let Some(id) = first else { return };
+        log::error!("task.spawn_failed task={id} error={e}");
+        let text = format!("agentd could not start a worker: {e}");
+        end_task(&self.driver.tasks, &id, failed(text));
     }
 
     /// Keeps idle workers ready, so a task's start does not wait for a
@@ -121,72 +251,65 @@ impl State {
     /// at most PRESPAWN_AUTO_MAX).
     pub(super) fn fill_pool(&mut self) {
         let now = Instant::now();
-        while self
-            .starts
-            .front()
-            .is_some_and(|t| now.duration_since(*t) > DEMAND_WINDOW)
-        {
-            self.starts.pop_front();
+        let starts = &mut self.pool.starts;
+        while starts.front().is_some_and(|t| now.duration_since(*t) > DEMAND_WINDOW) {
+            starts.pop_front();
         }
         let want = match self.cfg.tasks.prespawn {
             Some(n) => n,
-            None => self.starts.len().clamp(1, limits::PRESPAWN_AUTO_MAX),
+            None => starts.len().clamp(1, limits::PRESPAWN_AUTO_MAX),
         };
         if self.shutdown.is_some() || want == 0 {
             return;
         }
-        let idle: Vec<(Instant, i32)> = self
-            .workers
-            .values()
-            .filter(|w| w.task.is_none() && w.life.phase == lifecycle::Phase::Idle)
-            .map(|w| (w.assigned, w.pid))
-            .collect();
+        let idle: Vec<(Instant, i32)> = self.driver.idle().map(|(pid, born)| (born, pid)).collect();
         if idle.len() > want {
             // Demand fell: retire the oldest surplus worker once it has
             // waited a whole window, one per turn (no churn under bursts).
             if let Some((since, pid)) = idle.iter().min().copied() {
                 if now.duration_since(since) > DEMAND_WINDOW * 4 {
-                    self.event(
-                        pid,
-                        Event::Stop(Stop {
-                            cause: Cause::Shutdown,
-                            why: None,
-                        }),
-                    );
+                    self.driver.retire(pid);
                 }
             }
             return;
         }
-        let have = idle.len() + self.forks.pending();
-        for _ in have..want.min(have + SPAWNS_PER_TURN) {
+        let have = idle.len() + self.pool.forks.pending();
+        for _ in have..want.min(have + limits::PRESPAWN_PER_TURN) {
             match self.ask_worker() {
                 Ok(()) => {}
                 Err(Ask::Later) => return,
                 Err(Ask::Failed(e)) => {
                     log::warn!("procman.prespawn error={e}");
-                    self.retry_forks_at = Some(Instant::now() + FORK_RETRY);
+                    self.pool.retry_forks_at = Some(Instant::now() + FORK_RETRY);
                     return;
                 }
             }
         }
     }
 
+    /// A pool grown by a burst is looked at again until it has shrunk.
+    pub(super) fn pool_review_due(&self) -> Option<Instant> {
+        let auto = self.cfg.tasks.prespawn.is_none();
+        (auto && self.driver.idle().count() > 1).then(|| Instant::now() + DEMAND_WINDOW)
+    }
+
     /// Asks the fork server (started first if it is not running) for one
     /// worker, born in a free cgroup slot where agentd has them. The answer
-    /// comes through the poll loop ([`State::take_fork_answers`]).
+    /// comes through the poll loop ([`Loop::take_fork_answers`]).
     fn ask_worker(&mut self) -> Result<(), Ask> {
-        if self.retry_forks_at.is_some_and(|t| Instant::now() < t) {
+        if self.pool.retry_forks_at.is_some_and(|t| Instant::now() < t) {
             return Err(Ask::Later);
         }
-        self.retry_forks_at = None;
-        if !self.forks.is_up() {
+        self.pool.retry_forks_at = None;
+        if !self.pool.forks.is_up() {
             let env = self.worker_env().map_err(Ask::Failed)?;
-            self.forks.start(&env).map_err(Ask::Failed)?;
+            self.pool.forks.start(&env).map_err(Ask::Failed)?;
         }
         let (from_worker, worker_writes) = sys::pipe().map_err(Ask::Failed)?;
         let (worker_reads, to_worker) = sys::pipe().map_err(Ask::Failed)?;
-        let cgroups = if self.isolation.is_cgroup() {
-            match self.isolation.acquire() {
+        let isolation = &mut self.driver.os.isolation;
+        let cgroups = if isolation.is_cgroup() {
+            match isolation.acquire() {
                 Ok(c) => Some(c),
                 Err(e) => {
                     log::warn!("task.cgroup error={e}; process group only");
@@ -196,7 +319,7 @@ impl State {
         } else {
             None
         };
-        let slot_dir = cgroups.as_ref().and_then(|c| self.isolation.slot_dir(c));
+        let slot_dir = cgroups.as_ref().and_then(|c| isolation.slot_dir(c));
         let containment = cgroups.as_ref().and_then(|c| {
             c.kill_file()
                 .map(|f| (ContainmentFile::Kill, f))
@@ -218,11 +341,11 @@ impl State {
         };
         // The fork server holds its own copies of the descriptors once
         // sent: ours close at the end of this function.
-        match self.forks.ask(&request, &fds, pending) {
+        match self.pool.forks.ask(&request, &fds, pending) {
             Ok(()) => Ok(()),
             Err((e, pending)) => {
                 if let Some(cg) = pending.cgroups {
-                    self.isolation.release(cg);
+                    self.driver.os.isolation.release(cg);
                 }
                 // Only a full request queue is worth waiting out.
                 Err(match e.kind() {
@@ -233,58 +356,67 @@ impl State {
         }
     }
 
-    /// Takes the fork server's answers: each new worker joins the pool.
+    /// Takes the fork server's answers: each new worker joins the pool. A
+    /// fork server that has not answered in time is given up first.
     pub(super) fn take_fork_answers(&mut self) {
-        for answer in self.forks.answers() {
+        self.pool.forks.give_up_if_overdue(Instant::now());
+        for answer in self.pool.forks.answers() {
             match answer {
                 Answer::Forked {
                     pending,
                     pid,
                     placement_refused,
                 } => self.adopt_worker(pending, pid, placement_refused),
-                Answer::Failed { pending, error } => {
+                Answer::Failed { pending, error, lost } => {
                     if let Some(cg) = pending.cgroups {
                         // A lost fork server may have forked it before it
                         // could say so: nothing of it may stay in the slot.
                         cg.kill();
-                        self.isolation.release(cg);
+                        self.driver.os.isolation.release(cg);
                     }
-                    self.no_worker(error);
+                    // agentd's own helper failed, not the fork: ask the
+                    // next one, unless they keep being lost.
+                    if lost && self.pool.forks.losses_in_a_row() <= limits::FORK_SERVER_LOSSES_MAX {
+                        self.pool.retry_forks_at.get_or_insert(Instant::now() + FORK_RETRY);
+                    } else {
+                        self.no_worker(error);
+                    }
                 }
             }
         }
-        if self.forks.pending() == 0 {
+        if self.pool.forks.pending() == 0 {
             // Exits of workers not known yet can only be of pending ones.
-            self.early_exits.clear();
+            self.pool.early_exits.clear();
         }
+        self.driver.helpers = self.pool.helpers();
     }
 
     fn adopt_worker(&mut self, pending: Pending, pid: i32, placement_refused: Option<std::io::Error>) {
         crate::metrics::worker_spawned();
         crate::metrics::worker_forked_after(pending.asked.elapsed());
-        self.fork_failures = 0;
+        self.pool.fork_failures = 0;
         // The worker does this itself too; whichever is first, the group
         // exists before any signal is sent to it.
         let _ = sys::make_group_leader(pid);
         let born_inside = pending.into_cgroup && placement_refused.is_none();
+        let isolation = &mut self.driver.os.isolation;
         if let Some(e) = &placement_refused {
-            self.isolation.placement_refused(e);
+            isolation.placement_refused(e);
         }
         // Into the cgroups it was not born in (v1 limits; v2 after a
         // refused clone3) before it hears `spawn`: everything the task
         // forks is inside from the start.
         let cgroups = pending
             .cgroups
-            .and_then(|cg| match self.isolation.enter(pid, &cg, born_inside) {
+            .and_then(|cg| match isolation.enter(pid, &cg, born_inside) {
                 Ok(()) => Some(cg),
                 Err(e) => {
                     log::warn!("task.cgroup pid={pid} error={e}; process group only");
                     cg.kill();
-                    self.isolation.release(cg);
+                    isolation.release(cg);
                     None
                 }
             });
-        let now = Instant::now();
         let chan = match Channel::new(pending.from_worker, pending.to_worker, self.frame_max()) {
             Ok(c) => c,
             Err(e) => {
@@ -293,19 +425,9 @@ impl State {
                 return;
             }
         };
-        self.workers.insert(
-            pid,
-            Worker {
-                pid,
-                task: None,
-                chan,
-                life: Life::idle(now, self.timing),
-                cgroups,
-                assigned: now,
-            },
-        );
-        if let Some(status) = self.early_exits.remove(&pid) {
-            self.event(pid, Event::Exited(status));
+        self.driver.add(pid, chan, cgroups);
+        if let Some(status) = self.pool.early_exits.remove(&pid) {
+            self.driver.exited(pid, status);
         }
     }
 
@@ -352,6 +474,14 @@ impl State {
                 output_max_bytes: self.cfg.tasks.output_max_bytes,
             },
         }
+    }
+}
+
+fn failed(text: String) -> Ending {
+    Ending {
+        state: TaskState::Failed,
+        cause: Cause::Crashed,
+        text: Some(text),
     }
 }
 

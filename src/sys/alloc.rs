@@ -123,7 +123,7 @@ impl FreeList {
 
 static LISTS: [FreeList; CLASSES.len()] = [const { FreeList::new() }; CLASSES.len()];
 
-/// The global allocator (installed in lib.rs).
+/// The global allocator of the static (musl) binary (installed in main.rs).
 pub struct CachingAlloc;
 
 fn class_layout(class: usize) -> Layout {
@@ -223,7 +223,24 @@ unsafe impl GlobalAlloc for CachingAlloc {
 
 #[cfg(test)]
 mod tests {
+    //! The type itself, called directly: it is installed only in the static
+    //! binary (main.rs), never in test builds. The free lists are global, so
+    //! each test keeps to classes no other test uses.
     use super::*;
+
+    fn layout(size: usize) -> Layout {
+        Layout::from_size_align(size, 8).unwrap()
+    }
+
+    /// Blocks kept in `class` right now.
+    fn kept(class: usize) -> usize {
+        let list = &LISTS[class];
+        list.lock();
+        // SAFETY: under the lock.
+        let n = unsafe { *list.count.get() };
+        list.unlock();
+        n
+    }
 
     #[test]
     fn requests_go_to_the_smallest_class_that_holds_them() {
@@ -236,18 +253,93 @@ mod tests {
     }
 
     #[test]
+    fn a_freed_block_is_the_next_one_handed_out_and_zeroed_when_asked() {
+        let a = CachingAlloc;
+        let l = layout(700); // the 768-byte class
+                             // SAFETY: a valid layout; every block is freed with the layout it
+                             // was allocated with.
+        unsafe {
+            let first = a.alloc(l);
+            ptr::write_bytes(first, 0xAB, 700);
+            a.dealloc(first, l);
+            let again = a.alloc(l);
+            assert_eq!(again, first, "LIFO: the block just freed comes back");
+            a.dealloc(again, l);
+            let zeroed = a.alloc_zeroed(l);
+            assert_eq!(zeroed, first);
+            assert!(
+                (0..700).all(|i| *zeroed.add(i) == 0),
+                "alloc_zeroed zeroes a reused block"
+            );
+            a.dealloc(zeroed, l);
+        }
+    }
+
+    #[test]
+    fn a_full_class_gives_blocks_back_to_libc() {
+        let a = CachingAlloc;
+        let l = layout(500); // the 512-byte class
+        let class = class_of(500, 8).unwrap();
+        let keep = CLASS_KEEP_BYTES / CLASSES[class];
+        // SAFETY: as above.
+        unsafe {
+            let blocks: Vec<*mut u8> = (0..keep + 50).map(|_| a.alloc(l)).collect();
+            assert!(blocks.iter().all(|b| !b.is_null()));
+            for b in &blocks {
+                a.dealloc(*b, l);
+            }
+            assert_eq!(kept(class), keep, "the cache is bounded");
+            let again: Vec<*mut u8> = (0..keep).map(|_| a.alloc(l)).collect();
+            assert_eq!(kept(class), 0);
+            for b in again {
+                a.dealloc(b, l);
+            }
+        }
+    }
+
+    #[test]
+    fn realloc_keeps_the_bytes_across_classes_and_into_libc() {
+        let a = CachingAlloc;
+        // SAFETY: as above; each pointer is used only with its current size.
+        unsafe {
+            let l = Layout::from_size_align(1000, 16).unwrap(); // 1024 class
+            let p = a.alloc(l);
+            for i in 0..1000 {
+                *p.add(i) = (i % 251) as u8;
+            }
+            let same = a.realloc(p, l, 1020);
+            assert_eq!(same, p, "within its class it stays put");
+            let big = a.realloc(same, Layout::from_size_align(1020, 16).unwrap(), 100_000);
+            assert!((0..1000).all(|i| *big.add(i) == (i % 251) as u8));
+            a.dealloc(big, Layout::from_size_align(100_000, 16).unwrap());
+        }
+    }
+
+    #[test]
     fn blocks_survive_many_threads_freeing_each_others() {
         // Blocks made on one thread are freed on another (as a task's JSON
         // moves from procman to a connection thread) and reused: each
-        // carries its own pattern, checked before it is freed.
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Vec<u8>>>(64);
+        // carries its own pattern, checked before it is freed. Sizes up to
+        // the 384-byte class and beyond every class (the other tests use
+        // the larger classes).
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<(usize, usize)>>(64);
         let makers: Vec<_> = (0..4u8)
             .map(|t| {
                 let tx = tx.clone();
                 std::thread::spawn(move || {
                     for round in 0..2_000usize {
-                        let batch: Vec<Vec<u8>> = (1..40usize)
-                            .map(|i| vec![t.wrapping_mul(31).wrapping_add(i as u8); (i * 29 + round) % 1500 + 1])
+                        let batch: Vec<(usize, usize)> = (1..40usize)
+                            .map(|i| {
+                                let n = (i * 29 + round) % 384 + 1;
+                                let n = if i % 7 == 0 { n + 2000 } else { n };
+                                let fill = t.wrapping_mul(31).wrapping_add(i as u8);
+                                // SAFETY: a valid layout; the block is ours.
+                                let p = unsafe { CachingAlloc.alloc(layout(n)) };
+                                assert!(!p.is_null());
+                                // SAFETY: the block holds n bytes.
+                                unsafe { ptr::write_bytes(p, fill, n) };
+                                (p as usize, n)
+                            })
                             .collect();
                         tx.send(batch).unwrap();
                     }
@@ -257,12 +349,13 @@ mod tests {
         drop(tx);
         let mut seen = 0;
         for batch in rx {
-            for v in batch {
-                let first = v[0];
-                assert!(v.iter().all(|b| *b == first), "a block was reused while held");
-                let mut grown = v;
-                grown.resize(grown.len() * 2 + 3, first);
-                assert!(grown.iter().all(|b| *b == first), "realloc kept the bytes");
+            for (p, n) in batch {
+                let p = p as *mut u8;
+                // SAFETY: the maker wrote n bytes there and handed it over.
+                let bytes = unsafe { std::slice::from_raw_parts(p, n) };
+                assert!(bytes.iter().all(|b| *b == bytes[0]), "a block was reused while held");
+                // SAFETY: freed once, with its layout.
+                unsafe { CachingAlloc.dealloc(p, layout(n)) };
                 seen += 1;
             }
         }

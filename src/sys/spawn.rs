@@ -3,7 +3,8 @@
 //! each task's worker with `CLONE_PARENT`, so agentd is the worker's parent
 //! (it reaps it, and the worker's PDEATHSIG is tied to agentd), straight
 //! into the task's cgroup with `CLONE_INTO_CGROUP`. The requests travel on
-//! a SOCK_SEQPACKET pair with the descriptors as SCM_RIGHTS.
+//! a SOCK_SEQPACKET pair with the descriptors as SCM_RIGHTS. A worker
+//! starts its task's program with [`prepare_child`]'s steps before exec.
 
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
@@ -66,8 +67,8 @@ pub fn spawn_self(s: &SelfSpawn<'_>) -> io::Result<i32> {
         check(unsafe {
             libc::posix_spawn_file_actions_addopen(&mut actions, 1, c"/dev/null".as_ptr(), libc::O_WRONLY, 0)
         })?;
-        let no_signals = super::empty_sigset();
-        let mut all_signals = super::empty_sigset();
+        let no_signals = super::signals::empty_sigset();
+        let mut all_signals = super::signals::empty_sigset();
         // SAFETY: `all_signals` is a valid sigset_t.
         unsafe { libc::sigfillset(&mut all_signals) };
         // SAFETY: an initialised attributes object and a valid sigset.
@@ -214,16 +215,6 @@ pub fn fork_sibling(cgroup_fd: Option<RawFd>) -> io::Result<Forked> {
     }
 }
 
-/// Blocks every signal of the calling thread (the fork server, which
-/// takes none: SIGKILL and its PDEATHSIG cannot be blocked).
-pub fn block_all_signals() {
-    let mut all = super::empty_sigset();
-    // SAFETY: `all` is a valid sigset_t.
-    unsafe { libc::sigfillset(&mut all) };
-    // SAFETY: a valid set; affects only this thread.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &all, std::ptr::null_mut()) };
-}
-
 /// A connected SOCK_SEQPACKET pair, both ends close-on-exec: each message
 /// arrives whole, with the descriptors sent along with it.
 pub fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
@@ -351,10 +342,31 @@ pub fn recv_with_fds(sock: RawFd, buf: &mut [u8], fds: &mut Vec<OwnedFd>, nonblo
     Ok(n)
 }
 
-/// setpgid(pid, pid): makes the child `pid` lead its own process group.
-/// Called by the parent as well as by the child itself, so the group
-/// exists before either goes on (the classic race of job control).
-pub fn make_group_leader(pid: i32) -> io::Result<()> {
-    // SAFETY: setpgid takes integers.
-    cvt(unsafe { libc::setpgid(pid, pid) }).map(drop)
+/// The steps a task's program takes between fork and exec, in this order
+/// (tini's `isolate_child`, firecracker's jailer). It stays in the
+/// worker's process group, so the kill ladder reaches it and all it forks.
+/// 1. PDEATHSIG — it dies with the thread that forked it;
+/// 2. rlimits.
+#[derive(Debug, Clone, Default)]
+pub struct ChildSetup {
+    pub parent_death: Option<libc::c_int>,
+    pub rlimits: Vec<(super::Rlimit, u64)>,
+}
+
+/// Installs `setup` as the command's pre-exec hook.
+pub fn prepare_child(cmd: &mut std::process::Command, setup: ChildSetup) {
+    use std::os::unix::process::CommandExt;
+    let hook = move || -> io::Result<()> {
+        if let Some(sig) = setup.parent_death {
+            super::set_parent_death_signal(sig)?;
+        }
+        for &(which, value) in &setup.rlimits {
+            super::set_rlimit(which, value)?;
+        }
+        Ok(())
+    };
+    // SAFETY: the hook runs in the forked child before exec. It makes only
+    // async-signal-safe system calls (prctl, setrlimit), reads data captured before the fork, and allocates
+    // nothing (io::Error::last_os_error does not allocate).
+    unsafe { cmd.pre_exec(hook) };
 }

@@ -171,14 +171,14 @@ fn open_socket_dir(dir: &Path) -> Result<File, BindError> {
     let meta = opened
         .metadata()
         .map_err(|e| unsafe_dir(format!("cannot stat it: {e}")))?;
-    check_socket_dir(meta.uid(), meta.mode(), sys::geteuid()).map_err(unsafe_dir)?;
+    check_socket_dir(dir, meta.uid(), meta.mode(), sys::geteuid()).map_err(unsafe_dir)?;
     Ok(opened)
 }
 
-/// The directory rule, on what fstat said: owned by `euid` or root, and
-/// not writable by group or other unless sticky. `Err` says why and what
-/// to do.
-fn check_socket_dir(uid: u32, mode: u32, euid: u32) -> Result<(), String> {
+/// The directory rule, on what fstat said of `dir`: owned by `euid` or
+/// root, and not writable by group or other unless sticky. `Err` says why
+/// and what to do.
+fn check_socket_dir(dir: &Path, uid: u32, mode: u32, euid: u32) -> Result<(), String> {
     if uid != euid && uid != 0 {
         return Err(format!(
             "it is owned by uid {uid}, not by agentd's uid {euid} or root, so its owner could replace the \
@@ -190,9 +190,12 @@ fn check_socket_dir(uid: u32, mode: u32, euid: u32) -> Result<(), String> {
     if mode & 0o022 != 0 && mode & STICKY == 0 {
         return Err(format!(
             "it is writable by {} (mode {:04o}), so another user could rename the socket aside and bind \
-             their own — `chmod go-w` it, or listen in a directory only you can write",
+             their own — `chmod go-w` it, or listen one level below it, in a directory agentd makes \
+             itself with mode 0700 (--listen unix://{}/agentd/agentd.sock; this is the way for a \
+             shared volume such as a Kubernetes emptyDir)",
             if mode & 0o002 != 0 { "every user" } else { "its group" },
-            mode & 0o7777
+            mode & 0o7777,
+            dir.display().to_string().trim_end_matches('/')
         ));
     }
     Ok(())
@@ -243,20 +246,32 @@ mod tests {
     #[test]
     fn the_directory_rule() {
         let me = 1000;
-        assert_eq!(check_socket_dir(me, 0o40700, me), Ok(()));
-        assert_eq!(check_socket_dir(0, 0o40755, me), Ok(()));
-        assert_eq!(check_socket_dir(0, 0o41777, me), Ok(()), "root's sticky /tmp");
-        let other = check_socket_dir(65534, 0o40777, me).unwrap_err();
+        let dir = Path::new("/run/agentd");
+        assert_eq!(check_socket_dir(dir, me, 0o40700, me), Ok(()));
+        assert_eq!(check_socket_dir(dir, 0, 0o40755, me), Ok(()));
+        assert_eq!(check_socket_dir(dir, 0, 0o41777, me), Ok(()), "root's sticky /tmp");
+        // What agentd makes itself below a shared volume: setgid is harmless.
+        assert_eq!(
+            check_socket_dir(dir, me, 0o42700, me),
+            Ok(()),
+            "inherited setgid (fsGroup)"
+        );
+        let other = check_socket_dir(dir, 65534, 0o40777, me).unwrap_err();
         assert!(
             other.contains("owned by uid 65534, not by agentd's uid 1000 or root"),
             "{other}"
         );
-        let world = check_socket_dir(me, 0o40777, me).unwrap_err();
-        assert!(
-            world.contains("writable by every user (mode 0777)") && world.contains("chmod go-w"),
-            "{world}"
-        );
-        let group = check_socket_dir(me, 0o40770, me).unwrap_err();
+        // A Kubernetes emptyDir: root's, 0777 (2777 with an fsGroup).
+        for mode in [0o40777, 0o42777] {
+            let world = check_socket_dir(dir, 0, mode, me).unwrap_err();
+            assert!(
+                world.contains(&format!("writable by every user (mode {:04o})", mode & 0o7777))
+                    && world.contains("chmod go-w")
+                    && world.contains("--listen unix:///run/agentd/agentd/agentd.sock"),
+                "{world}"
+            );
+        }
+        let group = check_socket_dir(dir, me, 0o40770, me).unwrap_err();
         assert!(group.contains("writable by its group (mode 0770)"), "{group}");
     }
 

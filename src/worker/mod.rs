@@ -11,7 +11,7 @@
 //!    `cgroup.procs` (v1 freezer) that came open with the fork request, or
 //!    — without a cgroup — become a child subreaper, so what leaves our process group
 //!    is still ours; then PDEATHSIG as a caught signal whose handler kills
-//!    the whole task that way (sys::arm_containment), so a program's
+//!    the whole task that way (containment::arm), so a program's
 //!    descendants die with agentd too, even SIGKILLed ones that `setsid`;
 //! 4. catch SIGTERM (the ladder's SIGTERM is for the program; the worker
 //!    stays to report how it ended — SIGKILL still takes it); only now are
@@ -25,6 +25,7 @@
 //!
 //! A control-channel EOF means the supervisor is gone: kill the task.
 
+mod containment;
 mod echo;
 pub mod forkserver;
 pub mod jsonl;
@@ -41,6 +42,7 @@ use crossbeam_channel::{Receiver, Sender};
 
 use crate::control::{self, Cause, FromWorker, Outcome, RunnerSpec, ToWorker};
 use crate::sys;
+use containment::Containment;
 
 /// Environment variable carrying the supervisor's pid to the fork server.
 pub const SUPERVISOR_PID_ENV: &str = "AGENTD_SUPERVISOR_PID";
@@ -96,7 +98,7 @@ impl Link {
                 "worker.link.lost pid={} error={e}; killing the task's group",
                 sys::getpid()
             );
-            sys::kill_own_task();
+            containment::kill_own_task();
         }
         Ok(())
     }
@@ -173,7 +175,7 @@ pub fn start(birth: Birth<'_>) -> i32 {
         Some(control::ContainmentFile::Procs) => (None, kept),
         None => (None, None),
     };
-    let containment = match sys::arm_containment(kill_fd, procs_fd) {
+    let containment = match containment::arm(kill_fd, procs_fd) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("agentd worker: cannot arm parent-death containment: {e}");
@@ -197,7 +199,7 @@ pub fn start(birth: Birth<'_>) -> i32 {
     }
 }
 
-fn run(mut reader: File, writer: File, containment: sys::Containment, frame_max: usize) -> io::Result<()> {
+fn run(mut reader: File, writer: File, containment: Containment, frame_max: usize) -> io::Result<()> {
     let link = Link {
         writer: Mutex::new(Writer {
             sock: writer,
@@ -276,10 +278,10 @@ fn run(mut reader: File, writer: File, containment: sys::Containment, frame_max:
             }
         }
     };
-    if containment == sys::Containment::Subreaper {
+    if containment == Containment::Subreaper {
         // Nothing of a task outlives it: what left our process group (setsid)
         // was re-parented to us; procman can see only the group.
-        sys::kill_children();
+        containment::kill_children();
     }
     let sent = link.send(&FromWorker::Done {
         outcome: done.outcome,
@@ -317,7 +319,7 @@ fn read_control(mut reader: File, link: &Link, tx: Sender<Event>) {
             Ok(None) | Err(_) => {
                 // The supervisor is gone (or talking nonsense): nothing of
                 // this task may outlive it.
-                sys::kill_own_task();
+                containment::kill_own_task();
             }
         }
     }

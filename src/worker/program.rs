@@ -93,7 +93,6 @@ pub fn start(prog: &Program) -> Result<Running, Done> {
         sys::ChildSetup {
             parent_death: Some(libc::SIGKILL),
             rlimits,
-            ..Default::default()
         },
     );
     let mut child = cmd.spawn().map_err(|e| {

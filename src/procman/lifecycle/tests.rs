@@ -15,6 +15,23 @@ fn timing() -> Timing {
         exit_grace: 1000 * MS,
         drain: 1000 * MS,
         group_poll: 20 * MS,
+        // Far away, so scripts that do not test it need no `Took`.
+        take_within: 1_000_000 * MS,
+    }
+}
+
+fn assigned() -> Event {
+    Assigned {
+        task: "t".into(),
+        deadline: None,
+    }
+}
+
+/// The sweep that finds nothing left (no cgroup).
+fn empty() -> Event {
+    Swept {
+        left: false,
+        counters: None,
     }
 }
 
@@ -40,14 +57,27 @@ fn walk(script: &[(u64, Event)]) -> (Vec<(u64, Action)>, Life) {
     walk_with_deadline(script, None)
 }
 
+/// The same, for a task with a wall-clock budget of `deadline_ms` (given
+/// to its `Assigned`).
 fn walk_with_deadline(script: &[(u64, Event)], deadline_ms: Option<u64>) -> (Vec<(u64, Action)>, Life) {
+    walk_life(script, deadline_ms, false)
+}
+
+/// `contained`: the worker has a cgroup of its own.
+fn walk_life(script: &[(u64, Event)], deadline_ms: Option<u64>, contained: bool) -> (Vec<(u64, Action)>, Life) {
     let t0 = Instant::now();
-    let mut life = Life::idle(t0, timing());
-    life.set_deadline(deadline_ms.map(|ms| t0 + Duration::from_millis(ms)));
+    let mut life = Life::idle(1, contained, t0, timing());
     let mut out = Vec::new();
     for (ms, ev) in script {
         let now = t0 + Duration::from_millis(*ms);
-        for a in life.step(ev.clone(), now) {
+        let ev = match ev {
+            Assigned { task, .. } => Assigned {
+                task: task.clone(),
+                deadline: deadline_ms.map(|d| t0 + Duration::from_millis(d)),
+            },
+            other => other.clone(),
+        };
+        for a in life.step(ev, now) {
             out.push((*ms, a));
         }
     }
@@ -57,7 +87,7 @@ fn walk_with_deadline(script: &[(u64, Event)], deadline_ms: Option<u64>) -> (Vec
 /// The `Finish` the script ends with, if any.
 fn finish_of(actions: &[(u64, Action)]) -> Option<Option<Ending>> {
     actions.iter().find_map(|(_, a)| match a {
-        Action::Finish(e) => Some(e.clone()),
+        Action::Finish { ending, .. } => Some(ending.clone()),
         _ => None,
     })
 }
@@ -73,43 +103,43 @@ fn every_path_ends_with_the_right_verdict() {
         (
             "completed",
             vec![
-                (0, Assigned),
+                (0, assigned()),
                 (5, Reported(ok())),
                 (6, closed.clone()),
                 (7, exit0.clone()),
-                (8, GroupEmpty),
+                (8, empty()),
             ],
             Some(ok()),
         ),
         (
             "failed, reported",
             vec![
-                (0, Assigned),
+                (0, assigned()),
                 (
                     5,
                     Reported(Ending::reported(Outcome::Failed, Cause::Failed, Some("no".into()))),
                 ),
                 (7, Exited(ExitStatus::Code(0))),
                 (8, closed.clone()),
-                (9, GroupEmpty),
+                (9, empty()),
             ],
             ending(TaskState::Failed, Cause::Failed, Some("no")),
         ),
         (
             "rejected",
             vec![
-                (0, Assigned),
+                (0, assigned()),
                 (1, Reported(Ending::reported(Outcome::Rejected, Cause::Refused, None))),
                 (2, closed.clone()),
                 (3, exit0.clone()),
-                (4, GroupEmpty),
+                (4, empty()),
             ],
             ending(TaskState::Rejected, Cause::Refused, None),
         ),
         (
             "cancelled at the first rung (the worker obeys the frame)",
             vec![
-                (0, Assigned),
+                (0, assigned()),
                 (10, Stop(stop(Cause::Cancelled))),
                 (
                     20,
@@ -117,65 +147,65 @@ fn every_path_ends_with_the_right_verdict() {
                 ),
                 (21, closed.clone()),
                 (22, exit0.clone()),
-                (23, GroupEmpty),
+                (23, empty()),
             ],
             ending(TaskState::Canceled, Cause::Cancelled, None),
         ),
         (
             "cancelled at SIGTERM",
             vec![
-                (0, Assigned),
+                (0, assigned()),
                 (10, Stop(stop(Cause::Cancelled))),
                 (1010, Tick),
                 (1500, Exited(ExitStatus::Signal(15))),
                 (1501, closed.clone()),
-                (1502, GroupEmpty),
+                (1502, empty()),
             ],
             ending(TaskState::Canceled, Cause::Cancelled, None),
         ),
         (
             "cancelled at SIGKILL",
             vec![
-                (0, Assigned),
+                (0, assigned()),
                 (10, Stop(stop(Cause::Cancelled))),
                 (1010, Tick),
                 (3010, Tick),
                 (3011, Exited(ExitStatus::Signal(9))),
                 (3012, closed.clone()),
-                (3013, GroupEmpty),
+                (3013, empty()),
             ],
             ending(TaskState::Canceled, Cause::Cancelled, None),
         ),
         (
             "deadline",
             vec![
-                (0, Assigned),
+                (0, assigned()),
                 (100, Tick),
                 (101, exit0.clone()),
                 (102, closed.clone()),
-                (103, GroupEmpty),
+                (103, empty()),
             ],
             ending(TaskState::Failed, Cause::Deadline, None),
         ),
         (
             "stalled: a ping, then silence",
             vec![
-                (0, Assigned),
+                (0, assigned()),
                 (5000, Tick),
                 (20000, Tick),
                 (20001, closed.clone()),
                 (20002, Exited(ExitStatus::Signal(9))),
-                (20003, GroupEmpty),
+                (20003, empty()),
             ],
             ending(TaskState::Failed, Cause::Stalled, None),
         ),
         (
             "crashed: exit without a result",
             vec![
-                (0, Assigned),
+                (0, assigned()),
                 (5, Exited(ExitStatus::Signal(11))),
                 (6, closed.clone()),
-                (7, GroupEmpty),
+                (7, empty()),
             ],
             ending(
                 TaskState::Failed,
@@ -186,7 +216,7 @@ fn every_path_ends_with_the_right_verdict() {
         (
             "exhausted (the cgroup said so)",
             vec![
-                (0, Assigned),
+                (0, assigned()),
                 (
                     9,
                     Stop(super::Stop {
@@ -196,28 +226,28 @@ fn every_path_ends_with_the_right_verdict() {
                 ),
                 (10, exit0.clone()),
                 (11, closed.clone()),
-                (12, GroupEmpty),
+                (12, empty()),
             ],
             ending(TaskState::Failed, Cause::Exhausted, Some("hit tasks.pids_max")),
         ),
         (
             "shutdown",
             vec![
-                (0, Assigned),
+                (0, assigned()),
                 (1, Stop(stop(Cause::Shutdown))),
                 (2, exit0.clone()),
                 (3, closed.clone()),
-                (4, GroupEmpty),
+                (4, empty()),
             ],
             ending(TaskState::Canceled, Cause::Shutdown, None),
         ),
         (
             "broken channel: killed at once, crashed",
             vec![
-                (0, Assigned),
+                (0, assigned()),
                 (3, ChannelClosed { broken: true }),
                 (4, Exited(ExitStatus::Signal(9))),
-                (5, GroupEmpty),
+                (5, empty()),
             ],
             ending(
                 TaskState::Failed,
@@ -228,71 +258,71 @@ fn every_path_ends_with_the_right_verdict() {
         (
             "exit before done: the done still read from the channel wins",
             vec![
-                (0, Assigned),
+                (0, assigned()),
                 (5, exit0.clone()),
                 (6, Reported(ok())),
                 (7, closed.clone()),
-                (8, GroupEmpty),
+                (8, empty()),
             ],
             Some(ok()),
         ),
         (
             "exit after done, channel never closes: drained by time",
             vec![
-                (0, Assigned),
+                (0, assigned()),
                 (5, Reported(ok())),
                 (6, exit0.clone()),
                 (1006, Tick),
-                (1007, GroupEmpty),
+                (1007, empty()),
             ],
             Some(ok()),
         ),
         (
             "a stop after done changes nothing",
             vec![
-                (0, Assigned),
+                (0, assigned()),
                 (5, Reported(ok())),
                 (6, Stop(stop(Cause::Cancelled))),
                 (7, exit0.clone()),
                 (8, closed.clone()),
-                (9, GroupEmpty),
+                (9, empty()),
             ],
             Some(ok()),
         ),
         (
             "input-required, a follow-up, then completed",
             vec![
-                (0, Assigned),
+                (0, assigned()),
                 (5, Asked),
                 (59000, Tick),
                 (59001, Resumed),
                 (59002, Reported(ok())),
                 (59003, closed.clone()),
                 (59004, exit0.clone()),
-                (59005, GroupEmpty),
+                (59005, empty()),
             ],
             Some(ok()),
         ),
         (
             "nobody answers the question: idle",
             vec![
-                (0, Assigned),
+                (0, assigned()),
                 (5, Asked),
                 (60005, Tick),
                 (60006, exit0.clone()),
                 (60007, closed.clone()),
-                (60008, GroupEmpty),
+                (60008, empty()),
             ],
             ending(TaskState::Failed, Cause::Idle, None),
         ),
         (
             "it stops reading its channel: stalled, SIGTERM at once",
             vec![
-                (0, Assigned),
+                (0, assigned()),
                 (1, Unwritable),
                 (2, Exited(ExitStatus::Signal(15))),
                 (3, closed.clone()),
-                (4, GroupEmpty),
+                (4, empty()),
             ],
             ending(
                 TaskState::Failed,
@@ -302,7 +332,7 @@ fn every_path_ends_with_the_right_verdict() {
         ),
         (
             "an idle worker that dies has no task",
-            vec![(0, Exited(ExitStatus::Code(1))), (1, closed.clone()), (2, GroupEmpty)],
+            vec![(0, Exited(ExitStatus::Code(1))), (1, closed.clone()), (2, empty())],
             None,
         ),
     ];
@@ -313,14 +343,14 @@ fn every_path_ends_with_the_right_verdict() {
         let deadline = (name == "deadline").then_some(100);
         let (actions, life) = walk_with_deadline(&script, deadline);
         assert_eq!(finish_of(&actions), Some(want), "{name}: actions {actions:?}");
-        assert!(life.is_finished(), "{name}: ends Finished, is {:?}", life.phase);
+        assert!(life.is_finished(), "{name}: ends Finished, is {:?}", life.phase());
     }
 }
 
 #[test]
 fn the_ladder_climbs_on_time() {
     let (actions, _) = walk(&[
-        (0, Assigned),
+        (0, assigned()),
         (10, Stop(stop(Cause::Cancelled))),
         (500, Tick),
         (1010, Tick),
@@ -346,8 +376,8 @@ fn the_ladder_climbs_on_time() {
 #[test]
 fn any_frame_is_life() {
     let t0 = Instant::now();
-    let mut life = Life::idle(t0, timing());
-    life.step(Assigned, t0);
+    let mut life = Life::idle(1, false, t0, timing());
+    life.step(assigned(), t0);
     // A busy worker whose pong is late but whose artifacts keep coming
     // is never stalled.
     assert_eq!(life.step(Tick, t0 + 5000 * MS), vec![Action::SendPing]);
@@ -359,8 +389,8 @@ fn any_frame_is_life() {
     }
     assert!(life.is_running());
     // One ping per silence, not one per tick.
-    let mut life = Life::idle(t0, timing());
-    life.step(Assigned, t0);
+    let mut life = Life::idle(1, false, t0, timing());
+    life.step(assigned(), t0);
     assert_eq!(life.step(Tick, t0 + 5000 * MS), vec![Action::SendPing]);
     assert_eq!(life.step(Tick, t0 + 6000 * MS), vec![]);
     assert_eq!(life.next_due(), Some(t0 + 20000 * MS));
@@ -369,44 +399,323 @@ fn any_frame_is_life() {
 #[test]
 fn a_second_sigterm_skips_to_sigkill() {
     let (actions, life) = walk(&[
-        (0, Assigned),
+        (0, assigned()),
         (1, Stop(stop(Cause::Shutdown))),
         (2, KillNow(stop(Cause::Shutdown))),
     ]);
     assert_eq!(actions.last(), Some(&(2, Action::Kill)));
-    assert!(matches!(life.phase, Phase::Stopping { rung: Rung::Killed, .. }));
+    assert!(matches!(life.phase(), Phase::Stopping { rung: Rung::Killed, .. }));
 }
 
 #[test]
 fn a_lingering_group_is_killed_until_empty() {
     let (actions, life) = walk(&[
-        (0, Assigned),
+        (0, assigned()),
         (1, Reported(ok())),
         (2, ChannelClosed { broken: false }),
         (3, Exited(ExitStatus::Code(0))),
         (23, Tick),
         (43, Tick),
     ]);
-    let sweeps = actions.iter().filter(|(_, a)| *a == Action::Sweep).count();
+    let sweeps = actions
+        .iter()
+        .filter(|(_, a)| *a == Action::Sweep { adopted: false })
+        .count();
     assert_eq!(sweeps, 3);
-    assert!(matches!(life.phase, Phase::Emptying { .. }));
+    assert!(matches!(life.phase(), Phase::Emptying { .. }));
 }
 
 #[test]
 fn a_worker_that_reports_but_never_exits_is_killed() {
-    let (actions, _) = walk(&[(0, Assigned), (1, Reported(ok())), (500, Tick), (1001, Tick)]);
+    let (actions, _) = walk(&[(0, assigned()), (1, Reported(ok())), (500, Tick), (1001, Tick)]);
     assert_eq!(actions, vec![(1001, Action::Note("exit_grace")), (1001, Action::Kill)]);
 }
 
 #[test]
 fn next_due_follows_the_phase() {
     let t0 = Instant::now();
-    let mut life = Life::idle(t0, timing());
+    let mut life = Life::idle(1, false, t0, timing());
     assert_eq!(life.next_due(), None);
-    life.step(Assigned, t0);
+    life.step(assigned(), t0);
     assert_eq!(life.next_due(), Some(t0 + 5000 * MS));
-    life.set_deadline(Some(t0 + 100 * MS));
-    assert_eq!(life.next_due(), Some(t0 + 100 * MS));
+    let mut life = Life::idle(1, false, t0, timing());
+    let deadline = Some(t0 + 100 * MS);
+    life.step(
+        Assigned {
+            task: "t".into(),
+            deadline,
+        },
+        t0,
+    );
+    assert_eq!(life.next_due(), deadline, "the deadline came with the task");
     life.step(Stop(stop(Cause::Cancelled)), t0 + 10 * MS);
     assert_eq!(life.next_due(), Some(t0 + 1010 * MS));
+}
+
+fn counters(pids_refused: u64, out_of_memory: bool) -> Option<super::Counters> {
+    Some(super::Counters {
+        pids_refused,
+        pids_max: 64,
+        out_of_memory,
+    })
+}
+
+#[test]
+fn the_final_sweep_decides_with_the_cgroup_counters() {
+    let exit0 = Exited(ExitStatus::Code(0));
+    let closed = ChannelClosed { broken: false };
+    let swept = |c| Swept {
+        left: false,
+        counters: c,
+    };
+    let bomb = "the task hit tasks.pids_max (64 processes) 3 time(s): a fork bomb?";
+    let oom = "out of memory: the task went over tasks.memory_max_bytes";
+    type Row = (&'static str, Vec<(u64, Event)>, Option<Ending>);
+    let rows: Vec<Row> = vec![
+        (
+            "completed, counters clean",
+            vec![
+                (0, assigned()),
+                (1, Reported(ok())),
+                (2, closed.clone()),
+                (3, exit0.clone()),
+                (4, swept(counters(0, false))),
+            ],
+            Some(ok()),
+        ),
+        (
+            "completed, but forks were refused",
+            vec![
+                (0, assigned()),
+                (1, Reported(ok())),
+                (2, closed.clone()),
+                (3, exit0.clone()),
+                (4, swept(counters(3, false))),
+            ],
+            ending(TaskState::Failed, Cause::Exhausted, Some(bomb)),
+        ),
+        (
+            "cancelled: refused forks change nothing",
+            vec![
+                (0, assigned()),
+                (1, Stop(stop(Cause::Cancelled))),
+                (2, exit0.clone()),
+                (3, closed.clone()),
+                (4, swept(counters(3, false))),
+            ],
+            ending(TaskState::Canceled, Cause::Cancelled, None),
+        ),
+        (
+            "cancelled, but the OOM killer struck: out of memory wins",
+            vec![
+                (0, assigned()),
+                (1, Stop(stop(Cause::Cancelled))),
+                (2, exit0.clone()),
+                (3, closed.clone()),
+                (4, swept(counters(0, true))),
+            ],
+            ending(TaskState::Failed, Cause::Exhausted, Some(oom)),
+        ),
+        (
+            "out of memory over refused forks",
+            vec![
+                (0, assigned()),
+                (1, exit0.clone()),
+                (2, closed.clone()),
+                (3, swept(counters(3, true))),
+            ],
+            ending(TaskState::Failed, Cause::Exhausted, Some(oom)),
+        ),
+        (
+            "a fork bomb seen while running: stopped through the ladder",
+            vec![
+                (0, assigned()),
+                (250, Event::Counters(counters(3, false).unwrap())),
+                (
+                    251,
+                    Reported(Ending::reported(Outcome::Canceled, Cause::Cancelled, None)),
+                ),
+                (252, closed.clone()),
+                (253, exit0.clone()),
+                (254, swept(counters(3, false))),
+            ],
+            ending(TaskState::Failed, Cause::Exhausted, Some(bomb)),
+        ),
+    ];
+    for (name, script, want) in rows {
+        let (actions, life) = walk_life(&script, None, true);
+        assert_eq!(finish_of(&actions), Some(want), "{name}: actions {actions:?}");
+        assert!(life.is_finished(), "{name}: {:?}", life.phase());
+    }
+}
+
+#[test]
+fn counters_while_running_stop_a_fork_bomb_and_nothing_else() {
+    let (actions, life) = walk_life(
+        &[(0, assigned()), (250, Event::Counters(counters(0, false).unwrap()))],
+        None,
+        true,
+    );
+    assert!(actions.is_empty(), "clean counters: {actions:?}");
+    assert!(life.is_running());
+    let (actions, life) = walk_life(
+        &[(0, assigned()), (250, Event::Counters(counters(2, false).unwrap()))],
+        None,
+        true,
+    );
+    assert_eq!(actions, vec![(250, Action::SendCancel)]);
+    match life.phase() {
+        Phase::Stopping { stop, .. } => {
+            assert_eq!(stop.cause, Cause::Exhausted);
+            assert!(stop.why.as_deref().unwrap().contains("2 time(s)"), "{stop:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn something_left_at_a_sweep_is_killed_and_swept_again() {
+    let (actions, life) = walk(&[
+        (0, assigned()),
+        (1, Reported(ok())),
+        (2, ChannelClosed { broken: false }),
+        (3, Exited(ExitStatus::Code(0))),
+        (
+            4,
+            Swept {
+                left: true,
+                counters: None,
+            },
+        ),
+        (24, Tick),
+        (25, empty()),
+    ]);
+    let after_exit: Vec<&Action> = actions.iter().filter(|(ms, _)| *ms >= 3).map(|(_, a)| a).collect();
+    assert_eq!(
+        after_exit,
+        vec![
+            &Action::Sweep { adopted: false },
+            &Action::Kill,
+            &Action::Sweep { adopted: false },
+            &Action::Finish {
+                ending: Some(ok()),
+                exit: ExitStatus::Code(0)
+            },
+        ]
+    );
+    assert!(life.is_finished());
+}
+
+#[test]
+fn escapees_are_looked_for_only_without_a_cgroup_after_a_sigkill() {
+    let killed = |contained| {
+        let (actions, _) = walk_life(
+            &[
+                (0, assigned()),
+                (1, ChannelClosed { broken: false }),
+                (2, Exited(ExitStatus::Signal(libc::SIGKILL))),
+            ],
+            None,
+            contained,
+        );
+        actions.last().cloned()
+    };
+    assert_eq!(killed(false), Some((2, Action::Sweep { adopted: true })));
+    assert_eq!(killed(true), Some((2, Action::Sweep { adopted: false })));
+    let (actions, _) = walk(&[
+        (0, assigned()),
+        (1, ChannelClosed { broken: false }),
+        (2, Exited(ExitStatus::Code(3))),
+    ]);
+    assert_eq!(
+        actions.last(),
+        Some(&(2, Action::Sweep { adopted: false })),
+        "it exited itself"
+    );
+}
+
+#[test]
+fn a_task_the_worker_never_read_goes_back_and_the_worker_ends_without_it() {
+    let mut t = timing();
+    t.take_within = 1000 * MS;
+    let t0 = Instant::now();
+    let mut life = Life::idle(7, false, t0, t);
+    life.step(assigned(), t0);
+    assert_eq!(life.next_due(), Some(t0 + 1000 * MS), "the take check comes first");
+    assert_eq!(life.step(Tick, t0 + 1000 * MS), vec![Action::CheckTaken]);
+    assert_eq!(
+        life.step(Untouched, t0 + 1000 * MS),
+        vec![Action::Requeue("t".into()), Action::Kill]
+    );
+    assert_eq!(life.task(), None, "the task is no longer this worker's");
+    life.step(Exited(ExitStatus::Signal(9)), t0 + 1001 * MS);
+    life.step(ChannelClosed { broken: false }, t0 + 1002 * MS);
+    let last = life.step(empty(), t0 + 1003 * MS);
+    assert_eq!(
+        last,
+        vec![Action::Finish {
+            ending: None,
+            exit: ExitStatus::Signal(9)
+        }]
+    );
+}
+
+#[test]
+fn a_worker_that_read_its_task_is_not_asked_again() {
+    let mut t = timing();
+    t.take_within = 1000 * MS;
+    let t0 = Instant::now();
+    // Told so by the driver.
+    let mut life = Life::idle(7, false, t0, t);
+    life.step(assigned(), t0);
+    assert_eq!(life.step(Tick, t0 + 1000 * MS), vec![Action::CheckTaken]);
+    assert_eq!(life.step(Took, t0 + 1000 * MS), vec![]);
+    assert!(!life.may_not_have_taken());
+    assert_eq!(life.next_due(), Some(t0 + 5000 * MS), "only the ping is due");
+    // Or it spoke: any frame means it read its spawn.
+    let mut life = Life::idle(7, false, t0, t);
+    life.step(assigned(), t0);
+    life.step(Heard, t0 + 10 * MS);
+    assert!(!life.may_not_have_taken());
+    assert_eq!(life.step(Tick, t0 + 1000 * MS), vec![]);
+    // Untouched after it took the task is nonsense and changes nothing.
+    assert_eq!(life.step(Untouched, t0 + 1001 * MS), vec![]);
+    assert!(life.is_running());
+}
+
+#[test]
+fn an_idle_worker_that_is_stopped_is_no_longer_idle() {
+    let (actions, life) = walk(&[(0, Stop(stop(Cause::Shutdown)))]);
+    assert_eq!(actions, vec![(0, Action::Kill)]);
+    assert!(!life.is_idle(), "a retired worker must not be given a task");
+    let (actions, life) = walk(&[(0, Stop(stop(Cause::Shutdown))), (1, assigned())]);
+    assert_eq!(
+        actions,
+        vec![(0, Action::Kill)],
+        "and an assignment then changes nothing"
+    );
+    assert_eq!(life.task(), None);
+}
+
+#[test]
+fn kill_now_while_running_kills_at_once() {
+    let (actions, life) = walk(&[(0, assigned()), (5, KillNow(stop(Cause::Shutdown)))]);
+    assert_eq!(actions, vec![(5, Action::Kill)]);
+    assert!(matches!(life.phase(), Phase::Stopping { rung: Rung::Killed, .. }));
+}
+
+#[test]
+fn unexpected_events_change_nothing() {
+    for (phase_script, event) in [
+        (vec![], Reported(ok())),
+        (vec![], empty()),
+        (vec![(0, assigned())], empty()),
+        (vec![(0, assigned()), (1, Reported(ok()))], Asked),
+    ] {
+        let (_, mut life) = walk(&phase_script);
+        let before = life.phase().clone();
+        let actions = life.step(event.clone(), Instant::now());
+        assert_eq!(actions, vec![], "{event:?} in {before:?}");
+        assert_eq!(life.phase(), &before, "{event:?} in {before:?}");
+    }
 }

@@ -1,0 +1,242 @@
+//! What each request gets: the card, metrics, or a JSON-RPC call (its
+//! Content-Type, envelope and A2A-Version checked), answered whole or as
+//! a stream.
+
+use std::sync::atomic::Ordering;
+
+use super::Shared;
+use crate::a2a::card::{Card, PROTOCOL_VERSION};
+use crate::a2a::{stream, Answer, Call};
+use crate::ext;
+use crate::http::{self, Request, Response};
+use crate::limits;
+use crate::principal::Principal;
+use crate::rpc::{self, RpcError};
+
+const CARD_PATH: &str = "/.well-known/agent-card.json";
+const METRICS_PATH: &str = "/metrics";
+
+/// What a request gets: a whole response, or an SSE stream.
+pub(super) enum Reply {
+    Full(Response),
+    /// The client hung up while its call waited: close, answer nothing.
+    Gone,
+    Stream {
+        id: rpc::Id,
+        source: Source,
+        active: ext::Active,
+    },
+}
+
+/// What a stream carries.
+pub(super) enum Source {
+    Task(Box<stream::Plan>),
+    /// The events extension's feed, resuming after this sequence.
+    Events(Option<u64>),
+}
+
+pub(super) fn route(req: &Request, principal: &Principal, shared: &Shared, peer_gone: &dyn Fn() -> bool) -> Reply {
+    let path = req.path.as_str();
+    if path == CARD_PATH {
+        return Reply::Full(match req.method.as_str() {
+            "GET" => card_response(req, &shared.card),
+            _ => Response::error(405, "the agent card is read with GET").header("Allow", "GET"),
+        });
+    }
+    if path == METRICS_PATH {
+        return Reply::Full(match req.method.as_str() {
+            "GET" => metrics_response(shared),
+            _ => Response::error(405, "metrics are read with GET").header("Allow", "GET"),
+        });
+    }
+    if path == "/" || path.is_empty() {
+        return match req.method.as_str() {
+            "POST" => rpc_response(req, principal, shared, peer_gone),
+            _ => Reply::Full(Response::error(405, "JSON-RPC requests are POSTed to /").header("Allow", "POST")),
+        };
+    }
+    Reply::Full(Response::error(
+        404,
+        "not found: JSON-RPC is served at POST /, the card at GET /.well-known/agent-card.json, \
+         metrics at GET /metrics",
+    ))
+}
+
+/// `GET /metrics`: the counters plus what the task table and the
+/// connection count say now.
+fn metrics_response(shared: &Shared) -> Response {
+    let (queued, running, finished) = shared.agent.tasks.counts();
+    let gauges = crate::metrics::Gauges {
+        tasks_queued: queued,
+        tasks_running: running,
+        tasks_retained_finished: finished,
+        tasks_retained_bytes: shared.agent.tasks.retained_bytes(),
+        connections_open: shared.conns.load(Ordering::SeqCst),
+        max_running: shared.agent.tasks.max_running(),
+    };
+    Response::new(200).header("Cache-Control", "no-store").body(
+        crate::metrics::CONTENT_TYPE,
+        crate::metrics::render(&gauges).into_bytes(),
+    )
+}
+
+/// The card, or 304 when the client's copy is current: If-None-Match
+/// decides when present; otherwise If-Modified-Since (RFC 9110 §13.2.2).
+fn card_response(req: &Request, card: &Card) -> Response {
+    let cache = format!("public, max-age={}", limits::CARD_MAX_AGE_SECS);
+    let built_secs = card.built_ms / 1000;
+    let last_modified = http::date::format(built_secs);
+    let fresh = match req.header("If-None-Match") {
+        Some(v) => v.split(',').any(|t| t.trim() == card.etag || t.trim() == "*"),
+        // An invalid date, or more than one, is ignored (RFC 9110 §13.1.3).
+        None => req
+            .header("If-Modified-Since")
+            .and_then(http::date::parse)
+            .is_some_and(|since| built_secs <= since),
+    };
+    let resp = Response::new(if fresh { 304 } else { 200 })
+        .header("ETag", &card.etag)
+        .header("Last-Modified", &last_modified)
+        .header("Cache-Control", &cache);
+    if fresh {
+        return resp;
+    }
+    resp.body("application/json", card.json.clone())
+}
+
+fn json_response(status: u16, body: Vec<u8>, extensions: &[String]) -> Response {
+    let mut resp = Response::new(status).body("application/json", body);
+    if !extensions.is_empty() {
+        resp = resp.header("A2A-Extensions", &extensions.join(", "));
+    }
+    resp
+}
+
+fn rpc_response(req: &Request, principal: &Principal, shared: &Shared, peer_gone: &dyn Fn() -> bool) -> Reply {
+    // Extensions: activated = requested ∩ declared; unknown ones are
+    // ignored, never an error. The activated ones are echoed.
+    let active = ext::Active::from_header(req.header("A2A-Extensions"));
+    let echo = active.echo();
+    let full = |status: u16, body: Vec<u8>| Reply::Full(json_response(status, body, &echo));
+    if let Some(ct) = req.header("Content-Type") {
+        if !is_json_media_type(ct) {
+            let err = RpcError::new(
+                rpc::CONTENT_TYPE_NOT_SUPPORTED,
+                format!("Content-Type `{ct}` is not supported: send `Content-Type: application/json`"),
+            );
+            return full(err.http_status(), rpc::failure(&rpc::Id::null(), &err));
+        }
+    }
+    let call = match rpc::decode(&req.body) {
+        Ok(c) => c,
+        Err((id, err)) => return full(err.http_status(), rpc::failure(&id, &err)),
+    };
+    let ctx = Call {
+        principal,
+        active: &active,
+        last_event_id: req.header("Last-Event-ID").and_then(|v| v.trim().parse().ok()),
+        peer_gone,
+        trace: crate::trace::TraceContext::from_headers(req.header("traceparent"), req.header("tracestate")),
+    };
+    let result = check_version(req, shared.agent.cfg.version_required)
+        .and_then(|()| shared.agent.call(&ctx, &call.method, call.params));
+    match result {
+        Ok(Answer::Value(mut v)) => {
+            if !active.has(ext::ANNOTATIONS) {
+                ext::annotations::strip(&mut v);
+            }
+            full(200, rpc::success(&call.id, &v))
+        }
+        Ok(Answer::Task(mut task)) => {
+            if !active.has(ext::ANNOTATIONS) {
+                ext::annotations::strip_task(&mut task);
+            }
+            full(200, rpc::success(&call.id, &task))
+        }
+        Ok(Answer::Response(mut response)) => {
+            if !active.has(ext::ANNOTATIONS) {
+                ext::annotations::strip_response(&mut response);
+            }
+            full(200, rpc::success(&call.id, &response))
+        }
+        Ok(Answer::Stream(plan)) => Reply::Stream {
+            id: call.id,
+            source: Source::Task(plan),
+            active,
+        },
+        Ok(Answer::Events(from)) => Reply::Stream {
+            id: call.id,
+            source: Source::Events(from),
+            active,
+        },
+        Err(err) if crate::a2a::client_gone(&err) => Reply::Gone,
+        Err(err) => {
+            log::debug!(
+                "a2a.rpc.error method={} code={} message={}",
+                call.method,
+                err.code,
+                err.message
+            );
+            full(err.http_status(), rpc::failure(&call.id, &err))
+        }
+    }
+}
+
+/// `application/json`, with or without parameters, or any `+json` type.
+fn is_json_media_type(ct: &str) -> bool {
+    let essence = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json"))
+}
+
+/// A2A-Version from the header or the `?A2A-Version=` query; Major.Minor
+/// only counts. A missing value means 0.3 (the spec's rule).
+fn check_version(req: &Request, required: bool) -> Result<(), RpcError> {
+    let raw = req
+        .header("A2A-Version")
+        .map(str::to_string)
+        .or_else(|| req.query_param("A2A-Version"))
+        .filter(|v| !v.trim().is_empty());
+    let Some(raw) = raw else {
+        if !required {
+            return Ok(());
+        }
+        return Err(RpcError::with_reason(
+            rpc::VERSION_NOT_SUPPORTED,
+            "VERSION_NOT_SUPPORTED",
+            rpc::A2A_DOMAIN,
+            format!(
+                "No A2A-Version header: that means A2A 0.3, which this agent does not speak. \
+                 Send `A2A-Version: {PROTOCOL_VERSION}`"
+            ),
+            &[("requestedVersion", "0.3"), ("supportedVersions", PROTOCOL_VERSION)],
+        ));
+    };
+    let raw = raw.trim();
+    let mut parts = raw.split('.');
+    let major = parts.next().unwrap_or("");
+    let minor = parts.next().unwrap_or("0");
+    if format!("{major}.{minor}") == PROTOCOL_VERSION {
+        return Ok(());
+    }
+    Err(RpcError::with_reason(
+        rpc::VERSION_NOT_SUPPORTED,
+        "VERSION_NOT_SUPPORTED",
+        rpc::A2A_DOMAIN,
+        format!("A2A-Version {raw} is not supported. Send `A2A-Version: {PROTOCOL_VERSION}`"),
+        &[("requestedVersion", raw), ("supportedVersions", PROTOCOL_VERSION)],
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_media_types() {
+        assert!(is_json_media_type("application/json"));
+        assert!(is_json_media_type("Application/JSON; charset=utf-8"));
+        assert!(is_json_media_type("application/a2a+json"));
+        assert!(!is_json_media_type("text/plain"));
+        assert!(!is_json_media_type("application/x-www-form-urlencoded"));
+    }
+}

@@ -1,0 +1,112 @@
+//! This process: its ids and prctl settings, process groups and signals
+//! sent to them or to one pid, a pause, and `_exit`.
+
+use std::io;
+
+use super::cvt;
+
+pub fn getpid() -> i32 {
+    std::process::id() as i32
+}
+
+pub fn getppid() -> i32 {
+    // SAFETY: getppid cannot fail and touches no memory.
+    unsafe { libc::getppid() }
+}
+
+pub fn geteuid() -> u32 {
+    // SAFETY: geteuid cannot fail and touches no memory.
+    unsafe { libc::geteuid() }
+}
+
+/// Makes this process adopt orphaned descendants (prctl(2)
+/// PR_SET_CHILD_SUBREAPER), so a task's grandchildren are reaped by us, not
+/// by init, and `kill(-pgid, 0)` turns ESRCH once they are really gone.
+pub fn set_child_subreaper() -> io::Result<()> {
+    // SAFETY: plain prctl with integer arguments.
+    cvt(unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) }).map(drop)
+}
+
+/// Names the calling thread (prctl(2) PR_SET_NAME; `ps -o comm` shows it
+/// for the main thread). The kernel keeps 15 bytes.
+pub fn set_process_name(name: &std::ffi::CStr) {
+    // SAFETY: `name` is a valid NUL-terminated string for the call's length;
+    // the kernel copies at most 16 bytes of it.
+    unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr(), 0, 0, 0) };
+}
+
+/// prctl(2) PR_SET_PDEATHSIG: `sig` is sent to us when the *thread* that
+/// forked us exits. Async-signal-safe, so usable between fork and exec.
+pub fn set_parent_death_signal(sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: plain prctl with integer arguments.
+    cvt(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, sig as libc::c_ulong, 0, 0, 0) }).map(drop)
+}
+
+/// setpgid(0, 0): become leader of a new process group whose id is our pid.
+/// Async-signal-safe.
+pub fn become_group_leader() -> io::Result<()> {
+    // SAFETY: setpgid with (0, 0) only affects the calling process.
+    cvt(unsafe { libc::setpgid(0, 0) }).map(drop)
+}
+
+/// setpgid(pid, pid): makes the child `pid` lead its own process group.
+/// Called by the parent as well as by the child itself, so the group
+/// exists before either goes on (the classic race of job control).
+pub fn make_group_leader(pid: i32) -> io::Result<()> {
+    // SAFETY: setpgid takes integers.
+    cvt(unsafe { libc::setpgid(pid, pid) }).map(drop)
+}
+
+/// Sends `sig` to every process of group `pgid`. `Ok(false)` means ESRCH:
+/// the group is already empty (that rung of the ladder already won).
+pub fn kill_group(pgid: i32, sig: libc::c_int) -> io::Result<bool> {
+    if pgid <= 1 {
+        // killpg(0 or 1, …) would hit ourselves or everything: never.
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    // SAFETY: killpg takes integers; pgid > 1 was checked above.
+    match cvt(unsafe { libc::killpg(pgid, sig) }) {
+        Ok(_) => Ok(true),
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// True while any process (zombies included) is in group `pgid`.
+pub fn group_alive(pgid: i32) -> bool {
+    !matches!(kill_group(pgid, 0), Ok(false))
+}
+
+/// Sends `sig` to one process. Async-signal-safe.
+pub fn kill_pid(pid: i32, sig: libc::c_int) -> io::Result<()> {
+    if pid <= 1 {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    // SAFETY: kill takes integers; pid > 1 was checked above.
+    cvt(unsafe { libc::kill(pid, sig) }).map(drop)
+}
+
+/// Sends `sig` to our own process group (kill(2) with pid 0), us included:
+/// for a worker, its task's group, which it leads. Async-signal-safe.
+pub fn signal_own_group(sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: kill(2) takes integers; 0 means "my process group".
+    cvt(unsafe { libc::kill(0, sig) }).map(drop)
+}
+
+/// One nanosleep(2) of `nanos` (under a second), not resumed when a signal
+/// cuts it short (std's sleep resumes). Async-signal-safe.
+pub fn nap(nanos: u32) {
+    let pause = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: nanos.min(999_999_999) as libc::c_long,
+    };
+    // SAFETY: nanosleep with a valid timespec and no remainder wanted.
+    unsafe { libc::nanosleep(&pause, std::ptr::null_mut()) };
+}
+
+/// Ends the process now, without exit handlers: for a forked worker,
+/// whose output is never buffered.
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit takes an integer and does not return.
+    unsafe { libc::_exit(code) }
+}
