@@ -1,15 +1,17 @@
-//! The private control channel between agentd and a worker (not A2A).
+//! The private control channel between agentd and a worker (not A2A): two
+//! pipes, one each way.
 //!
 //! ```text
-//!  supervisor (procman)                          worker (forked by agentd __forkserver)
-//!        │                                           │  forked, waiting
-//!        │ ───────────── spawn {task, message, runner} ▶ │
-//!        │ ◀──────────── status / artifact ────────── │  progress
-//!        │ ───────────── input {message} ───────────▶ │  follow-up turn
-//!        │ ───────────── ping ──────────────────────▶ │
-//!        │ ◀──────────── pong ─────────────────────── │
-//!        │ ───────────── cancel ────────────────────▶ │  first rung of the ladder
-//!        │ ◀──────────── done {state, text, cause} ── │  then the worker exits
+//!  supervisor (procman)                               worker (forked by agentd __forkserver)
+//!        │                                                │  forked, waiting
+//!        │ ── spawn {task_id, context_id, message, runner, trace?} ▶ │
+//!        │ ◀─ status {state, text?} / artifact {artifact, append, last_chunk} ─ │  progress
+//!        │ ◀─ reply {message} ───────────────────────────  │  a direct Message instead of a task
+//!        │ ── input {message} ────────────────────────────▶ │  follow-up turn
+//!        │ ── ping ───────────────────────────────────────▶ │
+//!        │ ◀─ pong ──────────────────────────────────────── │
+//!        │ ── cancel ─────────────────────────────────────▶ │  first rung of the ladder
+//!        │ ◀─ done {outcome, cause, text?} ──────────────── │  then the worker exits
 //! ```
 //!
 //! A frame is a 4-byte big-endian length, then that many bytes of one JSON
@@ -37,12 +39,21 @@ pub enum RunnerSpec {
     },
     Exec {
         argv: Vec<String>,
-        protocol: String,
+        protocol: ExecProtocol,
         workdir: Option<String>,
         env: Vec<(String, String)>,
         rlimits: Rlimits,
         output_max_bytes: u64,
     },
+}
+
+/// How the `exec` runner talks to its program (`agent.exec_protocol`;
+/// the manual's "Runners" says what each means).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExecProtocol {
+    Text,
+    Jsonl,
 }
 
 /// Per-task rlimits for the program; 0 = inherit.

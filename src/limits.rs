@@ -145,6 +145,17 @@ pub const JSONL_LINE_MAX_BYTES: usize = 4 * 1024 * 1024;
 /// Messages queued for a program's stdin while it does not read; one more
 /// fails the task (the program is not reading its input).
 pub const STDIN_QUEUE_MAX_MESSAGES: usize = 8;
+/// After a program gave its verdict (a jsonl terminal line or direct
+/// reply), how long it has to exit by itself; past it the task ends anyway
+/// (a helper may hold the pipes: its EOF is not waited for), and procman's
+/// kill of the group takes what is left.
+pub const PROGRAM_EXIT_GRACE_MS: u64 = 1_000;
+/// Once a program exited, how long its stdout and stderr have to reach EOF
+/// (a background grandchild may hold them open); past it the task ends
+/// without them, and procman's kill of the worker's group takes the rest.
+pub const PROGRAM_PIPES_DRAIN_MS: u64 = 500;
+/// Most bytes of a text program's stdout read at once: one artifact chunk.
+pub const TEXT_CHUNK_MAX_BYTES: usize = 64 * 1024;
 /// Most a JSON text grows when agentd reads it and writes it back, as
 /// NUM/DEN: a float is written in its shortest round-trip form, which can
 /// be longer than what was sent (`1e15` → `1000000000000000.0`, 4 → 18

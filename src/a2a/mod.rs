@@ -1,6 +1,9 @@
-//! A2A 1.0: wire types, the card, and the method handlers. A handler turns
-//! a decoded JSON-RPC call into a result or an `RpcError`; it talks to the
-//! task table and to procman, never to sockets or processes directly.
+//! A2A 1.0's method handlers, the card (`card`), the streaming methods
+//! (`stream`) and the command extension's operations (`operator`). A
+//! handler turns a decoded JSON-RPC call into a result or an `RpcError`; it
+//! talks to the task table and to procman, never to sockets or processes
+//! directly. The wire types it speaks are `crate::wire`'s, shared with the
+//! rooms below.
 
 pub mod card;
 mod operator;
@@ -409,7 +412,8 @@ impl Agent {
 
     /// Only a jsonl program can answer with a direct Message.
     fn runner_may_reply(&self) -> bool {
-        matches!(self.cfg.runner, crate::config::Runner::Exec { .. }) && self.cfg.exec_protocol == "jsonl"
+        matches!(self.cfg.runner, crate::config::Runner::Exec { .. })
+            && self.cfg.exec_protocol == crate::control::ExecProtocol::Jsonl
     }
 
     fn get_task(&self, principal: &Principal, req: GetTaskRequest) -> Result<Task, RpcError> {

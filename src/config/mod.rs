@@ -6,6 +6,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use crate::control::ExecProtocol;
 use crate::limits;
 use crate::transport::Address;
 
@@ -104,7 +105,7 @@ pub struct Config {
     /// Which of agent.exec and agent.peer was set last: it picks the
     /// runner when agent.runner does not.
     last_runner_key: Option<RunnerKey>,
-    pub exec_protocol: String,
+    pub exec_protocol: ExecProtocol,
     pub workdir: Option<PathBuf>,
     pub env: Vec<(String, String)>,
     pub tasks: Tasks,
@@ -147,7 +148,7 @@ impl Default for Config {
             exec_argv: None,
             peer: None,
             last_runner_key: None,
-            exec_protocol: "text".into(),
+            exec_protocol: ExecProtocol::Text,
             workdir: None,
             env: Vec::new(),
             tasks: Tasks {
@@ -301,7 +302,8 @@ impl Config {
                 self.runner = self.resolve_runner().unwrap_or(Runner::Echo);
             }
             "agent.exec_protocol" => match value {
-                "text" | "jsonl" => self.exec_protocol = value.to_string(),
+                "text" => self.exec_protocol = ExecProtocol::Text,
+                "jsonl" => self.exec_protocol = ExecProtocol::Jsonl,
                 _ => {
                     return Err(format!(
                         "agent.exec_protocol: expected `text` or `jsonl`, found `{value}`"

@@ -442,9 +442,10 @@ impl<O: Os> Driver<O> {
         let Some((id, _)) = w.life.task() else { return };
         let id = id.to_string();
         let running = w.life.is_running();
-        // A reply marks the task as spoken itself, atomically with the
-        // message: a stream waking in between would open as a task.
-        if !matches!(frame, FromWorker::Pong | FromWorker::Reply { .. }) {
+        // A status makes the task a task (not a direct reply); an artifact
+        // does so itself, and a reply marks the task atomically with the
+        // message (a stream waking in between would open as a task).
+        if matches!(frame, FromWorker::Status { .. }) {
             self.tasks.mark_spoke(&id);
         }
         match frame {

@@ -295,6 +295,7 @@ impl Loop {
             self.take_given_back();
             self.start_queued();
             self.fill_pool();
+            self.pool.forget_passed_retry(Instant::now());
             if self.driver.is_empty() {
                 if let Some(done) = self.shutdown.as_ref() {
                     self.pool.stop_forks();

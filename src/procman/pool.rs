@@ -119,11 +119,19 @@ impl Pool {
         self.forks.stop();
     }
 
-    /// When the pool next has something to do: a retry of the fork server,
-    /// the fork server's answer overdue.
+    /// When the pool next has something to do: asking the fork server
+    /// again (for a task or for the pool), its answer overdue.
     pub fn next_due(&self) -> Option<Instant> {
-        let retry = self.retry_forks_at.filter(|_| self.queued() > 0);
-        [retry, self.forks.answer_due()].into_iter().flatten().min()
+        [self.retry_forks_at, self.forks.answer_due()].into_iter().flatten().min()
+    }
+
+    /// A retry time that has passed and that this turn did not need (the
+    /// queue and the pool had what they wanted) is dropped, so the loop
+    /// does not wake for it again.
+    pub fn forget_passed_retry(&mut self, now: Instant) {
+        if self.retry_forks_at.is_some_and(|t| t <= now) {
+            self.retry_forks_at = None;
+        }
     }
 }
 

@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
+use super::life::Life;
 use crate::limits;
 use crate::wire::{
     Artifact, Message, Part, PartContent, StreamResponse, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus,
@@ -86,15 +87,10 @@ pub(super) struct Entry {
     artifact_bytes: usize,
     events: VecDeque<Logged>,
     pub last_seq: u64,
-    /// The worker has said something (a status, artifact, message or end):
-    /// from then on a stream knows whether this is a task or a direct reply.
-    pub spoke: bool,
-    /// The agent answered with a Message instead of a task.
-    pub direct_reply: Option<Arc<Message>>,
+    /// Where the task is in the A2A model (its rules: `life::step`).
+    pub life: Life,
     /// Streams reading the log; a finished task trims its log when none is.
-    pub watchers: usize,
-    /// Evicted from the table: whoever still holds it learns it is gone.
-    pub gone: bool,
+    pub streams: usize,
 }
 
 /// What a reader takes under the lock: reference counts only.
@@ -159,28 +155,19 @@ impl Entry {
             artifact_bytes: 0,
             events: VecDeque::new(),
             last_seq: 0,
-            spoke: false,
-            direct_reply: None,
-            watchers: 0,
-            gone: false,
+            life: Life::Queued,
+            streams: 0,
         };
-        entry.push_history(first);
+        entry.push_history(Arc::new(first));
         entry
     }
 
     pub fn state(&self) -> TaskState {
-        self.status.state
+        self.life.state()
     }
 
-    /// Whether a blocking call may be done with the task: it ended, waits
-    /// on its client, answered with a direct reply, or was evicted.
-    pub fn is_settled(&self) -> bool {
-        let state = self.state();
-        state.is_terminal() || state.is_interrupted() || self.direct_reply.is_some() || self.gone
-    }
-
-    pub fn first_message(&self) -> Option<&Message> {
-        self.history.front().map(|m| &**m)
+    pub fn first_message(&self) -> Option<Arc<Message>> {
+        self.history.front().cloned()
     }
 
     /// A new status, logged as an event; returns it (for notices).
@@ -193,8 +180,7 @@ impl Entry {
 
     /// Adds an artifact or a chunk of one: `append` extends the artifact
     /// with the same id (or starts it); otherwise it is added or replaced.
-    pub fn add_artifact(&mut self, chunk: Artifact, append: bool, last_chunk: bool) {
-        let chunk = Arc::new(chunk);
+    pub fn add_artifact(&mut self, chunk: Arc<Artifact>, append: bool, last_chunk: bool) {
         match self.by_id.get(&chunk.artifact_id).copied() {
             Some(at) => {
                 let stored = Arc::make_mut(&mut self.artifacts[at]);
@@ -225,10 +211,9 @@ impl Entry {
     /// Appends to the history, dropping the oldest messages past
     /// TASK_HISTORY_MAX messages or TASK_HISTORY_MAX_BYTES (the newest one
     /// always stays).
-    pub fn push_history(&mut self, message: Message) -> Arc<Message> {
-        let message = Arc::new(message);
+    pub fn push_history(&mut self, message: Arc<Message>) {
         self.history_bytes += message_bytes(&message);
-        self.history.push_back(message.clone());
+        self.history.push_back(message);
         while self.history.len() > 1
             && (self.history.len() > limits::TASK_HISTORY_MAX || self.history_bytes > limits::TASK_HISTORY_MAX_BYTES)
         {
@@ -236,7 +221,6 @@ impl Entry {
                 self.history_bytes -= message_bytes(&old);
             }
         }
-        message
     }
 
     fn log(&mut self, body: Body) {

@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::{Slot, TaskTable};
+use super::slot::Slot;
+use super::TaskTable;
 use crate::principal::Principal;
 use crate::wire::{ListTasksResponse, TaskState};
 

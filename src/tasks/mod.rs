@@ -10,19 +10,26 @@
 //!      │     INPUT_REQUIRED / AUTH_REQUIRED
 //!      └──────────────────────▶ CANCELED (cancelled while queued)
 //! ```
-//! Terminal tasks are immutable and kept within three bounds: count
-//! (`retain_max`), age (`retain_ms`, enforced by [`TaskTable::expire`] from
-//! procman's timers) and bytes (`retain_bytes`), oldest first.
+//! These rules are one pure function, `life::step`; every change of a task
+//! goes through it (`TaskTable::apply`), and the index counts each task by
+//! the stage its life is in. Terminal tasks are immutable and kept within
+//! three bounds: count (`retain_max`), age (`retain_ms`, enforced by
+//! [`TaskTable::expire`] from procman's timers) and bytes (`retain_bytes`),
+//! oldest first.
 //!
-//! Locks: the index (id → task, counters, the finished list) is held only
-//! to find, add or drop a task — never while a task's own lock is held.
-//! Each task has its own lock and condvar; a change of a task notifies its
-//! condvar once, after its lock is released ([`Slot::change`]), so a blocked
-//! client wakes for its own task only. Rendering a task for the wire copies
-//! after the lock is released (see `entry`).
+//! Locks: the index (id → task, counters, the finished list; `index`) is
+//! held only to find, add, count or drop a task — never while a task's own
+//! lock is held. Each task has its own lock and condvars (`slot`); a change
+//! of a task notifies them once, after its lock is released, so a blocked
+//! client wakes for its own task only. Messages are copied before the lock
+//! is taken, and rendering a task for the wire copies after it is released
+//! (see `entry`).
 
 mod entry;
+mod index;
+mod life;
 mod list;
+mod slot;
 #[cfg(test)]
 mod tests;
 mod watch;
@@ -30,9 +37,8 @@ mod watch;
 pub use list::{decode_cursor, ListQuery, MetadataFilter};
 pub use watch::{LoggedEvent, Next, Opening, Watch};
 
-use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value};
@@ -42,7 +48,10 @@ use crate::control::Cause;
 use crate::principal::Principal;
 use crate::trace::TraceContext;
 use crate::wire::{Artifact, Message, Task, TaskState, TaskStatus};
-use entry::{Entry, View};
+use entry::Entry;
+use index::Index;
+use life::{Change, Record, Refusal, Stage};
+use slot::{Interest, Slot};
 
 /// Metadata key holding the machine-readable reason a task ended.
 pub const TERMINAL_KEY: &str = "agentd.dev/terminal";
@@ -124,127 +133,6 @@ pub enum ContinueError {
     ContextMismatch { task_context: String },
 }
 
-/// One task: what never changes outside its lock, its state inside.
-struct Slot {
-    id: String,
-    context_id: String,
-    principal: String,
-    /// Bytes of the first message, counted against queued_max_bytes while
-    /// the task waits in SUBMITTED.
-    queued_bytes: usize,
-    /// The W3C trace context of the request that created it (set once,
-    /// right after creation, before procman hears of the task).
-    trace: OnceLock<TraceContext>,
-    entry: Mutex<Entry>,
-    /// Notified on every change, for streams (every event counts).
-    changed: Condvar,
-    /// Notified only when the task settles (see [`Entry::is_settled`]), for
-    /// blocking calls: a blocked SendMessage sleeps through WORKING and
-    /// every artifact instead of waking for each.
-    settled: Condvar,
-    /// Threads blocked on each condvar, counted under the task's lock: a
-    /// change nobody waits for wakes nobody (no futex call).
-    watchers: AtomicUsize,
-    settlers: AtomicUsize,
-}
-
-/// What a waiter wakes for.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Interest {
-    AnyChange,
-    Settled,
-}
-
-impl Slot {
-    fn lock(&self) -> MutexGuard<'_, Entry> {
-        // A panic while holding the lock leaves consistent-enough data
-        // (every mutation is a few assignments); keep serving.
-        self.entry.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The one way a task changes: `f` runs under the task's lock and
-    /// returns `None` when nothing changed; otherwise whoever waits on this
-    /// task is woken, once, after the lock is released.
-    fn change<R>(&self, f: impl FnOnce(&mut Entry) -> Option<R>) -> Option<R> {
-        let mut entry = self.lock();
-        let out = f(&mut entry);
-        let (watch, settle) = match out {
-            Some(_) => (
-                self.watchers.load(Ordering::Relaxed) > 0,
-                self.settlers.load(Ordering::Relaxed) > 0 && entry.is_settled(),
-            ),
-            None => (false, false),
-        };
-        drop(entry);
-        if watch {
-            self.changed.notify_all();
-        }
-        if settle {
-            self.settled.notify_all();
-        }
-        out
-    }
-
-    fn may_see(&self, principal: &Principal) -> bool {
-        principal.is_operator() || self.principal == principal.name()
-    }
-
-    /// Waits on this task's condvar for `interest` until `ready` returns
-    /// something or `deadline` passes (then `timeout` gives the answer).
-    fn wait<R>(
-        &self,
-        interest: Interest,
-        deadline: Option<Instant>,
-        mut ready: impl FnMut(&Entry) -> Option<R>,
-        timeout: impl FnOnce(&Entry) -> R,
-    ) -> R {
-        let mut entry = self.lock();
-        loop {
-            if let Some(r) = ready(&entry) {
-                return r;
-            }
-            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            if left.is_some_and(|l| l.is_zero()) {
-                return timeout(&entry);
-            }
-            let (cv, count) = match interest {
-                Interest::AnyChange => (&self.changed, &self.watchers),
-                Interest::Settled => (&self.settled, &self.settlers),
-            };
-            // Counted while the lock is held, so a change made under it
-            // after our look at `ready` sees us.
-            count.fetch_add(1, Ordering::Relaxed);
-            entry = match left {
-                None => cv.wait(entry).unwrap_or_else(|p| p.into_inner()),
-                Some(left) => cv.wait_timeout(entry, left).unwrap_or_else(|p| p.into_inner()).0,
-            };
-            count.fetch_sub(1, Ordering::Relaxed);
-        }
-    }
-
-    fn render(&self, view: View) -> Task {
-        view.render(&self.id, &self.context_id)
-    }
-}
-
-struct Finished {
-    at_ms: u64,
-    id: String,
-    bytes: usize,
-}
-
-#[derive(Default)]
-struct Index {
-    tasks: HashMap<String, Arc<Slot>>,
-    /// Finished tasks, oldest first, for retention.
-    finished: VecDeque<Finished>,
-    retained_bytes: usize,
-    submitted: usize,
-    queued_bytes: usize,
-    /// Started and not finished.
-    active: usize,
-}
-
 pub struct TaskTable {
     index: Mutex<Index>,
     limits: TableLimits,
@@ -286,11 +174,66 @@ impl TaskTable {
         }
     }
 
-    /// Sets a task's status, logs it and tells the observers (under the
-    /// task's lock, from inside a `change`).
-    fn set_status(&self, slot: &Slot, entry: &mut Entry, state: TaskState, message: Option<Message>) {
+    /// Applies `change` to a task by the rules (`life::step`) under the
+    /// task's lock: `carry_out` records what they say, and the index counts
+    /// the task where its new stage says, once the task's lock is released.
+    /// (The changes that move a task between stages, its start and its
+    /// verdict, all come from procman's one thread: the index hears them
+    /// in order.)
+    fn apply<R>(
+        &self,
+        slot: &Arc<Slot>,
+        change: Change,
+        carry_out: impl FnOnce(&mut Entry, Record) -> R,
+    ) -> Result<R, Refusal> {
+        let (out, from, to, bytes) = slot.change(|e| {
+            let (life, record) = life::step(&e.life, &change).inspect_err(|why| {
+                if *why != Refusal::Unchanged {
+                    log::debug!("tasks ignoring {change} in {} task={}: {why:?}", e.life, slot.id);
+                }
+            })?;
+            let from = std::mem::replace(&mut e.life, life).stage();
+            let out = carry_out(e, record);
+            let to = e.life.stage();
+            let mut bytes = 0;
+            if to == Stage::Finished && from != to {
+                if e.streams == 0 {
+                    e.trim_log();
+                }
+                bytes = e.bytes();
+            }
+            Ok((out, from, to, bytes))
+        })?;
+        if from != to {
+            let now = clock::now_ms();
+            let evicted = {
+                let mut ix = self.index();
+                ix.leave(from, slot);
+                ix.enter(to, slot, bytes, now);
+                // Only a task that finished can take the table over a bound.
+                match to {
+                    Stage::Finished => ix.evict(&self.limits, now),
+                    Stage::Queued | Stage::Active => Vec::new(),
+                }
+            };
+            self.gone(evicted);
+        }
+        Ok(out)
+    }
+
+    /// Evicted tasks: whoever still waits on one learns it is gone.
+    fn gone(&self, evicted: Vec<Arc<Slot>>) {
+        for slot in evicted {
+            let _ = self.apply(&slot, Change::Evict, |_, _| ());
+        }
+    }
+
+    /// Records a status the rules decided, and tells the observers (under
+    /// the task's lock, from inside an `apply`).
+    fn set_status(&self, slot: &Slot, e: &mut Entry, record: Record, message: Option<Message>, cause: Option<Cause>) {
+        let Record::Status(state) = record else { return };
         let now = clock::now_ms();
-        let status = entry.set_status(
+        e.set_status(
             TaskStatus {
                 state,
                 message,
@@ -300,15 +243,11 @@ impl TaskTable {
         );
         let (task_id, context_id) = (slot.id.as_str(), slot.context_id.as_str());
         let notice = if state.is_terminal() {
-            let cause = status
-                .message
-                .as_ref()
-                .and_then(|m| m.metadata.as_ref()?.get(TERMINAL_KEY)?.as_str());
             Notice::Terminal {
                 task_id,
                 context_id,
                 state,
-                cause,
+                cause: cause.map(Cause::as_str),
             }
         } else {
             Notice::State {
@@ -339,37 +278,27 @@ impl TaskTable {
             timestamp: Some(clock::format_ms(now)),
         };
         let queued_bytes = entry::message_bytes(&message);
-        let slot = Arc::new(Slot {
-            id: id.clone(),
-            context_id,
-            principal: principal.name(),
-            queued_bytes,
-            trace: OnceLock::new(),
-            entry: Mutex::new(Entry::new(status, now, message, metadata)),
-            changed: Condvar::new(),
-            settled: Condvar::new(),
-            watchers: AtomicUsize::new(0),
-            settlers: AtomicUsize::new(0),
-        });
+        let entry = Entry::new(status, now, message, metadata);
+        let slot = Arc::new(Slot::new(id.clone(), context_id, principal.name(), queued_bytes, entry));
         let view = slot.lock().view(None, true);
         {
             let mut ix = self.index();
+            let (submitted, bytes) = ix.queued();
             // Tasks about to take a free running slot are not "waiting".
-            let free_slots = self.max_running().saturating_sub(ix.active);
-            if ix.submitted >= self.limits.max_queued + free_slots {
+            let free_slots = self.max_running().saturating_sub(ix.counts().1);
+            if submitted >= self.limits.max_queued + free_slots {
                 return Err(CreateError::QueueFull {
                     max: self.limits.max_queued,
                 });
             }
             // One message alone always fits: it is bounded by the body size.
-            if ix.submitted > 0 && ix.queued_bytes + queued_bytes > self.limits.queued_max_bytes {
+            if submitted > 0 && bytes + queued_bytes > self.limits.queued_max_bytes {
                 return Err(CreateError::QueueBytes {
                     max_bytes: self.limits.queued_max_bytes,
                 });
             }
-            ix.submitted += 1;
-            ix.queued_bytes += queued_bytes;
-            ix.tasks.insert(id.clone(), slot.clone());
+            ix.enter(Stage::Queued, &slot, 0, now);
+            ix.tasks.insert(id, slot.clone());
         }
         self.tell(
             &slot.principal,
@@ -382,8 +311,9 @@ impl TaskTable {
     }
 
     /// Checks that `message` may continue task `id` (interrupted, same
-    /// context), appends it to the history and moves the task to WORKING.
-    /// Returns the task as it is now and the event sequence that reflects.
+    /// context), appends it to the history and moves the task to WORKING;
+    /// `message` then names the task and its context. Returns the task as
+    /// it is now and the event sequence that reflects.
     pub fn continue_with(
         &self,
         principal: &Principal,
@@ -391,37 +321,26 @@ impl TaskTable {
         message: &mut Message,
     ) -> Result<(Task, u64), ContinueError> {
         let slot = self.visible(principal, id).ok_or(ContinueError::NotFound)?;
-        let mut refused = None;
-        let changed = slot.change(|e| {
-            let state = e.state();
-            refused = if e.gone {
-                Some(ContinueError::NotFound)
-            } else if state.is_terminal() {
-                Some(ContinueError::Terminal(state))
-            } else if !state.is_interrupted() {
-                Some(ContinueError::Busy(state))
-            } else {
-                match &message.context_id {
-                    Some(c) if *c != slot.context_id => Some(ContinueError::ContextMismatch {
-                        task_context: slot.context_id.clone(),
-                    }),
-                    _ => None,
-                }
-            };
-            if refused.is_some() {
-                return None;
-            }
-            message.context_id = Some(slot.context_id.clone());
-            message.task_id = Some(id.to_string());
-            e.push_history(message.clone());
-            self.set_status(&slot, e, TaskState::Working, None);
-            Some((e.view(None, true), e.last_seq))
-        });
-        match (changed, refused) {
-            (Some((view, seq)), _) => Ok((slot.render(view), seq)),
-            (None, Some(why)) => Err(why),
-            (None, None) => Err(ContinueError::NotFound),
-        }
+        let same_context = message.context_id.as_ref().is_none_or(|c| *c == slot.context_id);
+        message.context_id = Some(slot.context_id.clone());
+        message.task_id = Some(id.to_string());
+        // The copy for the history is made here, not under the task's lock.
+        let stored = Arc::new(message.clone());
+        let (view, seq) = self
+            .apply(&slot, Change::Continue { same_context }, |e, record| {
+                e.push_history(stored);
+                self.set_status(&slot, e, record, None, None);
+                (e.view(None, true), e.last_seq)
+            })
+            .map_err(|why| match why {
+                Refusal::Ended(state) => ContinueError::Terminal(state),
+                Refusal::Busy(state) => ContinueError::Busy(state),
+                Refusal::ContextMismatch => ContinueError::ContextMismatch {
+                    task_context: slot.context_id.clone(),
+                },
+                _ => ContinueError::NotFound,
+            })?;
+        Ok((slot.render(view), seq))
     }
 
     /// The task as `principal` may see it, or `None` (absent and not
@@ -439,8 +358,8 @@ impl TaskTable {
     /// The first message of a task and its context: what a worker starts on.
     pub fn start_info(&self, id: &str) -> Option<(String, Message)> {
         let slot = self.find(id)?;
-        let first = slot.lock().first_message()?.clone();
-        Some((slot.context_id.clone(), first))
+        let first = slot.lock().first_message()?;
+        Some((slot.context_id.clone(), Message::clone(&first)))
     }
 
     /// Waits until `done(state)` holds for task `id` (or the agent replied
@@ -462,9 +381,9 @@ impl TaskTable {
             Interest::Settled,
             deadline,
             |e| {
-                if done(e.state()) || e.direct_reply.is_some() {
+                if done(e.state()) || e.life.reply().is_some() {
                     Some(Some(e.view(history_length, true)))
-                } else if e.gone {
+                } else if e.life.is_gone() {
                     Some(None)
                 } else {
                     None
@@ -480,109 +399,33 @@ impl TaskTable {
     pub fn set_progress(&self, id: &str, state: TaskState, text: Option<String>) {
         debug_assert!(!state.is_terminal());
         let Some(slot) = self.find(id) else { return };
-        let from = slot.change(|e| {
-            let from = e.state();
-            if from.is_terminal() {
-                log::debug!("tasks ignoring {state:?} for finished task={id}");
-                return None;
+        let said = text.map(|t| Message::agent_text(t, id, &slot.context_id));
+        let history = said.as_ref().map(|m| Arc::new(m.clone()));
+        let change = Change::Progress {
+            to: state,
+            said: said.is_some(),
+        };
+        let _ = self.apply(&slot, change, |e, record| {
+            if let Some(m) = history {
+                e.push_history(m);
             }
-            if from == state && text.is_none() {
-                return None; // nothing new to tell anyone
-            }
-            let message = text.map(|t| {
-                let m = Message::agent_text(t, id, &slot.context_id);
-                e.push_history(m.clone());
-                m
-            });
-            self.set_status(&slot, e, state, message);
-            Some(from)
+            self.set_status(&slot, e, record, said, None);
         });
-        if let Some(from) = from {
-            self.moved(&slot, from, state, 0);
-        }
     }
 
     /// Ends a task: terminal state, readable text and machine-readable cause.
     pub fn finish(&self, id: &str, state: TaskState, cause: Cause, text: Option<String>) {
         debug_assert!(state.is_terminal());
         let Some(slot) = self.find(id) else { return };
-        let done = slot.change(|e| {
-            let from = e.state();
-            if from.is_terminal() {
-                return None;
-            }
-            let text = text.unwrap_or_else(|| default_text(state, cause).to_string());
-            let mut message = Message::agent_text(text, id, &slot.context_id);
-            let mut md = Map::new();
-            md.insert(TERMINAL_KEY.into(), Value::String(cause.as_str().into()));
-            message.metadata = Some(md);
-            e.push_history(message.clone());
-            self.set_status(&slot, e, state, Some(message));
-            if e.watchers == 0 {
-                e.trim_log();
-            }
-            Some((from, e.bytes()))
+        let text = text.unwrap_or_else(|| default_text(state, cause).to_string());
+        let mut message = Message::agent_text(text, id, &slot.context_id);
+        let why = Value::String(cause.as_str().into());
+        message.metadata = Some(Map::from_iter([(TERMINAL_KEY.to_string(), why)]));
+        let history = Arc::new(message.clone());
+        let _ = self.apply(&slot, Change::Finish(state), |e, record| {
+            e.push_history(history);
+            self.set_status(&slot, e, record, Some(message), Some(cause));
         });
-        if let Some((from, bytes)) = done {
-            self.moved(&slot, from, state, bytes);
-        }
-    }
-
-    /// Keeps the index's counters and finished list in step with a task
-    /// that went from `from` to `to` (called after its lock is released).
-    fn moved(&self, slot: &Slot, from: TaskState, to: TaskState, bytes: usize) {
-        let queued = |s: TaskState| s == TaskState::Submitted;
-        let active = |s: TaskState| !s.is_terminal() && s != TaskState::Submitted;
-        if from == to || (active(from) && active(to)) {
-            return;
-        }
-        let evicted = {
-            let mut ix = self.index();
-            if queued(from) {
-                ix.submitted = ix.submitted.saturating_sub(1);
-                ix.queued_bytes = ix.queued_bytes.saturating_sub(slot.queued_bytes);
-            } else if active(from) {
-                ix.active = ix.active.saturating_sub(1);
-            }
-            if active(to) {
-                ix.active += 1;
-            }
-            if !to.is_terminal() {
-                return;
-            }
-            ix.retained_bytes += bytes;
-            ix.finished.push_back(Finished {
-                at_ms: clock::now_ms(),
-                id: slot.id.clone(),
-                bytes,
-            });
-            self.evict(&mut ix, clock::now_ms())
-        };
-        gone(evicted);
-    }
-
-    /// Takes the finished tasks past the count, byte or age bound out of
-    /// the index, oldest first. The caller tells them they are gone after
-    /// the index lock is released (and drops them there, so freeing a big
-    /// task does not hold the index).
-    fn evict(&self, ix: &mut Index, now_ms: u64) -> Vec<Arc<Slot>> {
-        let l = &self.limits;
-        let mut out = Vec::new();
-        while let Some(oldest) = ix.finished.front() {
-            let over = ix.finished.len() > l.retain_max
-                || ix.retained_bytes > l.retain_bytes
-                || now_ms.saturating_sub(oldest.at_ms) > l.retain_ms;
-            if !over {
-                break;
-            }
-            let Some(f) = ix.finished.pop_front() else { break };
-            ix.retained_bytes = ix.retained_bytes.saturating_sub(f.bytes);
-            if let Some(slot) = ix.tasks.remove(&f.id) {
-                log::debug!("tasks.evicted task={} bytes={}", f.id, f.bytes);
-                out.push(slot);
-            }
-        }
-        out
     }
 
     /// Drops the finished tasks older than retain_ms; returns how long
@@ -592,14 +435,10 @@ impl TaskTable {
         let now = clock::now_ms();
         let (evicted, next) = {
             let mut ix = self.index();
-            let evicted = self.evict(&mut ix, now);
-            let next = ix.finished.front().map(|f| {
-                let due = f.at_ms.saturating_add(self.limits.retain_ms).saturating_add(1);
-                Duration::from_millis(due.saturating_sub(now))
-            });
-            (evicted, next)
+            let evicted = ix.evict(&self.limits, now);
+            (evicted, ix.next_due(self.limits.retain_ms, now))
         };
-        gone(evicted);
+        self.gone(evicted);
         next
     }
 
@@ -607,10 +446,8 @@ impl TaskTable {
     /// with the same id; otherwise it is added or replaced).
     pub fn add_artifact(&self, id: &str, artifact: Artifact, append: bool, last_chunk: bool) {
         let Some(slot) = self.find(id) else { return };
-        slot.change(|e| {
-            if e.state().is_terminal() {
-                return None;
-            }
+        let artifact = Arc::new(artifact);
+        let _ = self.apply(&slot, Change::Artifact, |e, _| {
             self.tell(
                 &slot.principal,
                 &Notice::Artifact {
@@ -622,40 +459,33 @@ impl TaskTable {
                 },
             );
             e.add_artifact(artifact, append, last_chunk);
-            Some(())
         });
     }
 
     /// Records that the worker of task `id` said something.
     pub fn mark_spoke(&self, id: &str) {
         if let Some(slot) = self.find(id) {
-            slot.change(|e| (!e.spoke).then(|| e.spoke = true));
+            let _ = self.apply(&slot, Change::Spoke, |_, _| ());
         }
     }
 
     /// The agent answered with a Message instead of working on a task.
     pub fn set_direct_reply(&self, id: &str, mut message: Message) {
         let Some(slot) = self.find(id) else { return };
-        slot.change(|e| {
-            if e.state().is_terminal() {
-                return None;
-            }
-            message.context_id = Some(slot.context_id.clone());
-            message.task_id = None;
-            message.role = crate::wire::Role::Agent;
-            if message.message_id.is_empty() {
-                message.message_id = crate::ids::new_id();
-            }
-            e.direct_reply = Some(e.push_history(message));
-            e.spoke = true;
-            Some(())
-        });
+        message.context_id = Some(slot.context_id.clone());
+        message.task_id = None;
+        message.role = crate::wire::Role::Agent;
+        if message.message_id.is_empty() {
+            message.message_id = crate::ids::new_id();
+        }
+        let reply = Arc::new(message);
+        let _ = self.apply(&slot, Change::Reply(reply.clone()), |e, _| e.push_history(reply));
     }
 
     /// The Message a task's agent replied with, if it did.
     pub fn direct_reply(&self, id: &str) -> Option<Message> {
         let slot = self.find(id)?;
-        let reply = slot.lock().direct_reply.clone()?;
+        let reply = slot.lock().life.reply().cloned()?;
         Some(Message::clone(&reply))
     }
 
@@ -717,25 +547,23 @@ impl TaskTable {
         f: impl FnOnce(&mut Option<Map<String, Value>>) -> Result<(), E>,
     ) -> Result<(), E> {
         let Some(slot) = self.find(id) else { return Ok(()) };
-        let mut outcome = Ok(());
         slot.change(|e| {
             let mut md = e.metadata.as_deref().cloned();
-            outcome = f(&mut md);
-            outcome.is_ok().then(|| e.metadata = md.map(Arc::new))
-        });
-        outcome
+            f(&mut md)?;
+            e.metadata = md.map(Arc::new);
+            Ok(())
+        })
     }
 
     /// Counts of (submitted, active, finished) tasks.
     pub fn counts(&self) -> (usize, usize, usize) {
-        let ix = self.index();
-        (ix.submitted, ix.active, ix.finished.len())
+        self.index().counts()
     }
 
     /// Estimated bytes the retained finished tasks hold (tasks.retain_bytes
     /// bounds it).
     pub fn retained_bytes(&self) -> usize {
-        self.index().retained_bytes
+        self.index().retained_bytes()
     }
 
     /// Ids of every task not yet finished.
@@ -746,16 +574,6 @@ impl TaskTable {
             .filter(|s| !s.lock().state().is_terminal())
             .map(|s| s.id.clone())
             .collect()
-    }
-}
-
-/// Evicted tasks: whoever still waits on one learns it is gone.
-fn gone(evicted: Vec<Arc<Slot>>) {
-    for slot in evicted {
-        slot.change(|e| {
-            e.gone = true;
-            Some(())
-        });
     }
 }
 

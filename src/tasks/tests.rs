@@ -45,10 +45,16 @@ fn chunk(id: &str, text: &str) -> Artifact {
     }
 }
 
-/// A task that ran and finished with `artifact_text` as its one artifact.
-fn finished(t: &TaskTable, artifact_text: &str) -> String {
+/// A task whose worker has started (artifacts come from a worker).
+fn started(t: &TaskTable) -> String {
     let id = t.create(&op(), msg("x"), None).unwrap().id;
     t.set_progress(&id, TaskState::Working, None);
+    id
+}
+
+/// A task that ran and finished with `artifact_text` as its one artifact.
+fn finished(t: &TaskTable, artifact_text: &str) -> String {
+    let id = started(t);
     t.add_artifact(&id, chunk("out", artifact_text), false, true);
     t.finish(&id, TaskState::Completed, Cause::Completed, None);
     id
@@ -129,7 +135,7 @@ fn finish_is_final_and_retention_is_bounded() {
 #[test]
 fn appended_chunks_join() {
     let t = table(2);
-    let id = t.create(&op(), msg("x"), None).unwrap().id;
+    let id = started(&t);
     t.add_artifact(&id, chunk("a", "hel"), false, false);
     t.add_artifact(&id, chunk("a", "lo"), true, true);
     let task = t.get(&op(), &id, Some(0)).unwrap();
@@ -140,7 +146,7 @@ fn appended_chunks_join() {
 #[test]
 fn chunk_semantics_replace_append_and_keep_order() {
     let t = table(2);
-    let id = t.create(&op(), msg("x"), None).unwrap().id;
+    let id = started(&t);
     let mut named = chunk("a", "one");
     named.name = Some("first".into());
     t.add_artifact(&id, named, false, false);
@@ -171,7 +177,7 @@ fn chunk_semantics_replace_append_and_keep_order() {
 #[test]
 fn artifacts_are_found_by_id_among_50000() {
     let t = table(2);
-    let id = t.create(&op(), msg("x"), None).unwrap().id;
+    let id = started(&t);
     for n in 0..50_000 {
         t.add_artifact(&id, chunk(&format!("a-{n}"), "x"), false, false);
     }
@@ -194,7 +200,7 @@ fn artifacts_are_found_by_id_among_50000() {
 #[test]
 fn a_snapshot_taken_before_an_append_does_not_see_it() {
     let t = table(2);
-    let id = t.create(&op(), msg("x"), None).unwrap().id;
+    let id = started(&t);
     t.add_artifact(&id, chunk("a", "1"), false, false);
     let slot = t.find(&id).unwrap();
     let view = slot.lock().view(None, true);
@@ -325,19 +331,44 @@ fn expire_drops_tasks_past_retain_ms_and_says_when_the_next_is_due() {
     assert_eq!((t.counts().2, t.retained_bytes()), (0, 0));
 }
 
+/// The texts of a task's history, oldest first.
+fn history_texts(t: &TaskTable, id: &str) -> Vec<String> {
+    let task = t.get(&op(), id, None).unwrap();
+    task.history.unwrap_or_default().iter().map(|m| m.text()).collect()
+}
+
 #[test]
-fn history_is_bounded_by_bytes_too() {
+fn history_is_bounded_by_bytes_oldest_dropped_first() {
+    use crate::limits::TASK_HISTORY_MAX_BYTES;
     let t = table(2);
-    let id = t.create(&op(), msg("x"), None).unwrap().id;
-    t.set_progress(&id, TaskState::Working, None);
-    let text = "h".repeat(1 << 20);
-    for _ in 0..40 {
-        t.set_progress(&id, TaskState::Working, Some(text.clone()));
+    let id = started(&t);
+    // Sized from the bound, whatever it is: three fit, the fourth does not.
+    let text = |n: usize| format!("{n}{}", "h".repeat(TASK_HISTORY_MAX_BYTES / 4));
+    for n in 0..5 {
+        t.set_progress(&id, TaskState::Working, Some(text(n)));
     }
-    let history = t.get(&op(), &id, None).unwrap().history.unwrap();
-    let bytes: usize = history.iter().map(|m| m.text().len()).sum();
-    assert!(bytes <= crate::limits::TASK_HISTORY_MAX_BYTES, "{bytes}");
-    assert!(history.len() >= 10, "{}", history.len());
+    let history = history_texts(&t, &id);
+    let bytes: usize = history.iter().map(String::len).sum();
+    assert!(bytes <= TASK_HISTORY_MAX_BYTES, "{bytes}");
+    // Four texts of a quarter of the bound each are over it.
+    assert!((1..=3).contains(&history.len()), "{}", history.len());
+    assert!(!history.contains(&"x".to_string()), "the first message went first");
+    let newest: Vec<String> = (5 - history.len()..5).map(text).collect();
+    assert_eq!(history, newest, "what stays is the newest, in order");
+}
+
+#[test]
+fn history_is_bounded_by_count_oldest_dropped_first() {
+    use crate::limits::TASK_HISTORY_MAX;
+    let t = table(2);
+    let id = started(&t);
+    for n in 0..TASK_HISTORY_MAX + 2 {
+        t.set_progress(&id, TaskState::Working, Some(n.to_string()));
+    }
+    let history = history_texts(&t, &id);
+    assert_eq!(history.len(), TASK_HISTORY_MAX);
+    assert_eq!(history.first().map(String::as_str), Some("2"), "x, 0 and 1 went");
+    assert_eq!(history.last(), Some(&(TASK_HISTORY_MAX + 1).to_string()));
 }
 
 #[test]
@@ -373,6 +404,90 @@ fn observers_hear_every_change_in_order() {
     .map(|l| format!("{who}: {l}"))
     .collect();
     assert_eq!(*rec.0.lock().unwrap(), want);
+}
+
+#[test]
+fn counts_follow_each_task_through_its_life() {
+    let t = table(10);
+    let (a, b) = (
+        t.create(&op(), msg("a"), None).unwrap().id,
+        t.create(&op(), msg("b"), None).unwrap().id,
+    );
+    assert_eq!(t.counts(), (2, 0, 0));
+    t.set_progress(&a, TaskState::Working, None);
+    assert_eq!(t.counts(), (1, 1, 0));
+    t.set_progress(&a, TaskState::InputRequired, Some("which?".into()));
+    t.set_progress(&a, TaskState::Working, None);
+    assert_eq!(t.counts(), (1, 1, 0), "moves within a stage count nothing");
+    t.finish(&b, TaskState::Canceled, Cause::Cancelled, None);
+    assert_eq!(t.counts(), (0, 1, 1));
+    t.finish(&a, TaskState::Completed, Cause::Completed, None);
+    t.finish(&a, TaskState::Failed, Cause::Crashed, None);
+    t.set_progress(&a, TaskState::Working, None);
+    assert_eq!(t.counts(), (0, 0, 2), "a finished task stays counted once");
+    assert_eq!(t.state(&a), Some(TaskState::Completed));
+}
+
+#[test]
+fn a_worker_speaks_only_once_started() {
+    let t = table(10);
+    let id = t.create(&op(), msg("x"), None).unwrap().id;
+    t.add_artifact(&id, chunk("a", "early"), false, true);
+    t.set_direct_reply(&id, msg("early"));
+    let task = t.get(&op(), &id, None).unwrap();
+    assert!(task.artifacts.is_none(), "no worker runs a queued task");
+    assert_eq!(t.direct_reply(&id), None);
+    assert_eq!(task.history.unwrap().len(), 1);
+    t.set_progress(&id, TaskState::Working, None);
+    let w = t.watch(&op(), &id).unwrap();
+    assert!(matches!(w.opening(Duration::ZERO), Opening::Waiting), "started, silent");
+    t.set_direct_reply(&id, msg("hello"));
+    t.set_direct_reply(&id, msg("again"));
+    assert!(matches!(w.opening(Duration::ZERO), Opening::Reply(m) if m.text() == "hello"));
+    t.finish(&id, TaskState::Completed, Cause::Completed, None);
+    assert_eq!(
+        t.direct_reply(&id).map(|m| m.text()),
+        Some("hello".into()),
+        "kept once finished"
+    );
+}
+
+#[test]
+fn follow_ups_are_refused_with_the_reason() {
+    let t = table(10);
+    let id = started(&t);
+    let follow_up = |context: Option<&str>| {
+        let mut m = msg("more");
+        m.context_id = context.map(String::from);
+        m
+    };
+    assert_eq!(
+        t.continue_with(&op(), &id, &mut follow_up(None)).unwrap_err(),
+        ContinueError::Busy(TaskState::Working)
+    );
+    t.set_progress(&id, TaskState::InputRequired, Some("which?".into()));
+    let context = t.get(&op(), &id, None).unwrap().context_id;
+    assert_eq!(
+        t.continue_with(&op(), &id, &mut follow_up(Some("other"))).unwrap_err(),
+        ContinueError::ContextMismatch {
+            task_context: context.clone()
+        }
+    );
+    let mut m = follow_up(Some(&context));
+    let (task, seq) = t.continue_with(&op(), &id, &mut m).unwrap();
+    assert_eq!(task.status.state, TaskState::Working);
+    assert_eq!(m.task_id.as_deref(), Some(id.as_str()), "the message names its task");
+    assert_eq!(task.history.unwrap().last().map(|m| m.text()), Some("more".into()));
+    assert_eq!(t.snapshot(&op(), &id, None).unwrap().1, seq);
+    t.finish(&id, TaskState::Failed, Cause::Failed, None);
+    assert_eq!(
+        t.continue_with(&op(), &id, &mut follow_up(None)).unwrap_err(),
+        ContinueError::Terminal(TaskState::Failed)
+    );
+    assert_eq!(
+        t.continue_with(&op(), "missing", &mut follow_up(None)).unwrap_err(),
+        ContinueError::NotFound
+    );
 }
 
 #[test]

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::entry::{self, View};
-use super::{Interest, Slot, TaskTable};
+use super::slot::{Interest, Slot};
+use super::TaskTable;
 use crate::principal::Principal;
 use crate::wire::{Message, StreamResponse, Task};
 
@@ -53,7 +54,7 @@ impl TaskTable {
     /// A stream's hold on task `id` (see [`Watch`]), if `principal` may see it.
     pub fn watch(&self, principal: &Principal, id: &str) -> Option<Watch> {
         let slot = self.visible(principal, id)?;
-        slot.lock().watchers += 1;
+        slot.lock().streams += 1;
         Some(Watch { slot })
     }
 }
@@ -79,11 +80,11 @@ impl Watch {
             Interest::AnyChange,
             Some(Instant::now() + timeout),
             |e| {
-                if let Some(m) = &e.direct_reply {
+                if let Some(m) = e.life.reply() {
                     Some(Opening::Reply(Message::clone(m)))
-                } else if e.spoke || e.state().is_terminal() {
+                } else if e.life.has_spoken() {
                     Some(Opening::Task)
-                } else if e.gone {
+                } else if e.life.is_gone() {
                     Some(Opening::Gone)
                 } else {
                     None
@@ -110,7 +111,7 @@ impl Watch {
                     }
                     return Some(Some(Got::Events(e.events_after(after))));
                 }
-                e.gone.then_some(Some(Got::Gone))
+                e.life.is_gone().then_some(Some(Got::Gone))
             },
             |_| None,
         );
@@ -142,8 +143,8 @@ impl Watch {
 impl Drop for Watch {
     fn drop(&mut self) {
         let mut e = self.slot.lock();
-        e.watchers = e.watchers.saturating_sub(1);
-        if e.watchers == 0 && e.state().is_terminal() {
+        e.streams = e.streams.saturating_sub(1);
+        if e.streams == 0 && e.state().is_terminal() {
             e.trim_log();
         }
     }

@@ -16,25 +16,21 @@
 //! After `input-required` the program reads its next stdin line. A line that
 //! is not one of these fails the task with the line number and the reason.
 //! A program that exits without a terminal line: 0 → COMPLETED, else FAILED.
+//! [`Jsonl`] is a `Protocol` of the runner loop in `exec`, which watches
+//! the program (exit, pipes, grace) and decides how it ended.
 
 use std::io::{BufRead, BufReader, Read};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::process::ChildStdout;
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Sender;
 use serde_json::{json, Map, Value};
 
-use super::program::{self, Note, Program, PIPES_DRAIN};
-use super::{Done, Event, Link};
+use super::exec::{Heard, Protocol};
+use super::program::{self, Note, Stdin};
+use super::{Done, Link};
 use crate::control::{Cause, FromWorker, Outcome, Progress};
-use crate::sys::{self, ExitStatus};
-use crate::wire::{Artifact, Message, Part, Role};
-
 use crate::limits::JSONL_LINE_MAX_BYTES;
-/// After a terminal line, how long the program has to exit by itself; past
-/// it the task ends anyway (a helper may hold the pipes: we do not wait for
-/// their EOF), and procman's kill of the group takes what is left.
-const EXIT_GRACE: Duration = Duration::from_secs(1);
+use crate::wire::{Artifact, Message, Part, Role};
 
 /// One parsed line from the program.
 #[derive(Debug, PartialEq)]
@@ -165,128 +161,80 @@ pub fn message_line(message: &Message, task_id: &str, context_id: &str) -> Vec<u
     line
 }
 
-pub struct Turn<'a> {
-    pub task_id: &'a str,
-    pub context_id: &'a str,
-    pub message: &'a Message,
+/// The protocol: the task's first message and every follow-up in, one
+/// line of the task model out per line.
+pub struct Jsonl<'a> {
+    task_id: &'a str,
+    context_id: &'a str,
+    message: &'a Message,
+    link: &'a Link,
+    /// The artifact of lines that name none.
+    default_artifact: String,
+    /// Lines read so far (blank ones aside), for error messages.
+    line_no: usize,
 }
 
-pub fn run(prog: &Program, turn: &Turn<'_>, link: &Arc<Link>, events: &Receiver<Event>) -> Done {
-    let mut running = match program::start(prog) {
-        Ok(r) => r,
-        Err(done) => return done,
-    };
-    if let Some(stdout) = running.stdout.take() {
-        let tx = running.tx.clone();
-        let output_max = prog.output_max_bytes;
-        std::thread::spawn(move || read_lines(stdout, output_max, &tx));
+impl<'a> Jsonl<'a> {
+    pub fn new(task_id: &'a str, context_id: &'a str, message: &'a Message, link: &'a Link) -> Jsonl<'a> {
+        Jsonl {
+            task_id,
+            context_id,
+            message,
+            link,
+            default_artifact: crate::ids::new_id(),
+            line_no: 0,
+        }
     }
-    let (pid, notes, mut stdin) = (running.pid, running.notes, running.stdin);
-    drop(running.tx);
-    // The stdin thread writes while this loop reads: a program that prints
-    // a lot before it reads its message cannot deadlock us.
-    // (An empty queue always has room for the first message.)
-    let _ = stdin.send(message_line(turn.message, turn.task_id, turn.context_id));
 
-    let default_artifact = crate::ids::new_id();
-    let mut line_no = 0usize;
-    let mut verdict: Option<Done> = None;
-    let mut stop: Option<Cause> = None;
-    let mut exit: Option<ExitStatus> = None;
-    let mut stdout_done = false;
-    let mut stderr_tail = Vec::new();
-    let mut stderr_done = false;
-    // Once the program has exited, or said its last word, wait only so long.
-    let mut wind_down: Option<Instant> = None;
-    loop {
-        if exit.is_some() && stdout_done && stderr_done {
-            break;
-        }
-        let timeout = wind_down.map_or(Duration::from_secs(3600), |d| {
-            d.saturating_duration_since(Instant::now())
-        });
-        if wind_down.is_some() && timeout.is_zero() {
-            break;
-        }
-        crossbeam_channel::select! {
-            recv(notes) -> note => match note {
-                Ok(Note::Line(bytes)) => {
-                    line_no += 1;
-                    if verdict.is_some() || stop.is_some() {
-                        continue; // the task is over; later lines change nothing
-                    }
-                    match step(line_no, &bytes, turn, &default_artifact) {
-                        Step::Send(frame) => {
-                            if let Err(e) = link.send(&frame) {
-                                verdict = Some(too_big(line_no, &e));
-                                let _ = sys::kill_pid(pid, libc::SIGKILL);
-                            }
-                        }
-                        Step::Reply(frame) => match link.send(&frame) {
-                            Ok(()) => {
-                                verdict = Some(Done { outcome: Outcome::Completed, cause: Cause::Completed, text: None });
-                                stdin.close();
-                                wind_down.get_or_insert(Instant::now() + EXIT_GRACE);
-                            }
-                            Err(e) => {
-                                verdict = Some(too_big(line_no, &e));
-                                let _ = sys::kill_pid(pid, libc::SIGKILL);
-                            }
-                        },
-                        Step::End(done) => {
-                            verdict = Some(done);
-                            stdin.close(); // EOF tells the program it may go
-                            wind_down.get_or_insert(Instant::now() + EXIT_GRACE);
-                        }
-                        Step::Bad(done) => {
-                            verdict = Some(done);
-                            let _ = sys::kill_pid(pid, libc::SIGKILL);
-                        }
-                    }
-                }
-                Ok(Note::LineTooLong) => {
-                    verdict.get_or_insert(bad_line(line_no + 1, &line_too_long()));
-                    let _ = sys::kill_pid(pid, libc::SIGKILL);
-                }
-                Ok(Note::Exhausted) => {
-                    stop.get_or_insert(Cause::Exhausted);
-                    let _ = sys::kill_pid(pid, libc::SIGKILL);
-                }
-                Ok(Note::Exited(s)) => {
-                    exit = Some(s);
-                    wind_down.get_or_insert(Instant::now() + PIPES_DRAIN);
-                }
-                Ok(Note::StdoutEof) => stdout_done = true,
-                Ok(Note::Output(_)) => {} // the text protocol's
-                Ok(Note::StderrTail(t)) => {
-                    stderr_tail = t;
-                    stderr_done = true;
-                }
-                Err(_) => break,
-            },
-            recv(events) -> ev => match ev {
-                Ok(Event::Cancel) => {
-                    stop.get_or_insert(Cause::Cancelled);
-                    let _ = sys::kill_pid(pid, libc::SIGTERM);
-                }
-                Ok(Event::Input(message)) => {
-                    if let Err(e) = stdin.send(message_line(&message, turn.task_id, turn.context_id)) {
-                        verdict.get_or_insert(program::failed(Cause::Failed, e.to_string()));
-                        let _ = sys::kill_pid(pid, libc::SIGKILL);
-                    }
-                }
-                Err(_) => {}
-            },
-            default(timeout) => {}
+    /// Relays a frame; one that does not fit the channel fails the task.
+    fn relay(&self, frame: &FromWorker, then: Heard) -> Heard {
+        match self.link.send(frame) {
+            Ok(()) => then,
+            Err(e) => Heard::Broken(too_big(self.line_no, &e)),
         }
     }
-    match (stop, verdict, exit) {
-        (Some(Cause::Cancelled), _, s) => program::canceled(s),
-        (Some(_), _, _) => program::exhausted(),
-        (None, Some(done), _) => done,
-        (None, None, Some(s)) => program::judge_exit(s, &stderr_tail),
-        (None, None, None) => program::failed(Cause::Crashed, "the program's output ended but it did not exit".into()),
+}
+
+impl Protocol for Jsonl<'_> {
+    const READ: fn(ChildStdout, u64, &Sender<Note>) = read_lines;
+
+    fn begin(&mut self, stdin: &mut Stdin) {
+        // An empty queue always has room for the first message.
+        let _ = stdin.send(message_line(self.message, self.task_id, self.context_id));
     }
+
+    fn output(&mut self, line: Vec<u8>, over: bool) -> Heard {
+        self.line_no += 1;
+        if over {
+            return Heard::Nothing; // the task is over; later lines change nothing
+        }
+        match step(self.line_no, &line, self.context_id, &self.default_artifact) {
+            Step::Send(frame) => self.relay(&frame, Heard::Nothing),
+            Step::Reply(frame) => self.relay(
+                &frame,
+                Heard::Verdict(Done {
+                    outcome: Outcome::Completed,
+                    cause: Cause::Completed,
+                    text: None,
+                }),
+            ),
+            Step::End(done) => Heard::Verdict(done),
+            Step::Bad(done) => Heard::Broken(done),
+        }
+    }
+
+    fn too_long(&mut self) -> Heard {
+        Heard::Broken(bad_line(self.line_no + 1, &line_too_long()))
+    }
+
+    fn input(&mut self, message: Message, stdin: &mut Stdin) -> Heard {
+        match stdin.send(message_line(&message, self.task_id, self.context_id)) {
+            Ok(()) => Heard::Nothing,
+            Err(e) => Heard::Broken(program::failed(Cause::Failed, e.to_string())),
+        }
+    }
+
+    fn finish(&mut self) {}
 }
 
 /// What one line of the program's output does to the task.
@@ -301,12 +249,12 @@ enum Step {
     Bad(Done),
 }
 
-fn step(line_no: usize, bytes: &[u8], turn: &Turn<'_>, default_artifact: &str) -> Step {
+fn step(line_no: usize, bytes: &[u8], context_id: &str, default_artifact: &str) -> Step {
     match parse_line(bytes) {
         Ok(Line::Reply(parts, metadata)) if line_no == 1 => Step::Reply(FromWorker::Reply {
             message: Message {
                 message_id: crate::ids::new_id(),
-                context_id: Some(turn.context_id.to_string()),
+                context_id: Some(context_id.to_string()),
                 task_id: None,
                 role: Role::Agent,
                 parts,
@@ -401,13 +349,13 @@ fn read_lines(stdout: impl Read, output_max: u64, tx: &Sender<Note>) {
                 line.pop();
             }
         } else if n > JSONL_LINE_MAX_BYTES {
-            let _ = tx.send(Note::LineTooLong);
+            let _ = tx.send(Note::TooLong);
             break;
         }
         if line.iter().all(u8::is_ascii_whitespace) {
             continue; // blank lines are allowed and ignored
         }
-        if tx.send(Note::Line(std::mem::take(&mut line))).is_err() {
+        if tx.send(Note::Output(std::mem::take(&mut line))).is_err() {
             return;
         }
     }
@@ -485,19 +433,94 @@ mod tests {
         at.push(b'\n');
         let notes = lines_of(&at);
         assert!(
-            matches!(notes.as_slice(), [Note::Line(l), Note::StdoutEof] if l.len() == JSONL_LINE_MAX_BYTES),
+            matches!(notes.as_slice(), [Note::Output(l), Note::StdoutEof] if l.len() == JSONL_LINE_MAX_BYTES),
             "a line of exactly the limit is one line"
         );
         let mut over = at.clone();
         over.insert(0, b' ');
         let notes = lines_of(&over);
-        assert!(matches!(notes.as_slice(), [Note::LineTooLong, Note::StdoutEof]));
+        assert!(matches!(notes.as_slice(), [Note::TooLong, Note::StdoutEof]));
         assert_eq!(
             bad_line(1, &line_too_long()).text.as_deref(),
             Some(
                 "the program's output line 1 is not valid jsonl: it is longer than the jsonl line \
                  limit of 4194304 bytes (4 MiB)"
             )
+        );
+    }
+
+    /// A protocol over a pipe, and the pipe's far end to read its frames.
+    fn relaying(context_id: &str, f: impl FnOnce(&mut Jsonl<'_>)) -> Vec<FromWorker> {
+        let (far, near) = crate::sys::pipe().unwrap();
+        let link = Link::new(std::fs::File::from(near), 1 << 20);
+        let message = Message::agent_text("hi", "t", context_id);
+        f(&mut Jsonl::new("t", context_id, &message, &link));
+        drop(link);
+        let mut far = std::fs::File::from(far);
+        std::iter::from_fn(|| crate::control::read_frame(&mut far, 1 << 20).unwrap()).collect()
+    }
+
+    #[test]
+    fn a_first_line_reply_is_the_verdict_and_is_relayed() {
+        let frames = relaying("c", |p| {
+            assert_eq!(
+                p.output(br#"{"message":{"parts":[{"text":"hello"}]}}"#.to_vec(), false),
+                Heard::Verdict(Done {
+                    outcome: Outcome::Completed,
+                    cause: Cause::Completed,
+                    text: None
+                })
+            );
+        });
+        let [FromWorker::Reply { message }] = frames.as_slice() else {
+            panic!("one reply frame: {frames:?}")
+        };
+        assert_eq!((message.context_id.as_deref(), message.role), (Some("c"), Role::Agent));
+        assert_eq!(message.text(), "hello");
+    }
+
+    #[test]
+    fn lines_relay_until_the_ending_is_known() {
+        let frames = relaying("c", |p| {
+            let working = br#"{"status":"working","text":"on it"}"#.to_vec();
+            assert_eq!(p.output(working, false), Heard::Nothing);
+            let chunk = br#"{"artifact":{"parts":[{"text":"a"}]},"lastChunk":true}"#.to_vec();
+            assert_eq!(p.output(chunk, false), Heard::Nothing);
+            let Heard::Broken(done) = p.output(br#"{"message":{"parts":[{"text":"late"}]}}"#.to_vec(), false) else {
+                panic!("a reply on line 3 is refused")
+            };
+            assert_eq!(
+                done.text.as_deref(),
+                Some("the program's output line 3 is not valid jsonl: a `message` reply must be the program's first and only line")
+            );
+            assert_eq!(
+                p.output(b"junk".to_vec(), true),
+                Heard::Nothing,
+                "over: read, not judged"
+            );
+            let Heard::Broken(done) = p.too_long() else {
+                panic!("too long is broken")
+            };
+            assert!(
+                done.text.unwrap().starts_with("the program's output line 5 "),
+                "lines are counted when over too"
+            );
+        });
+        let [FromWorker::Status {
+            state: Progress::Working,
+            text,
+        }, FromWorker::Artifact {
+            artifact,
+            last_chunk: true,
+            ..
+        }] = frames.as_slice()
+        else {
+            panic!("a status and an artifact: {frames:?}")
+        };
+        assert_eq!(text.as_deref(), Some("on it"));
+        assert!(
+            !artifact.artifact_id.is_empty(),
+            "a line naming no artifact gets the default one"
         );
     }
 

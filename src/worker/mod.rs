@@ -1,11 +1,13 @@
 //! The worker: one per task, forked by the fork server
 //! (`agentd __forkserver`, see [`forkserver`]) as a child of agentd. It
-//! speaks the control protocol on its control socket and runs one runner.
+//! speaks the control protocol on its two control pipes (frames from
+//! agentd on one, to agentd on the other) and runs one runner: `echo`,
+//! `peer`, or `exec` with the program's protocol (`text` or `jsonl`).
 //! Each worker is a fresh copy of the fork server, which never runs a task.
 //!
 //! Start-up, in order (each step is why the next is safe):
 //! 1. lead its own process group (procman sets it too, whoever is first);
-//! 2. stdin is /dev/null, the control socket is a close-on-exec fd, every
+//! 2. stdin is /dev/null, the two control pipes are close-on-exec fds, every
 //!    other inherited fd is closed;
 //! 3. arm containment: keep the task cgroup's `cgroup.kill` (v2) or
 //!    `cgroup.procs` (v1 freezer) that came open with the fork request, or
@@ -27,6 +29,7 @@
 
 mod containment;
 mod echo;
+mod exec;
 pub mod forkserver;
 pub mod jsonl;
 mod peer;
@@ -40,7 +43,7 @@ use std::sync::{Arc, Mutex};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::control::{self, Cause, FromWorker, Outcome, RunnerSpec, ToWorker};
+use crate::control::{self, Cause, ExecProtocol, FromWorker, Outcome, RunnerSpec, ToWorker};
 use crate::sys;
 use containment::Containment;
 
@@ -72,12 +75,20 @@ pub struct Link {
 }
 
 struct Writer {
-    sock: File,
+    pipe: File,
     /// Frames held back to go out with the next one (see [`Link::hold`]).
     held: Vec<u8>,
 }
 
 impl Link {
+    /// The link over `pipe`, the write end of the channel to agentd.
+    pub fn new(pipe: File, frame_max: usize) -> Link {
+        Link {
+            writer: Mutex::new(Writer { pipe, held: Vec::new() }),
+            frame_max,
+        }
+    }
+
     /// Sends one frame (after any held back). A frame over the channel's
     /// limit is not sent: the error names the limit, for the runner to fail
     /// its task with. A write failure means the supervisor is gone: the
@@ -87,11 +98,11 @@ impl Link {
         let mut w = self.writer();
         let w = &mut *w;
         let written = if w.held.is_empty() {
-            std::io::Write::write_all(&mut w.sock, &bytes)
+            std::io::Write::write_all(&mut w.pipe, &bytes)
         } else {
             w.held.extend_from_slice(&bytes);
             let all = std::mem::take(&mut w.held);
-            std::io::Write::write_all(&mut w.sock, &all)
+            std::io::Write::write_all(&mut w.pipe, &all)
         };
         if let Err(e) = written {
             log::error!(
@@ -130,6 +141,7 @@ pub enum Event {
 }
 
 /// How a runner ended.
+#[derive(Debug, PartialEq)]
 pub struct Done {
     pub outcome: Outcome,
     pub cause: Cause,
@@ -200,13 +212,7 @@ pub fn start(birth: Birth<'_>) -> i32 {
 }
 
 fn run(mut reader: File, writer: File, containment: Containment, frame_max: usize) -> io::Result<()> {
-    let link = Link {
-        writer: Mutex::new(Writer {
-            sock: writer,
-            held: Vec::new(),
-        }),
-        frame_max,
-    };
+    let link = Link::new(writer, frame_max);
     let Some(ToWorker::Spawn {
         task_id,
         context_id,
@@ -266,15 +272,12 @@ fn run(mut reader: File, writer: File, containment: Containment, frame_max: usiz
                 rlimits,
                 output_max_bytes,
             };
-            if protocol == "jsonl" {
-                let turn = jsonl::Turn {
-                    task_id: &task_id,
-                    context_id: &context_id,
-                    message: &message,
-                };
-                jsonl::run(&prog, &turn, &link, &rx)
-            } else {
-                text::run(&prog, &message, &link, &rx)
+            match protocol {
+                ExecProtocol::Text => exec::run(&prog, &mut text::Text::new(&message, &link), &rx),
+                ExecProtocol::Jsonl => {
+                    let mut jsonl = jsonl::Jsonl::new(&task_id, &context_id, &message, &link);
+                    exec::run(&prog, &mut jsonl, &rx)
+                }
             }
         }
     };

@@ -1,16 +1,16 @@
-//! Starting and watching a task's program, shared by the `exec` runner's
-//! protocols: the command set up (scrubbed environment, rlimits, PDEATHSIG),
-//! a thread that waits for its exit, a thread that keeps stderr's tail, and
-//! one channel of [`Note`]s the protocol loop selects on, and [`Stdin`], a
-//! writer thread, so that writing to the program never waits on it reading
-//! (a program that prints a lot before it reads would deadlock a loop that
-//! does both). Exit codes use the shell's vocabulary: 127 not found, 126 not
-//! executable, 128+N signal; [`ended`] puts them in the manual's words.
+//! Starting a task's program for the `exec` runner: the command set up
+//! (scrubbed environment, rlimits, PDEATHSIG), a thread that waits for its
+//! exit, a thread that keeps stderr's tail, one channel of [`Note`]s the
+//! runner loop (`exec`) selects on, and [`Stdin`], a writer thread, so that
+//! writing to the program never waits on it reading (a program that prints
+//! a lot before it reads would deadlock a loop that does both). Exit codes
+//! use the shell's vocabulary: 127 not found, 126 not executable, 128+N
+//! signal; [`ended`] puts them in the manual's words, and the verdicts
+//! below put them in a task's.
 
 use std::io::{Read, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ChildStdin, ChildStdout, Command, Stdio};
-use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
 
@@ -22,11 +22,6 @@ use crate::sys::{self, ExitStatus, Rlimit};
 /// Variables a program inherits from agentd's environment; nothing else
 /// leaks (agent.env adds more).
 pub const ENV_ALLOW: &[&str] = &["PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR"];
-/// How long to wait for stdout/stderr EOF once the program exited (a
-/// background grandchild may hold them open); past it the task ends without
-/// them, and procman's kill of the worker's group takes the grandchild.
-pub const PIPES_DRAIN: Duration = Duration::from_millis(500);
-
 pub struct Program {
     pub argv: Vec<String>,
     pub workdir: Option<String>,
@@ -35,18 +30,19 @@ pub struct Program {
     pub output_max_bytes: u64,
 }
 
-/// What the protocol loop hears about the program.
+/// What the runner loop hears about the program.
+#[derive(Debug)]
 pub enum Note {
     Exited(ExitStatus),
     StdoutEof,
     /// Output went over tasks.output_max_bytes.
     Exhausted,
     StderrTail(Vec<u8>),
-    /// Bytes of a text program's stdout, as read.
+    /// A piece of stdout as the protocol's reader cuts it: a text
+    /// program's bytes as read, a jsonl program's line (without newline).
     Output(Vec<u8>),
-    /// One line of a jsonl program's stdout (without the newline).
-    Line(Vec<u8>),
-    LineTooLong,
+    /// A piece over the reader's limit (a jsonl line too long).
+    TooLong,
 }
 
 /// A started program: its pid, its pipes, and the channel of notes.
@@ -308,6 +304,7 @@ fn keep_tail(mut stderr: impl Read, tx: &Sender<Note>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn exits_in_the_manuals_words() {

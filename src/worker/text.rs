@@ -1,91 +1,67 @@
 //! The `exec` runner's `text` protocol: the message's text goes to stdin,
 //! then EOF; stdout streams back as one artifact in chunks (`append`, then
 //! an empty `lastChunk`); exit 0 is COMPLETED, anything else FAILED with
-//! the tail of stderr.
+//! the tail of stderr. A [`Protocol`] of the runner loop in `exec`, which
+//! watches the program and decides how it ended.
 
 use std::io::Read;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::process::ChildStdout;
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Sender;
 
-use super::program::{self, Note, Program, PIPES_DRAIN};
-use super::{Done, Event, Link};
-use crate::control::{Cause, FromWorker};
-use crate::sys::{self, ExitStatus};
+use super::exec::{Heard, Protocol};
+use super::program::{self, Note, Stdin};
+use super::Link;
+use crate::control::FromWorker;
+use crate::limits::TEXT_CHUNK_MAX_BYTES;
 use crate::wire::{Artifact, Message, Part};
 
-const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// The protocol: one turn in, stdout out as it comes.
+pub struct Text<'a> {
+    message: &'a Message,
+    out: Output<'a>,
+}
 
-pub fn run(prog: &Program, message: &Message, link: &Arc<Link>, events: &Receiver<Event>) -> Done {
-    let mut running = match program::start(prog) {
-        Ok(r) => r,
-        Err(done) => return done,
-    };
-    // The stdin thread writes while this loop reads: a program that never
-    // reads, or prints a lot first, blocks neither. Then EOF.
-    let _ = running.stdin.send(message.text().into_bytes());
-    running.stdin.close();
-    if let Some(stdout) = running.stdout.take() {
-        let tx = running.tx.clone();
-        let output_max = prog.output_max_bytes;
-        // Detached: a grandchild may hold stdout open after the program exits.
-        std::thread::spawn(move || read_stdout(stdout, output_max, &tx));
-    }
-    let (pid, notes) = (running.pid, running.notes);
-    drop(running.tx);
-    let mut out = Output::new(link);
-    let mut stop: Option<Cause> = None;
-    let mut status: Option<ExitStatus> = None;
-    let mut stderr_tail = Vec::new();
-    let (mut stdout_done, mut stderr_done) = (false, false);
-    // Once the program has exited, its pipes get PIPES_DRAIN to reach EOF:
-    // a helper it left behind may hold them open for good.
-    let mut drain_until: Option<Instant> = None;
-    while !(status.is_some() && stdout_done && stderr_done) {
-        let timeout = match drain_until {
-            Some(d) if d <= Instant::now() => break,
-            Some(d) => d - Instant::now(),
-            None => Duration::from_secs(3600),
-        };
-        crossbeam_channel::select! {
-            recv(notes) -> note => match note {
-                Ok(Note::Output(bytes)) => out.push(&bytes),
-                Ok(Note::Exited(s)) => {
-                    status = Some(s);
-                    drain_until = Some(Instant::now() + PIPES_DRAIN);
-                }
-                Ok(Note::Exhausted) => {
-                    stop.get_or_insert(Cause::Exhausted);
-                    let _ = sys::kill_pid(pid, libc::SIGKILL);
-                }
-                Ok(Note::StderrTail(t)) => {
-                    stderr_tail = t;
-                    stderr_done = true;
-                }
-                Ok(Note::StdoutEof) => stdout_done = true,
-                Ok(_) => {}
-                Err(_) => break,
-            },
-            recv(events) -> ev => match ev {
-                Ok(Event::Cancel) => {
-                    stop.get_or_insert(Cause::Cancelled);
-                    let _ = sys::kill_pid(pid, libc::SIGTERM);
-                }
-                Ok(Event::Input(_)) => {
-                    log::warn!("worker.text ignoring a follow-up message: the text protocol has one turn");
-                }
-                Err(_) => {}
-            },
-            default(timeout) => {}
+impl<'a> Text<'a> {
+    pub fn new(message: &'a Message, link: &'a Link) -> Text<'a> {
+        Text {
+            message,
+            out: Output::new(link),
         }
     }
-    out.finish();
-    let status = status.unwrap_or(ExitStatus::Code(1));
-    match stop {
-        Some(Cause::Cancelled) => program::canceled(Some(status)),
-        Some(_) => program::exhausted(),
-        None => program::judge_exit(status, &stderr_tail),
+}
+
+impl Protocol for Text<'_> {
+    const READ: fn(ChildStdout, u64, &Sender<Note>) = read_stdout;
+
+    fn begin(&mut self, stdin: &mut Stdin) {
+        // The stdin thread writes it while the loop reads: a program that
+        // never reads, or prints a lot first, blocks neither. Then EOF.
+        let _ = stdin.send(self.message.text().into_bytes());
+        stdin.close();
+    }
+
+    /// Output is relayed until the end, even after a cancel or the budget:
+    /// what the program printed before it stopped is part of its result.
+    fn output(&mut self, bytes: Vec<u8>, _over: bool) -> Heard {
+        self.out.push(&bytes);
+        Heard::Nothing
+    }
+
+    fn too_long(&mut self) -> Heard {
+        Heard::Nothing // stdout is read in chunks: nothing is too long
+    }
+
+    fn input(&mut self, _message: Message, _stdin: &mut Stdin) -> Heard {
+        log::warn!(
+            "worker.text ignoring a follow-up message pid={}: the text protocol has one turn",
+            crate::sys::getpid()
+        );
+        Heard::Nothing
+    }
+
+    fn finish(&mut self) {
+        self.out.finish();
     }
 }
 
@@ -93,7 +69,7 @@ pub fn run(prog: &Program, message: &Message, link: &Arc<Link>, events: &Receive
 /// loop turns the bytes into chunks, so nothing reaches the supervisor
 /// after the task's `done`, even from a helper that keeps writing.
 fn read_stdout(mut stdout: impl Read, output_max: u64, tx: &Sender<Note>) {
-    let mut buf = vec![0u8; READ_CHUNK_BYTES];
+    let mut buf = vec![0u8; TEXT_CHUNK_MAX_BYTES];
     let mut total: u64 = 0;
     loop {
         let n = match stdout.read(&mut buf) {
@@ -141,13 +117,14 @@ impl<'a> Output<'a> {
         }
     }
 
-    fn finish(mut self) {
+    fn finish(&mut self) {
         let rest = String::from_utf8_lossy(&self.pending).into_owned();
+        self.pending.clear();
         self.send(rest, true);
     }
 
     fn send(&mut self, text: String, last: bool) {
-        // A chunk is at most READ_CHUNK_BYTES of text, escaped at most 6×:
+        // A chunk is at most TEXT_CHUNK_MAX_BYTES of text, escaped at most 6×:
         // far under any frame limit.
         let _ = self.link.send(&FromWorker::Artifact {
             artifact: Artifact {
