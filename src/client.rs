@@ -27,6 +27,8 @@ pub enum ClientError {
     Connect { addr: String, source: io::Error },
     /// It answered, but not with HTTP/JSON-RPC we understand.
     Protocol(String),
+    /// It took the request and said nothing within the read timeout.
+    TimedOut { addr: String, what: &'static str },
     /// The card lists no interface this client can use at this address.
     NoInterface {
         addr: String,
@@ -43,7 +45,18 @@ pub enum ClientError {
 impl fmt::Display for ClientError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ClientError::Connect { addr, source } => write!(f, "cannot reach {addr}: {source}"),
+            ClientError::Connect { addr, source } => match source.kind() {
+                io::ErrorKind::NotFound => write!(
+                    f,
+                    "cannot reach {addr}: no socket there; is `agentd serve` running, listening there?"
+                ),
+                io::ErrorKind::ConnectionRefused => write!(
+                    f,
+                    "cannot reach {addr}: nothing listens on it (connection refused); is `agentd serve` running there?"
+                ),
+                _ => write!(f, "cannot reach {addr}: {source}"),
+            },
+            ClientError::TimedOut { addr, what } => write!(f, "{addr} {what}: no answer within the timeout"),
             ClientError::Denied { addr, owner, us } => write!(
                 f,
                 "{addr} refused this client (uid {us}): only uid {owner}, the user agentd runs as, and root \
@@ -130,6 +143,17 @@ impl Client {
         ClientError::Protocol(format!("{} {what}: {e}", self.addr))
     }
 
+    /// A read that failed: the timeout running out, or a broken answer.
+    fn read_failed(&self, what: &'static str, e: io::Error) -> ClientError {
+        match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => ClientError::TimedOut {
+                addr: self.addr.to_string(),
+                what,
+            },
+            _ => self.protocol(what, e),
+        }
+    }
+
     /// GETs the agent card.
     pub fn card(&self) -> Result<Value, ClientError> {
         let mut s = self.connect()?;
@@ -148,10 +172,10 @@ impl Client {
                 .unwrap_or_else(|| self.protocol("did not take the request", e))
         })?;
         let (head, mut body) =
-            ResponseReader::new(s).map_err(|e| self.denied().unwrap_or_else(|| self.protocol("sent no card", e)))?;
+            ResponseReader::new(s).map_err(|e| self.denied().unwrap_or_else(|| self.read_failed("sent no card", e)))?;
         let bytes = body
             .body(RESPONSE_MAX_BYTES)
-            .map_err(|e| self.protocol("sent a broken card", e))?;
+            .map_err(|e| self.read_failed("sent a broken card", e))?;
         if head.status != 200 {
             return Err(ClientError::Protocol(format!(
                 "{} answered the card request with HTTP {}: {}",
@@ -224,7 +248,7 @@ impl Client {
         headers.extend_from_slice(extra);
         write_request(&mut s, "POST", "/", &headers, body.as_bytes())
             .map_err(|e| self.protocol("did not take the request", e))?;
-        ResponseReader::new(s).map_err(|e| self.protocol("sent no answer", e))
+        ResponseReader::new(s).map_err(|e| self.read_failed("sent no answer", e))
     }
 
     /// One JSON-RPC call: the `result`, or the `error` as `ClientError::Rpc`.
@@ -232,7 +256,7 @@ impl Client {
         let (head, mut body) = self.post(method, params, &[])?;
         let bytes = body
             .body(RESPONSE_MAX_BYTES)
-            .map_err(|e| self.protocol("sent a broken answer", e))?;
+            .map_err(|e| self.read_failed("sent a broken answer", e))?;
         self.rpc_result(head.status, &bytes)
     }
 
@@ -274,7 +298,7 @@ impl Client {
             // An error before the stream started: plain JSON-RPC.
             let bytes = body
                 .body(RESPONSE_MAX_BYTES)
-                .map_err(|e| self.protocol("sent a broken answer", e))?;
+                .map_err(|e| self.read_failed("sent a broken answer", e))?;
             let result = self.rpc_result(head.status, &bytes)?;
             on_event(StreamEvent { id: None, result });
             return Ok(());
@@ -285,7 +309,7 @@ impl Client {
             let piece = match body.next_piece() {
                 Ok(Some(p)) => p,
                 Ok(None) => return Ok(()),
-                Err(e) => return Err(self.protocol("broke off the stream", e)),
+                Err(e) => return Err(self.read_failed("broke off the stream", e)),
             };
             parser
                 .feed(&piece, &mut events)

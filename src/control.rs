@@ -71,6 +71,8 @@ pub struct Rlimits {
 pub enum Cause {
     Completed,
     Refused,
+    /// Spelled as A2A spells the state it gives (TASK_STATE_CANCELED).
+    #[serde(rename = "canceled")]
     Cancelled,
     Deadline,
     Stalled,
@@ -86,7 +88,7 @@ impl Cause {
         match self {
             Cause::Completed => "completed",
             Cause::Refused => "refused",
-            Cause::Cancelled => "cancelled",
+            Cause::Cancelled => "canceled",
             Cause::Deadline => "deadline",
             Cause::Stalled => "stalled",
             Cause::Exhausted => "exhausted",

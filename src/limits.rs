@@ -222,6 +222,10 @@ pub const MCP_LINE_MAX_BYTES: usize = 16 * 1024 * 1024;
 /// Requests `agentd mcp` works on at once (one thread each); past it a
 /// request is answered at once with -32603 and nothing is started.
 pub const MCP_INFLIGHT_MAX: usize = 64;
+/// How long `agentd mcp` waits, once stdin has ended, for the requests it
+/// read and has not answered yet (`--drain-timeout`); past it each gets an
+/// error saying so, and the bridge exits 0.
+pub const MCP_EOF_DRAIN_MS: u64 = 30_000;
 /// Resource subscriptions `agentd mcp` holds at once (one thread and one
 /// stream each); past it `resources/subscribe` is answered with -32603.
 pub const MCP_SUBSCRIPTIONS_MAX: usize = 64;

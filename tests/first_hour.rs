@@ -46,7 +46,9 @@ fn timeout_applies_to_a_blocking_send_and_says_the_task_goes_on() {
     assert_eq!(o.status.code(), Some(5), "{}", err(&o));
     let e = err(&o);
     assert!(e.contains("no answer within 1 s (--timeout)"), "{e}");
-    assert!(e.contains(&format!("agentd list {ep}")), "{e}");
+    // The task was known before the timeout: named, with its cancel line.
+    assert!(e.contains(" goes on running; cancel it with `agentd cancel "), "{e}");
+    assert!(!e.contains(&format!("agentd list {ep}")), "{e}");
 }
 
 #[test]
@@ -245,7 +247,7 @@ fn ctrl_c_on_a_stream_says_the_task_goes_on() {
     assert_eq!(status.code(), Some(130));
     let mut e = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut e).unwrap();
-    assert!(e.contains("interrupted; the task goes on running"), "{e}");
+    assert!(e.contains(&format!("interrupted; task {id} goes on running")), "{e}");
     assert!(e.contains(&format!("agentd cancel {ep} {id}")), "{e}");
 }
 

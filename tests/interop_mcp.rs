@@ -1,7 +1,7 @@
 //! Interop with the official MCP Python SDK (`mcp` on PyPI): its
 //! `stdio_client` starts `agentd mcp unix://SOCKET` and its `ClientSession`
-//! lists tools and resources, spawns tasks (blocking with progress, and
-//! returnImmediately), answers an input-required turn, subscribes to a task,
+//! lists tools (names an MCP host accepts) and resources, spawns tasks (blocking with progress, and
+//! returnImmediately), answers an input-required turn, subscribes to a task, calls a tool by its dotted name,
 //! and cancels a program that ignores SIGTERM and forks. The checks are in
 //! `tests/interop/mcp_client.py`, one line each; this side then checks that
 //! no process of the cancelled task is left.
@@ -61,7 +61,7 @@ fn python_mcp_sdk_drives_tasks_through_the_bridge() {
     }
     assert!(output.contains("all checks passed"), "{output}");
 
-    // subagent.cancel answered CANCELED: by then nothing of the task may be
+    // subagent_cancel answered CANCELED: by then nothing of the task may be
     // left — the program, its two SIGTERM-ignoring children, its worker.
     let pids: Vec<i32> = std::fs::read_to_string(&pidfile)
         .expect("the stubborn program wrote its pids")

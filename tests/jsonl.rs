@@ -370,7 +370,7 @@ fn cancel_input_required_task() {
 
     let t = d.ok("CancelTask", json!({"id": id}));
     assert_eq!(t["status"]["state"], "TASK_STATE_CANCELED", "{t}");
-    assert_eq!(common::terminal_cause(&t), "cancelled", "{t}");
+    assert_eq!(common::terminal_cause(&t), "canceled", "{t}");
     // CANCELED is reported only once the group is dead (DESIGN §5).
     assert!(
         group_members(worker).is_empty(),

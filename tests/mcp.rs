@@ -1,8 +1,9 @@
 //! `agentd mcp` from outside, in raw JSON lines over its stdin/stdout (no
 //! SDK): bad input and unknown names get clear errors and the bridge goes
 //! on; a daemon that goes away is a tool error; MCP cancellation of an
-//! in-flight `subagent.spawn` runs the kill ladder on the task's processes;
-//! EOF on stdin exits 0.
+//! in-flight `subagent_spawn` runs the kill ladder on the task's processes;
+//! EOF on stdin exits 0 once every request read is answered (by
+//! `--drain-timeout` at the latest).
 
 mod common;
 
@@ -140,21 +141,21 @@ fn bad_input_and_unknown_names_get_errors_and_the_bridge_goes_on() {
     let e = b.request(
         json!("four"),
         "tools/call",
-        json!({"name": "subagent.fly", "arguments": {}}),
+        json!({"name": "subagent_fly", "arguments": {}}),
     );
     assert_eq!(e["error"]["code"], -32602);
-    assert!(e["error"]["message"].as_str().unwrap().contains("subagent.fly"), "{e}");
-    let r = b.tool(5, "subagent.spawn", json!({"objective": "x", "colour": "red"}));
+    assert!(e["error"]["message"].as_str().unwrap().contains("subagent_fly"), "{e}");
+    let r = b.tool(5, "subagent_spawn", json!({"objective": "x", "colour": "red"}));
     assert_eq!(r["isError"], true);
     assert!(text_of(&r).contains("unknown argument `colour`"), "{r}");
-    let r = b.tool(6, "subagent.status", json!({"taskId": "no-such-task"}));
+    let r = b.tool(6, "subagent_status", json!({"taskId": "no-such-task"}));
     assert_eq!(r["isError"], true);
     assert!(text_of(&r).starts_with("task not found"), "{r}");
     let r = b.request(json!(7), "resources/read", json!({"uri": "agentd://task/no-such-task"}));
     assert_eq!(r["error"]["code"], -32002, "{r}");
 
     // Still serving: a real task through the echo runner.
-    let r = b.tool(8, "subagent.spawn", json!({"objective": "hello there"}));
+    let r = b.tool(8, "subagent_spawn", json!({"objective": "hello there"}));
     assert_eq!(r["isError"], false, "{r}");
     assert!(text_of(&r).contains("hello there"), "{r}");
     let sc = &r["structuredContent"];
@@ -175,16 +176,16 @@ fn a_daemon_that_goes_away_is_a_tool_error() {
     let mut d = Daemon::start(&[]);
     let mut b = Bridge::start(&d.socket);
     b.initialize();
-    let r = b.tool(1, "subagent.spawn", json!({"objective": "ping"}));
+    let r = b.tool(1, "subagent_spawn", json!({"objective": "ping"}));
     assert_eq!(r["isError"], false, "{r}");
     let id = r["structuredContent"]["taskId"].as_str().unwrap().to_string();
     assert_eq!(d.stop(), Some(0));
 
     for (n, (tool, args)) in [
-        ("subagent.status", json!({ "taskId": id })),
-        ("subagent.cancel", json!({ "taskId": id })),
-        ("subagent.list", json!({})),
-        ("subagent.spawn", json!({"objective": "again"})),
+        ("subagent_status", json!({ "taskId": id })),
+        ("subagent_cancel", json!({ "taskId": id })),
+        ("subagent_list", json!({})),
+        ("subagent_spawn", json!({"objective": "again"})),
     ]
     .into_iter()
     .enumerate()
@@ -232,7 +233,7 @@ fn mcp_cancellation_of_a_spawn_runs_the_kill_ladder() {
     let mut b = Bridge::start(&d.socket);
     b.initialize();
     b.send(json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
-        "name": "subagent.spawn", "arguments": {"objective": "run forever"},
+        "name": "subagent_spawn", "arguments": {"objective": "run forever"},
         "_meta": {"progressToken": "p7"}}}));
 
     let pid: i32 = common::read_when_ready(&pids, Duration::from_secs(10))
@@ -282,4 +283,129 @@ fn mcp_cancellation_of_a_spawn_runs_the_kill_ladder() {
         b.seen
     );
     assert_eq!(b.finish(), Some(0));
+}
+
+/// Runs `agentd mcp ARGS`, writes `lines` to its stdin, and hands the
+/// child to `before_eof` before stdin is closed. Returns the exit code,
+/// how long it took from EOF, and every message it wrote.
+fn run_to_eof(args: &[&str], lines: &[Value], before_eof: impl FnOnce()) -> (Option<i32>, Duration, Vec<Value>) {
+    let mut child = Command::new(common::BIN)
+        .arg("mcp")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start agentd mcp");
+    let stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .map(|l| serde_json::from_str::<Value>(&l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+            .collect::<Vec<Value>>()
+    });
+    let mut stdin = child.stdin.take().unwrap();
+    for l in lines {
+        writeln!(stdin, "{l}").unwrap();
+    }
+    stdin.flush().unwrap();
+    before_eof();
+    drop(stdin);
+    let eof = Instant::now();
+    let status = common::wait_child(&mut child, Duration::from_secs(60));
+    let took = eof.elapsed();
+    (status.and_then(|s| s.code()), took, reader.join().unwrap())
+}
+
+fn answer(messages: &[Value], id: i64) -> Value {
+    messages
+        .iter()
+        .find(|m| m["id"] == id && m.get("method").is_none())
+        .cloned()
+        .unwrap_or_else(|| panic!("no answer to request {id}: {messages:?}"))
+}
+
+#[test]
+fn stdin_closed_right_after_four_requests_gets_four_answers() {
+    let d = Daemon::start(&[]);
+    let ep = format!("unix://{}", d.socket.display());
+    let requests = [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+               "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                          "clientInfo": {"name": "pipe", "version": "1"}}}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+        // RFC 0020's dotted spelling, as older configurations call it.
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+               "params": {"name": "subagent.spawn", "arguments": {"objective": "hello from a pipe"}}}),
+        json!({"jsonrpc": "2.0", "id": 4, "method": "resources/list"}),
+    ];
+    let (code, took, out) = run_to_eof(&[&ep], &requests, || {});
+    assert_eq!(code, Some(0), "{out:?}");
+    assert!(took < Duration::from_secs(20), "took {took:?} after EOF");
+    let answers: Vec<&Value> = out.iter().filter(|m| m.get("method").is_none()).collect();
+    assert_eq!(answers.len(), 4, "{out:?}");
+    assert_eq!(answer(&out, 1)["result"]["serverInfo"]["name"], "agentd");
+    let names: Vec<String> = answer(&out, 2)["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "subagent_spawn",
+            "subagent_send",
+            "subagent_status",
+            "subagent_cancel",
+            "subagent_list"
+        ]
+    );
+    let spawned = answer(&out, 3)["result"].clone();
+    assert_eq!(spawned["isError"], false, "{spawned}");
+    assert_eq!(spawned["structuredContent"]["state"], "completed", "{spawned}");
+    assert!(text_of(&spawned).contains("hello from a pipe"), "{spawned}");
+    assert!(answer(&out, 4).get("result").is_some(), "{out:?}");
+}
+
+#[test]
+fn a_call_still_waiting_at_eof_is_answered_at_the_drain_timeout() {
+    let d = Daemon::start(&["--exec", "sleep 30"]);
+    let ep = format!("unix://{}", d.socket.display());
+    let requests = [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+               "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                          "clientInfo": {"name": "pipe", "version": "1"}}}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+               "params": {"name": "subagent_spawn", "arguments": {"objective": "take your time"}}}),
+    ];
+    let task = std::cell::RefCell::new(String::new());
+    let (code, took, out) = run_to_eof(&[&ep, "--drain-timeout", "1.5"], &requests, || {
+        // EOF once the spawn is under way (its task exists).
+        assert!(
+            wait_for(Duration::from_secs(20), || {
+                let listed = d.ok("ListTasks", json!({}));
+                *task.borrow_mut() = listed["tasks"][0]["id"].as_str().unwrap_or("").to_string();
+                !task.borrow().is_empty()
+            }),
+            "the spawn made no task"
+        );
+    });
+    assert_eq!(code, Some(0), "{out:?}");
+    assert!(
+        took >= Duration::from_millis(1400) && took < Duration::from_secs(20),
+        "answered {took:?} after EOF"
+    );
+    let r = answer(&out, 2)["result"].clone();
+    assert_eq!(r["isError"], true, "{r}");
+    let text = text_of(&r);
+    let task = task.into_inner();
+    assert!(
+        text.contains("not done within 1.5 s (--drain-timeout)") && text.contains(&format!("task {task} goes on")),
+        "{text}"
+    );
+    // It does go on: a bridge going away cancels nothing.
+    let state = d.ok("GetTask", json!({ "id": task }))["status"]["state"].clone();
+    assert_eq!(state, "TASK_STATE_WORKING");
 }

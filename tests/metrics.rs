@@ -128,7 +128,7 @@ fn metrics_parse_and_move_after_tasks() {
     assert_eq!(
         moved(
             "agentd_tasks_ended_total",
-            &[("state", "canceled"), ("cause", "cancelled")]
+            &[("state", "canceled"), ("cause", "canceled")]
         ),
         1.0
     );

@@ -380,7 +380,7 @@ impl Kind {
         match self {
             Kind::Ok => ("TASK_STATE_COMPLETED", "completed"),
             Kind::Fail => ("TASK_STATE_FAILED", "failed"),
-            Kind::Cancel => ("TASK_STATE_CANCELED", "cancelled"),
+            Kind::Cancel => ("TASK_STATE_CANCELED", "canceled"),
             Kind::Deadline => ("TASK_STATE_FAILED", "deadline"),
         }
     }
@@ -413,7 +413,7 @@ fn drive_one(d: &Daemon, kind: Kind) -> (String, Option<String>) {
             });
             let v = d.rpc("CancelTask", json!({"id": id}));
             let task = &v["result"];
-            let bad = (state(task) != "TASK_STATE_CANCELED" || cause(task) != "cancelled")
+            let bad = (state(task) != "TASK_STATE_CANCELED" || cause(task) != "canceled")
                 .then(|| format!("cancel: {v} (before: {})", state(&last)));
             (id, bad)
         }

@@ -230,7 +230,7 @@ fn cancel_kills_a_stubborn_program_and_its_grandchildren() {
     let started = Instant::now();
     let t = d.ok("CancelTask", json!({"id": id}));
     assert_eq!(t["status"]["state"], "TASK_STATE_CANCELED", "{t}");
-    assert_eq!(common::terminal_cause(&t), "cancelled");
+    assert_eq!(common::terminal_cause(&t), "canceled");
     // CANCELED is reported only once the group is gone: check at once.
     assert_eq!(
         group_members(pgid),

@@ -4,6 +4,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
+mod check;
 mod client;
 mod mcp;
 
@@ -26,7 +27,9 @@ Usage:
                                          the MCP bridge's, or every config key
   agentd version                         print the version
 
-Run `agentd help serve` for the daemon's options and `man agentd` for the manual.
+Run `agentd help serve` for the daemon's options, `agentd COMMAND --help` for a
+command's, and `man agentd` for the manual (in a clone, before it is installed:
+`man -l man/agentd.8`; `cargo install` does not install it).
 ";
 
 const SERVE_HELP: &str = "\
@@ -42,14 +45,16 @@ Options:
                            (CID -1 = any; repeatable; = a2a.listen)
   -c, --config FILE        read `key: value` lines from FILE (see `agentd help config`)
   -e, --exec 'PROGRAM ARGS'
-                           run PROGRAM for each task (= agent.exec; no shell involved)
+                           run PROGRAM for each task (= agent.exec; no shell involved;
+                           of --exec and --peer the last one given wins)
       --exec-protocol P    how to talk to PROGRAM: text or jsonl (= agent.exec_protocol)
   -p, --peer ENDPOINT      delegate every task to the A2A agent at ENDPOINT
                            (unix://, vsock:// or vsock+uds://; = agent.peer)
   -s, --set KEY=VALUE      set any config key (repeatable; after --config)
       --log-level LEVEL    error, warn, info, debug, trace, off (= log.level; RUST_LOG wins)
-      --check              check the configuration (and that the --exec program is
-                           an executable), print a summary, and exit
+      --check              check the configuration, the --exec program (and the
+                           script an interpreter runs) and the --peer's card,
+                           print what was and was not checked, and exit
   -h, --help               this text
 
 With no --listen the socket is $XDG_RUNTIME_DIR/agentd/agentd.sock, or
@@ -97,7 +102,7 @@ fn help(topic: Option<&str>) -> i32 {
     let _ = match topic {
         None => write!(out, "{USAGE}"),
         Some("serve") => write!(out, "{SERVE_HELP}"),
-        Some("client") => write!(out, "{}", client::HELP),
+        Some("client") => write!(out, "{}", client::help()),
         Some("mcp") => write!(out, "{}", mcp::HELP),
         Some("config") => write!(out, "{}", config_help()),
         Some(other) => {
@@ -125,6 +130,19 @@ pub fn config_help() -> String {
     }
     s
 }
+
+/// `serve`'s flags, for suggestions.
+const SERVE_FLAGS: &[&str] = &[
+    "--listen",
+    "--config",
+    "--exec",
+    "--exec-protocol",
+    "--peer",
+    "--set",
+    "--log-level",
+    "--check",
+    "--help",
+];
 
 /// Parses `serve`'s flags into a Config. Errors are one line for stderr.
 pub fn parse_serve(args: &[String]) -> Result<Option<Config>, String> {
@@ -159,7 +177,10 @@ pub fn parse_serve(args: &[String]) -> Result<Option<Config>, String> {
                 sets.push((flag.into(), k.trim().into(), v.trim().into()));
             }
             other if other.starts_with('-') => {
-                return Err(format!("unknown option `{other}` (see `agentd help serve`)"))
+                let hint = config::nearest(other, SERVE_FLAGS)
+                    .map(|f| format!("did you mean `{f}`? "))
+                    .unwrap_or_default();
+                return Err(format!("unknown option `{other}` ({hint}see `agentd help serve`)"));
             }
             other => return Err(format!("unexpected argument `{other}` (see `agentd help serve`)")),
         }
@@ -177,47 +198,29 @@ pub fn parse_serve(args: &[String]) -> Result<Option<Config>, String> {
 fn serve(args: &[String]) -> i32 {
     let check_only = args.iter().any(|a| a == "--check");
     let args: Vec<String> = args.iter().filter(|a| *a != "--check").cloned().collect();
+    let refuse = |e: String| {
+        eprintln!("agentd: {e}");
+        if crate::init::is_guest_init() {
+            // PID 1 must not exit (the kernel would panic): say why on
+            // the console, then power the guest off.
+            crate::sys::power_off();
+        }
+        EXIT_USAGE
+    };
     let cfg = match parse_serve(&args) {
         Ok(Some(cfg)) => cfg,
         Ok(None) => {
             print!("{SERVE_HELP}");
             return EXIT_OK;
         }
-        Err(e) => {
-            eprintln!("agentd: {e}");
-            if crate::init::is_guest_init() {
-                // PID 1 must not exit (the kernel would panic): say why on
-                // the console, then power the guest off.
-                crate::sys::power_off();
-            }
-            return EXIT_USAGE;
-        }
+        Err(e) => return refuse(e),
     };
-    let program = match cfg.check_program() {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("agentd: {e}");
-            if crate::init::is_guest_init() {
-                crate::sys::power_off();
-            }
-            return EXIT_USAGE;
-        }
+    let (program, script) = match cfg.check_program().and_then(|p| Ok((p, cfg.check_script()?))) {
+        Ok(checked) => checked,
+        Err(e) => return refuse(e),
     };
     if check_only {
-        if let Some(p) = &program {
-            println!("agentd: agent.exec runs {}", p.display());
-        }
-        println!(
-            "agentd: configuration is valid: listen {}; runner {}; max_running {}",
-            cfg.listeners()
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(", "),
-            cfg.runner.name(),
-            cfg.tasks.max_running
-        );
-        return EXIT_OK;
+        return check::report(&cfg, program.as_deref(), script.as_deref());
     }
     let guest_init = crate::init::is_guest_init();
     // As a guest's /init, stdio (for the log) exists only after /dev is up.
@@ -227,6 +230,9 @@ fn serve(args: &[String]) -> i32 {
         Ok(())
     };
     crate::logging::init(&cfg.log_level, "agentd");
+    for unused in cfg.unused_runner_keys() {
+        log::warn!("config.unused_key {unused}");
+    }
     if let Err(e) = prepared {
         log::error!("agentd.init {e}");
         eprintln!("agentd: init: {e}");

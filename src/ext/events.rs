@@ -441,7 +441,7 @@ mod tests {
                 task_id: "t",
                 context_id: "c",
                 state: TaskState::Canceled,
-                cause: Some("cancelled"),
+                cause: Some("canceled"),
             },
         );
         let Next::Records(r) = feed.next(0, Duration::ZERO) else {
@@ -456,7 +456,7 @@ mod tests {
                 &json!("t"),
                 &json!("c"),
                 &json!("TASK_STATE_CANCELED"),
-                &json!("cancelled")
+                &json!("canceled")
             )
         );
         assert!(body["time"].as_str().is_some_and(|t| t.ends_with('Z')), "{body}");

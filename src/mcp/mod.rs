@@ -38,7 +38,8 @@ use std::collections::HashMap;
 use std::fmt;
 use std::io::{self, BufRead, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
@@ -96,18 +97,33 @@ impl fmt::Display for McpError {
 
 /// One request being worked on in its own thread.
 pub struct Call {
+    /// The request's id and method, for an answer from outside the thread
+    /// (the drain at EOF).
+    id: Value,
+    method: String,
     /// Set by `notifications/cancelled`: the call sends no response.
     cancelled: AtomicBool,
+    /// Set by whoever answers the request: its thread, or the drain. One
+    /// request gets one answer.
+    answered: AtomicBool,
     /// The A2A task the call drives, once known; cancellation needs it.
     task: Mutex<Option<String>>,
 }
 
 impl Call {
-    fn new() -> Call {
+    fn new(id: Value, method: String) -> Call {
         Call {
+            id,
+            method,
             cancelled: AtomicBool::new(false),
+            answered: AtomicBool::new(false),
             task: Mutex::new(None),
         }
+    }
+
+    /// True for the one caller that may answer the request.
+    fn claim_answer(&self) -> bool {
+        !self.answered.swap(true, Ordering::SeqCst)
     }
 
     pub fn is_cancelled(&self) -> bool {
@@ -145,6 +161,8 @@ pub struct Bridge {
     addr: Address,
     out: Mutex<Box<dyn Write + Send>>,
     state: Mutex<State>,
+    /// Signalled (with `state`) each time a call ends.
+    call_ended: Condvar,
     subscriptions: resources::Subscriptions,
 }
 
@@ -163,6 +181,7 @@ impl Bridge {
                 version: PROTOCOL_VERSIONS[0],
                 calls: HashMap::new(),
             }),
+            call_ended: Condvar::new(),
             subscriptions: resources::Subscriptions::default(),
         })
     }
@@ -217,8 +236,7 @@ impl Bridge {
     }
 
     /// Reads stdin until EOF, one message per line. Returns at EOF (or a
-    /// read error); calls still in flight are abandoned — their tasks live
-    /// on in the daemon.
+    /// read error) with calls perhaps still in flight: see [`Bridge::drain`].
     pub fn serve(self: &Arc<Self>, input: impl BufRead) {
         let mut input = input;
         let mut buf = Vec::new();
@@ -298,9 +316,9 @@ impl Bridge {
             },
             "serverInfo": info,
             "instructions": "Each tool drives a task of the agentd daemon at this bridge's endpoint: \
-                             subagent.spawn starts one, subagent.send answers one that asks for input, \
-                             subagent.status reads it, subagent.cancel stops it and every process it \
-                             started, subagent.list lists them. Tasks are also resources agentd://task/{id}.",
+                             subagent_spawn starts one, subagent_send answers one that asks for input, \
+                             subagent_status reads it, subagent_cancel stops it and every process it \
+                             started, subagent_list lists them. Tasks are also resources agentd://task/{id}.",
         }))
     }
 
@@ -346,7 +364,7 @@ impl Bridge {
 
     fn start_call(self: &Arc<Self>, id: Value, method: String, params: Value) {
         let key = id.to_string();
-        let call = Arc::new(Call::new());
+        let call = Arc::new(Call::new(id.clone(), method.clone()));
         {
             let mut st = lock(&self.state);
             if st.calls.contains_key(&key) {
@@ -381,19 +399,77 @@ impl Bridge {
                 "resources/subscribe" => resources::subscribe(&bridge, &params),
                 _ => resources::unsubscribe(&bridge, &params),
             };
-            lock(&bridge.state).calls.remove(&key);
             if call.is_cancelled() {
                 log::debug!("mcp.no_response request={key} (cancelled)");
-            } else {
+            } else if call.claim_answer() {
                 bridge.reply(&id, result);
             }
+            // Ended only once answered: the drain at EOF must not let the
+            // process exit between the two.
+            bridge.end_call(&key);
         });
         if let Err(e) = spawned {
-            lock(&self.state).calls.remove(&reply_id.to_string());
+            self.end_call(&reply_id.to_string());
             self.reply(
                 &reply_id,
                 Err(McpError::new(INTERNAL_ERROR, format!("cannot start a thread: {e}"))),
             );
+        }
+    }
+
+    fn end_call(&self, key: &str) {
+        lock(&self.state).calls.remove(key);
+        self.call_ended.notify_all();
+    }
+
+    /// After EOF on stdin: waits up to `timeout` for the requests still in
+    /// flight to be answered, then answers each one left with an error that
+    /// says so (a tool call's task goes on in the daemon). Every request
+    /// read gets its answer before the bridge exits.
+    pub fn drain(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        let mut st = lock(&self.state);
+        while !st.calls.is_empty() {
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                break;
+            };
+            st = self
+                .call_ended
+                .wait_timeout(st, left)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
+        let left: Vec<Arc<Call>> = st.calls.values().cloned().collect();
+        drop(st);
+        for call in left {
+            if call.is_cancelled() || !call.claim_answer() {
+                continue;
+            }
+            let secs = crate::config::secs_text(timeout);
+            let task = lock(&call.task).clone();
+            log::warn!(
+                "mcp.drain_timeout request={} method={} task={}",
+                call.id,
+                call.method,
+                task.as_deref().unwrap_or("-")
+            );
+            let why = format!("stdin ended and this request was not done within {secs} s (--drain-timeout)");
+            if call.method == "tools/call" {
+                let text = match task {
+                    Some(t) => format!(
+                        "{why}; task {t} goes on in the agentd daemon at {}: see it with subagent_status \
+                         or `agentd get {} {t}`",
+                        self.addr, self.addr
+                    ),
+                    None => format!(
+                        "{why}; a task it started may go on in the agentd daemon at {}",
+                        self.addr
+                    ),
+                };
+                self.reply(&call.id, Ok(tools::error_result(text)));
+            } else {
+                self.reply(&call.id, Err(McpError::new(INTERNAL_ERROR, why)));
+            }
         }
     }
 }
@@ -536,12 +612,14 @@ impl Write for Captured {
     }
 }
 
-/// `agentd mcp`'s body once argv is parsed: serve stdio until EOF.
-pub fn run(addr: Address) -> i32 {
+/// `agentd mcp`'s body once argv is parsed: serve stdio until EOF, then
+/// answer what was read (waiting up to `drain`).
+pub fn run(addr: Address, drain: Duration) -> i32 {
     log::info!("mcp.start endpoint={addr} versions={}", PROTOCOL_VERSIONS.join(","));
     let bridge = Bridge::new(addr, Box::new(io::stdout()));
     bridge.serve(io::stdin().lock());
-    log::info!("mcp.eof");
+    log::info!("mcp.eof in_flight={}", lock(&bridge.state).calls.len());
+    bridge.drain(drain);
     0
 }
 

@@ -12,12 +12,12 @@ use crate::limits::{MCP_HISTORY_DEFAULT, MCP_HISTORY_MAX};
 // bytes of the text (this module was 15 KB of the static binary).
 
 const TASK_ID: &str =
-    r#"{"type": "string", "minLength": 1, "description": "The task's id (from subagent.spawn or subagent.list)."}"#;
+    r#"{"type": "string", "minLength": 1, "description": "The task's id (from subagent_spawn or subagent_list)."}"#;
 
 const ANNOTATIONS: &str = r#"{
     "type": "object",
     "additionalProperties": {"type": "string"},
-    "description": "agentd task annotations: labels (string values) kept on the task and usable as subagent.list filters."
+    "description": "agentd task annotations: labels (string values) kept on the task and usable as subagent_list filters."
 }"#;
 
 /// What spawn and send take besides their text.
@@ -158,11 +158,11 @@ pub fn list(version: &str) -> Value {
     listing.insert("annotations".into(), parse(ANNOTATIONS));
 
     let tools = [
-        ("subagent.spawn", "Start a task", "Start a supervised agentd task from a text objective (plus optional data and file parts, a context id, annotations). Waits until the task's turn ends — completed, failed, canceled, rejected, or waiting for input — unless returnImmediately; progress arrives as notifications when the call carries a progressToken. Returns the task.", object(spawn, &["objective"])),
-        ("subagent.send", "Continue a task", "Send a follow-up message to a task that waits for input (input-required); the same process receives it. Waits like subagent.spawn. Returns the task.", object(send, &["taskId", "text"])),
-        ("subagent.status", "Show a task", "The task as it is now: state, status text, artifacts, the last messages of its history.", object(status, &["taskId"])),
-        ("subagent.cancel", "Cancel a task", "Cancel a task through agentd's kill ladder (cancel, SIGTERM, SIGKILL of its whole process group); answers once the task is CANCELED and none of its processes is left, or with the task as it is if it had already finished.", object(cancel, &["taskId"])),
-        ("subagent.list", "List tasks", "List the daemon's tasks, newest first, filtered by context, state or annotations, a page at a time.", object(listing, &[])),
+        ("subagent_spawn", "Start a task", "Start a supervised agentd task from a text objective (plus optional data and file parts, a context id, annotations). Waits until the task's turn ends — completed, failed, canceled, rejected, or waiting for input — unless returnImmediately; progress arrives as notifications when the call carries a progressToken. Returns the task.", object(spawn, &["objective"])),
+        ("subagent_send", "Continue a task", "Send a follow-up message to a task that waits for input (input-required); the same process receives it. Waits like subagent_spawn. Returns the task.", object(send, &["taskId", "text"])),
+        ("subagent_status", "Show a task", "The task as it is now: state, status text, artifacts, the last messages of its history.", object(status, &["taskId"])),
+        ("subagent_cancel", "Cancel a task", "Cancel a task through agentd's kill ladder (cancel, SIGTERM, SIGKILL of its whole process group); answers once the task is CANCELED and none of its processes is left, or with the task as it is if it had already finished.", object(cancel, &["taskId"])),
+        ("subagent_list", "List tasks", "List the daemon's tasks, newest first, filtered by context, state or annotations, a page at a time.", object(listing, &[])),
     ];
     let structured = version != "2025-03-26";
     let tools: Vec<Value> = tools
@@ -171,7 +171,7 @@ pub fn list(version: &str) -> Value {
             let mut t = json!({"name": name, "description": description, "inputSchema": input});
             if structured {
                 t["title"] = json!(title);
-                t["outputSchema"] = if name == "subagent.list" {
+                t["outputSchema"] = if name == "subagent_list" {
                     output_list()
                 } else {
                     output_task()

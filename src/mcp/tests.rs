@@ -88,17 +88,22 @@ fn the_five_tools_have_legal_names_and_schemas() {
     assert_eq!(
         names,
         [
-            "subagent.spawn",
-            "subagent.send",
-            "subagent.status",
-            "subagent.cancel",
-            "subagent.list"
+            "subagent_spawn",
+            "subagent_send",
+            "subagent_status",
+            "subagent_cancel",
+            "subagent_list"
         ]
     );
+    assert_eq!(names, tools::TOOLS);
     for t in &tools {
         let name = t["name"].as_str().unwrap();
-        // 2025-11-25: 1–128 of A–Z a–z 0–9 _ - .
-        assert!(name.len() <= 128 && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b)));
+        // What MCP hosts check (Claude Desktop among them), stricter than
+        // the 2025-11-25 revision's 1–128 of A–Z a–z 0–9 _ - .
+        assert!(
+            (1..=64).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-".contains(&b)),
+            "{name}"
+        );
         assert_eq!(t["inputSchema"]["type"], "object", "{name}");
         assert_eq!(t["outputSchema"]["type"], "object", "{name}");
     }
@@ -136,7 +141,7 @@ fn an_unreachable_daemon_is_a_tool_error_and_the_bridge_goes_on() {
     assert_eq!(r3["isError"], true);
     assert_eq!(
         r3["content"][0]["text"],
-        "subagent.spawn: `objective` must be a non-empty string"
+        "subagent_spawn: `objective` must be a non-empty string"
     );
     assert_eq!(by_id(4)["error"]["code"], -32603);
     assert_eq!(by_id(5)["error"]["code"], -32602);
@@ -162,10 +167,10 @@ fn over_long_lines_are_dropped_whole() {
 
 #[test]
 fn cancellation_finds_the_task_whichever_comes_first() {
-    let c = Call::new();
+    let c = Call::new(json!(1), "tools/call".into());
     assert!(!c.bind_task("t1"), "not cancelled yet");
     assert_eq!(c.cancel().as_deref(), Some("t1"));
-    let c = Call::new();
+    let c = Call::new(json!(1), "tools/call".into());
     assert_eq!(c.cancel(), None, "task not known yet");
     assert!(c.bind_task("t2"), "the binder learns it must cancel");
 }
@@ -193,4 +198,58 @@ fn a_task_view() {
     assert_eq!(v["statusText"], "Which day?");
     assert_eq!(v["artifacts"][0]["text"], "- x\n- y\n");
     assert_eq!(v["annotations"], json!({"team": "search"}));
+}
+
+#[test]
+fn progress_reads_each_event_and_skips_an_empty_chunk() {
+    let chunk = |text: &str, last: bool| {
+        json!({"artifactUpdate": {"taskId": "t", "lastChunk": last,
+               "artifact": {"artifactId": "a", "name": "output", "parts": [{"text": text}]}}})
+    };
+    assert_eq!(
+        tools::progress_text(&chunk("HELLO", false)).as_deref(),
+        Some("artifact output: HELLO")
+    );
+    assert_eq!(tools::progress_text(&chunk("", false)), None);
+    assert_eq!(
+        tools::progress_text(&chunk("", true)).as_deref(),
+        Some("artifact output complete")
+    );
+    let working = json!({"statusUpdate": {"taskId": "t", "status": {"state": "TASK_STATE_WORKING",
+                         "message": {"parts": [{"text": "Planning"}]}}}});
+    assert_eq!(tools::progress_text(&working).as_deref(), Some("working: Planning"));
+}
+
+#[test]
+fn every_request_read_before_eof_is_answered_in_time() {
+    // Nothing listens at the endpoint: the tool call fails at once, and the
+    // drain returns as soon as it is answered.
+    let (bridge, out) = Bridge::in_memory("unix:///nonexistent/agentd.sock");
+    bridge.serve(
+        concat!(
+            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18"}}"#,
+            "\n",
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
+            "\n",
+            r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"subagent.status","arguments":{"taskId":"t"}}}"#,
+            "\n",
+            r#"{"jsonrpc":"2.0","id":4,"method":"resources/list"}"#,
+            "\n",
+        )
+        .as_bytes(),
+    );
+    let started = std::time::Instant::now();
+    bridge.drain(std::time::Duration::from_secs(30));
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    let ids: std::collections::BTreeSet<i64> = out.messages().iter().filter_map(|m| m["id"].as_i64()).collect();
+    assert_eq!(ids, (1..=4).collect(), "{}", out.text());
+    // The dotted name still reaches its tool: the answer is the tool's own.
+    let status = out.messages().into_iter().find(|m| m["id"] == 3).unwrap();
+    assert!(
+        status["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("is unreachable"),
+        "{status}"
+    );
 }

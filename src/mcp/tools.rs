@@ -1,13 +1,16 @@
-//! The five tools, named as RFC 0020 names agentd's self-surface, each one
-//! or two A2A calls on the daemon:
+//! The five tools, RFC 0020's `subagent.*` self-surface, each one or two
+//! A2A calls on the daemon. They are listed as `subagent_spawn` …: MCP hosts
+//! (Claude Desktop among them) check every tool name against
+//! `^[a-zA-Z0-9_-]{1,64}$` and withhold a server's whole tool set over one
+//! name that fails; `tools/call` still takes the dotted spelling.
 //!
 //! ```text
-//!  subagent.spawn   SendStreamingMessage (progress as notifications/progress) → GetTask
+//!  subagent_spawn   SendStreamingMessage (progress as notifications/progress) → GetTask
 //!                   or, with returnImmediately, SendMessage{returnImmediately}
-//!  subagent.send    the same, with message.taskId: the next turn of a task waiting for input
-//!  subagent.status  GetTask (history bounded)
-//!  subagent.cancel  CancelTask: the kill ladder; answers once the task is CANCELED
-//!  subagent.list    ListTasks with its filters and paging
+//!  subagent_send    the same, with message.taskId: the next turn of a task waiting for input
+//!  subagent_status  GetTask (history bounded)
+//!  subagent_cancel  CancelTask: the kill ladder; answers once the task is CANCELED
+//!  subagent_list    ListTasks with its filters and paging
 //! ```
 //!
 //! A result is the task as `structuredContent` (the shapes `schemas.rs` declares)
@@ -85,15 +88,15 @@ pub fn call(bridge: &Arc<Bridge>, call: &Call, params: &Value) -> Result<Value, 
             ))
         }
     };
+    let name = canonical(name).ok_or_else(|| McpError::new(INVALID_PARAMS, format!("Unknown tool: {name}")))?;
     let token = params["_meta"]["progressToken"].clone();
     let token = (token.is_string() || token.is_i64() || token.is_u64()).then_some(token);
     let outcome = match name {
-        "subagent.spawn" => spawn(bridge, call, token, &args),
-        "subagent.send" => send(bridge, call, token, &args),
-        "subagent.status" => status(bridge, &args),
-        "subagent.cancel" => cancel(bridge, &args),
-        "subagent.list" => list_tasks(bridge, &args),
-        other => return Err(McpError::new(INVALID_PARAMS, format!("Unknown tool: {other}"))),
+        "subagent_spawn" => spawn(bridge, call, token, &args),
+        "subagent_send" => send(bridge, call, token, &args),
+        "subagent_status" => status(bridge, &args),
+        "subagent_cancel" => cancel(bridge, &args),
+        _ => list_tasks(bridge, &args),
     };
     log::info!(
         "mcp.tool name={name} ok={} task={}",
@@ -102,7 +105,7 @@ pub fn call(bridge: &Arc<Bridge>, call: &Call, params: &Value) -> Result<Value, 
     );
     Ok(match outcome {
         Ok(structured) => {
-            let text = if name == "subagent.list" {
+            let text = if name == "subagent_list" {
                 render_list(&structured)
             } else {
                 render_task(&structured)
@@ -113,8 +116,31 @@ pub fn call(bridge: &Arc<Bridge>, call: &Call, params: &Value) -> Result<Value, 
             }
             r
         }
-        Err(Failed(text)) => json!({"content": [{"type": "text", "text": text}], "isError": true}),
+        Err(Failed(text)) => error_result(text),
     })
+}
+
+/// A tool result that says the call failed, in one sentence.
+pub(super) fn error_result(text: String) -> Value {
+    json!({"content": [{"type": "text", "text": text}], "isError": true})
+}
+
+/// The tools, as `tools/list` names them (`^[a-zA-Z0-9_-]{1,64}$`).
+pub(super) const TOOLS: [&str; 5] = [
+    "subagent_spawn",
+    "subagent_send",
+    "subagent_status",
+    "subagent_cancel",
+    "subagent_list",
+];
+
+/// A tool's name as called: as listed, or in RFC 0020's dotted spelling.
+fn canonical(name: &str) -> Option<&'static str> {
+    let listed = match name.split_once('.') {
+        Some(("subagent", verb)) => format!("subagent_{verb}"),
+        _ => name.to_string(),
+    };
+    TOOLS.iter().copied().find(|t| *t == listed)
 }
 
 fn check_keys(args: &Args, tool: &str, allowed: &[&str]) -> Result<(), Failed> {
@@ -214,7 +240,7 @@ fn file_part(f: &Value) -> Result<Value, &'static str> {
 }
 
 fn spawn(bridge: &Arc<Bridge>, call: &Call, token: Option<Value>, args: &Args) -> Result<Value, Failed> {
-    const TOOL: &str = "subagent.spawn";
+    const TOOL: &str = "subagent_spawn";
     check_keys(
         args,
         TOOL,
@@ -236,7 +262,7 @@ fn spawn(bridge: &Arc<Bridge>, call: &Call, token: Option<Value>, args: &Args) -
 }
 
 fn send(bridge: &Arc<Bridge>, call: &Call, token: Option<Value>, args: &Args) -> Result<Value, Failed> {
-    const TOOL: &str = "subagent.send";
+    const TOOL: &str = "subagent_send";
     check_keys(
         args,
         TOOL,
@@ -310,7 +336,7 @@ fn converse(
 }
 
 fn status(bridge: &Bridge, args: &Args) -> Result<Value, Failed> {
-    const TOOL: &str = "subagent.status";
+    const TOOL: &str = "subagent_status";
     check_keys(args, TOOL, &["taskId", "historyLength"])?;
     let id = required(args, "taskId", TOOL)?;
     let history = history(args, TOOL)?;
@@ -321,7 +347,7 @@ fn status(bridge: &Bridge, args: &Args) -> Result<Value, Failed> {
 }
 
 fn cancel(bridge: &Bridge, args: &Args) -> Result<Value, Failed> {
-    const TOOL: &str = "subagent.cancel";
+    const TOOL: &str = "subagent_cancel";
     check_keys(args, TOOL, &["taskId"])?;
     let id = required(args, "taskId", TOOL)?;
     let client = bridge.client()?;
@@ -346,7 +372,7 @@ fn cancel(bridge: &Bridge, args: &Args) -> Result<Value, Failed> {
 }
 
 fn list_tasks(bridge: &Bridge, args: &Args) -> Result<Value, Failed> {
-    const TOOL: &str = "subagent.list";
+    const TOOL: &str = "subagent_list";
     check_keys(
         args,
         TOOL,
@@ -418,7 +444,7 @@ fn event_task(r: &Value) -> Option<&str> {
 }
 
 /// One stream event as a progress `message`.
-fn progress_text(r: &Value) -> Option<String> {
+pub(super) fn progress_text(r: &Value) -> Option<String> {
     if let Some(t) = r.get("task") {
         return Some(format!(
             "task {} {}",
@@ -435,9 +461,14 @@ fn progress_text(r: &Value) -> Option<String> {
             format!("{state}: {note}")
         });
     }
-    let a = &r.get("artifactUpdate")?["artifact"];
+    let update = r.get("artifactUpdate")?;
+    let a = &update["artifact"];
     let name = a["name"].as_str().or(a["artifactId"].as_str()).unwrap_or("?");
-    Some(format!("artifact {name}: {}", parts_text(&a["parts"])))
+    match parts_text(&a["parts"]) {
+        // An empty chunk only closes the artifact: say that, or nothing.
+        t if t.is_empty() => (update["lastChunk"] == true).then(|| format!("artifact {name} complete")),
+        t => Some(format!("artifact {name}: {t}")),
+    }
 }
 
 /// A SendMessage result (`{task}` or `{message}`) as a tool result.

@@ -6,7 +6,8 @@
 //! `sys::pipe`): `fds` (descriptors, pipes, poll, plain reads and writes),
 //! `dirfd` (directories by fd, getdents64), `sockets` (peer credentials,
 //! hang-ups, adopting a listener), `signals` (masks, handlers, names),
-//! `process` (ids, prctl, process groups, kill, `_exit`), `reap`
+//! `process` (ids, prctl, process groups, kill, `_exit`), `cmdline` (the
+//! command line `ps` shows, rewritten in place), `reap`
 //! (waitpid and the exit vocabulary), `rlimit`, `random`, `pid1` (mounts,
 //! modules, console and power-off for a VM guest's init), `spawn` (the fork
 //! server, `clone3`, descriptors over sockets, a program's pre-exec steps)
@@ -24,6 +25,8 @@ mod wake;
 pub use wake::*;
 mod spawn;
 pub use spawn::*;
+mod cmdline;
+pub use cmdline::*;
 mod dirfd;
 pub use dirfd::*;
 mod fds;

@@ -28,6 +28,8 @@ pub fn main() -> i32 {
     // worker signals us (see sys::fork_sibling); workers unblock their own.
     sys::block_all_signals();
     sys::set_process_name(NAME);
+    // Where argv lies, read once here: each worker rewrites its own copy.
+    sys::remember_cmdline_area();
     let supervisor: i32 = match std::env::var(SUPERVISOR_PID_ENV).ok().and_then(|s| s.parse().ok()) {
         Some(pid) => pid,
         None => {

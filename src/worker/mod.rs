@@ -168,6 +168,7 @@ pub struct Birth<'a> {
 /// the fork server's loop).
 pub fn start(birth: Birth<'_>) -> i32 {
     sys::set_process_name(IDLE_NAME);
+    sys::set_cmdline(IDLE_NAME);
     let _ = sys::become_group_leader();
     let (reader, writer, kept) = match sys::settle_worker_fds(
         birth.from_agentd.as_raw_fd(),
@@ -226,6 +227,7 @@ fn run(mut reader: File, writer: File, containment: Containment, frame_max: usiz
         ));
     };
     sys::set_process_name(TASK_NAME);
+    sys::set_cmdline(TASK_NAME);
     if let Some(t) = &trace {
         crate::logging::set_trace_id(t.trace_id());
     }

@@ -11,6 +11,7 @@ afterwards that the stubborn task's process group is gone.
 import asyncio
 import json
 import os
+import re
 import sys
 import time
 
@@ -53,8 +54,11 @@ async def main():
 
             tools = (await session.list_tools()).tools
             names = [t.name for t in tools]
-            check(names == ["subagent.spawn", "subagent.send", "subagent.status", "subagent.cancel", "subagent.list"],
+            check(names == ["subagent_spawn", "subagent_send", "subagent_status", "subagent_cancel", "subagent_list"],
                   "tools/list names the five tools", names)
+            # What Claude Desktop and other hosts demand of every tool name.
+            check(all(re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", n) for n in names),
+                  "every tool name matches ^[a-zA-Z0-9_-]{1,64}$", names)
             check(all(t.output_schema for t in tools), "every tool has an output schema")
 
             # 1. Blocking spawn with progress: the turn ends at input-required.
@@ -63,10 +67,10 @@ async def main():
             async def on_progress(value, total, message):
                 progress.append((value, message))
 
-            r = await session.call_tool("subagent.spawn", {"objective": "plan Lisbon"},
+            r = await session.call_tool("subagent_spawn", {"objective": "plan Lisbon"},
                                         progress_callback=on_progress)
             sc = r.structured_content
-            check(not r.is_error, "subagent.spawn (blocking) succeeds", text(r))
+            check(not r.is_error, "subagent_spawn (blocking) succeeds", text(r))
             check(sc["state"] == "input-required", "the turn ends waiting for input", sc["state"])
             check("Which day" in sc["statusText"], "the status text is the question", sc["statusText"])
             check(sc["artifacts"][0]["text"] == "- checking trains\n- checking hotels\n",
@@ -93,9 +97,9 @@ async def main():
             check(True, "resources/subscribe")
 
             # 3. The follow-up on the same warm process.
-            r = await session.call_tool("subagent.send", {"taskId": task_id, "text": "Friday"})
+            r = await session.call_tool("subagent_send", {"taskId": task_id, "text": "Friday"})
             sc = r.structured_content
-            check(not r.is_error and sc["state"] == "completed", "subagent.send completes the task", text(r))
+            check(not r.is_error and sc["state"] == "completed", "subagent_send completes the task", text(r))
             check("- booked: Lisbon, leaving Friday\n" in sc["artifacts"][0]["text"], "the answer reached the process")
             deadline = time.monotonic() + 10
             while uri not in updated and time.monotonic() < deadline:
@@ -104,34 +108,34 @@ async def main():
             await session.unsubscribe_resource(uri)
 
             # 4. returnImmediately, data parts and annotations.
-            r = await session.call_tool("subagent.spawn", {
+            r = await session.call_tool("subagent_spawn", {
                 "objective": "echo", "data": [{"k": 1}], "annotations": {"suite": "mcp"},
                 "returnImmediately": True})
             sc = r.structured_content
             check(not r.is_error and sc["state"] in ("submitted", "working", "completed"),
-                  "subagent.spawn returnImmediately answers at once", sc.get("state"))
+                  "subagent_spawn returnImmediately answers at once", sc.get("state"))
             echo_id = sc["taskId"]
             deadline = time.monotonic() + 10
             while True:
-                r = await session.call_tool("subagent.status", {"taskId": echo_id})
+                r = await session.call_tool("subagent_status", {"taskId": echo_id})
                 if r.structured_content["state"] == "completed" or time.monotonic() > deadline:
                     break
                 await asyncio.sleep(0.05)
             sc = r.structured_content
-            check(sc["state"] == "completed", "subagent.status sees it complete", sc["state"])
+            check(sc["state"] == "completed", "subagent_status sees it complete", sc["state"])
             check(json.loads(sc["artifacts"][0]["text"]) == [{"k": 1}], "the data part reached the program")
             check(sc.get("annotations") == {"suite": "mcp"}, "annotations are on the task", sc.get("annotations"))
 
-            r = await session.call_tool("subagent.list", {"annotations": {"suite": "mcp"}})
+            r = await session.call_tool("subagent_list", {"annotations": {"suite": "mcp"}})
             check([t["taskId"] for t in r.structured_content["tasks"]] == [echo_id],
-                  "subagent.list filters by annotation", r.structured_content)
-            r = await session.call_tool("subagent.list", {"state": "completed", "pageSize": 1})
+                  "subagent_list filters by annotation", r.structured_content)
+            r = await session.call_tool("subagent_list", {"state": "completed", "pageSize": 1})
             page = r.structured_content
             check(len(page["tasks"]) == 1 and page["totalSize"] == 2 and page.get("nextPageToken"),
-                  "subagent.list filters by state and pages", page)
+                  "subagent_list filters by state and pages", page)
 
             # 5. A stubborn program: cancel runs the kill ladder.
-            r = await session.call_tool("subagent.spawn", {"objective": f"stubborn {PIDFILE}",
+            r = await session.call_tool("subagent_spawn", {"objective": f"stubborn {PIDFILE}",
                                                            "returnImmediately": True})
             stubborn = r.structured_content["taskId"]
             deadline = time.monotonic() + 10
@@ -139,16 +143,21 @@ async def main():
                 await asyncio.sleep(0.02)
             check(os.path.exists(PIDFILE), "the stubborn program started")
             started = time.monotonic()
-            r = await session.call_tool("subagent.cancel", {"taskId": stubborn})
+            r = await session.call_tool("subagent_cancel", {"taskId": stubborn})
             sc = r.structured_content
-            check(not r.is_error and sc["state"] == "canceled", "subagent.cancel answers CANCELED", text(r))
+            check(not r.is_error and sc["state"] == "canceled", "subagent_cancel answers CANCELED", text(r))
             print(f"   (cancel took {time.monotonic() - started:.2f} s)", flush=True)
-            r = await session.call_tool("subagent.cancel", {"taskId": stubborn})
+            r = await session.call_tool("subagent_cancel", {"taskId": stubborn})
             check(not r.is_error and "already ended" in r.structured_content.get("note", ""),
                   "cancelling a finished task says so", text(r))
 
-            # 6. Errors are tool results.
-            r = await session.call_tool("subagent.status", {"taskId": "no-such-task"})
+            # 6. RFC 0020's dotted spelling still reaches the tool.
+            r = await session.call_tool("subagent.status", {"taskId": echo_id})
+            check(not r.is_error and r.structured_content["taskId"] == echo_id,
+                  "a dotted tool name (subagent.status) still works", text(r))
+
+            # 7. Errors are tool results.
+            r = await session.call_tool("subagent_status", {"taskId": "no-such-task"})
             check(r.is_error and "task not found" in text(r), "an unknown task is a tool error", text(r))
     print("all checks passed", flush=True)
 

@@ -317,7 +317,7 @@ fn cancel_climbs_the_ladder_on_time_and_ends_canceled() {
     assert_eq!(h.signals_to(12), vec![libc::SIGTERM, libc::SIGCONT, libc::SIGKILL]);
     h.dies(12, ExitStatus::Signal(libc::SIGKILL));
     assert_eq!(h.verdict(&id).0, TaskState::Canceled);
-    assert_eq!(h.verdict(&id).1, cause("cancelled"));
+    assert_eq!(h.verdict(&id).1, cause("canceled"));
 }
 
 #[test]

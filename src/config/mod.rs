@@ -10,75 +10,21 @@ use crate::control::ExecProtocol;
 use crate::limits;
 use crate::transport::Address;
 
-/// One documented configuration key.
-pub struct Key {
-    pub name: &'static str,
-    pub value: &'static str,
-    pub default: &'static str,
-    pub help: &'static str,
-}
+mod keys;
+mod program;
+#[cfg(test)]
+mod tests;
+mod values;
 
-macro_rules! keys {
-    ($( $name:literal, $value:literal, $default:literal, $help:literal; )*) => {
-        pub const KEYS: &[Key] = &[ $( Key { name: $name, value: $value, default: $default, help: $help }, )* ];
-    };
-}
+pub use keys::{Key, KEYS};
+use values::{boolean, cids, list, number, positive, suggest, text};
+pub use values::{edit_distance, nearest, parse_secs, secs_text, split_command};
 
-keys! {
-    "a2a.listen", "ADDRESS", "$XDG_RUNTIME_DIR/agentd/agentd.sock", "Listen on unix:///ABSOLUTE/PATH or vsock://CID:PORT (CID -1 or `any` = every CID). Repeatable. The first listener is the card's preferred interface.";
-    "a2a.vsock_allow_cids", "CID,…", "(any)", "vsock peers allowed to connect; others are closed before any HTTP and logged as a2a.vsock.denied.";
-    "a2a.vsock_operator_cids", "CID,…", "", "vsock peers that see every task (others see only the tasks they created).";
-    "a2a.advertise", "BINDING URL", "", "Add an interface to the card after the listeners' own, e.g. `JSONRPC http://127.0.0.1:8080/` for a proxy that fronts the socket. Repeatable.";
-    "a2a.tls", "-", "", "Not supported: the kernel authenticates peers (SO_PEERCRED on unix sockets, the CID on vsock). Setting it is an error; put TLS in a proxy that fronts the socket.";
-    "a2a.max_connections", "N", "1024", "Concurrent connections; a connection over the cap gets 503 and is closed. Lowered at start, with a log line, when RLIMIT_NOFILE cannot hold it beside the fds kept for workers.";
-    "a2a.version_required", "BOOL", "true", "Refuse requests without an A2A-Version header (which means 0.3) with -32009. `false` treats a missing header as 1.0.";
-    "card.name", "TEXT", "agentd", "The card's name.";
-    "card.description", "TEXT", "(depends on the runner)", "The card's description.";
-    "card.version", "TEXT", "(agentd's version)", "The agent's own version, as the card states it.";
-    "card.provider_organization", "TEXT", "", "The card's provider.organization (provider is omitted unless both it and card.provider_url are set).";
-    "card.provider_url", "URL", "", "The card's provider.url.";
-    "card.documentation_url", "URL", "", "The card's documentationUrl.";
-    "card.input_modes", "TYPE,…", "text/plain", "The card's defaultInputModes, comma-separated media types.";
-    "card.output_modes", "TYPE,…", "text/plain", "The card's defaultOutputModes, comma-separated media types.";
-    "card.skill_id", "ID", "(runner name)", "The id of the card's one skill.";
-    "card.skill_name", "TEXT", "(runner name)", "The skill's name.";
-    "card.skill_description", "TEXT", "(depends on the runner)", "The skill's description.";
-    "card.skill_tags", "TAG,…", "(runner name)", "The skill's tags, comma-separated (at least one).";
-    "card.skill_example", "TEXT", "", "An example prompt for the skill. Repeatable.";
-    "agent.runner", "echo|exec|peer", "echo", "What a task runs: the built-in echo agent, the program of agent.exec, or the A2A agent at agent.peer. Without this key, setting agent.exec or agent.peer picks that runner.";
-    "agent.exec", "PROGRAM ARGS…", "", "The program each task runs (sets agent.runner to exec). Split on spaces; single and double quotes and backslash work as in sh. No shell is involved.";
-    "agent.exec_protocol", "text|jsonl", "text", "How agentd talks to the program. `text`: the message's text on stdin, stdout streamed back as the artifact, exit status decides COMPLETED or FAILED. `jsonl`: one JSON object per line each way, driving the whole task model (see the manual).";
-    "agent.peer", "ENDPOINT", "", "Delegate every task to the A2A agent at unix:///PATH, vsock://CID:PORT or vsock+uds:///PATH:PORT (sets agent.runner to peer). The worker is that agent's client: it relays status, artifacts, input-required turns and cancellation.";
-    "agent.workdir", "PATH", "(agentd's working directory)", "The program's working directory.";
-    "agent.env", "NAME=VALUE", "", "An environment variable for the program. Repeatable. The program otherwise sees only PATH, HOME, USER, LOGNAME, LANG, LC_ALL, TZ and TMPDIR from agentd's environment.";
-    "tasks.max_running", "N", "32", "Tasks whose process runs at once; more wait in TASK_STATE_SUBMITTED.";
-    "tasks.max_queued", "N", "1024", "Tasks waiting in TASK_STATE_SUBMITTED; a send over it is refused (-32603, reason QUEUE_FULL) and nothing is created.";
-    "tasks.queued_max_bytes", "BYTES", "67108864", "Bytes of the messages of the tasks waiting in TASK_STATE_SUBMITTED; a send over it is refused (-32603, reason QUEUE_FULL) and nothing is created. One waiting message always fits.";
-    "tasks.deadline_ms", "MS", "0", "Wall-clock budget of one task; past it the kill ladder runs and the task FAILS with cause `deadline`. 0 = no deadline.";
-    "tasks.input_idle_ms", "MS", "600000", "How long a task in TASK_STATE_INPUT_REQUIRED or TASK_STATE_AUTH_REQUIRED keeps its process waiting for the next message; past it the task FAILS with cause `idle`.";
-    "tasks.ping_interval_ms", "MS", "5000", "A worker silent this long is pinged on its control channel; any frame it sends proves it alive, so a busy worker is never pinged.";
-    "tasks.stall_timeout_ms", "MS", "15000", "A worker that sends nothing, not even the pong, this long after a ping is stalled: kill ladder, FAILED with cause `stalled`.";
-    "tasks.cgroup", "auto|off|PATH", "auto", "Put each task in its own cgroup where agentd may create them (auto: under agentd's own cgroup v2, plus a v1 pids or memory hierarchy only for a limit set that v2 cannot enforce, and the v1 freezer where there is no v2), or under PATH in a cgroup v2 tree; off: process groups, the worker as its task's subreaper. A cgroup also catches processes that left the task's process group, even after agentd was SIGKILLed, and enforces tasks.pids_max and tasks.memory_max_bytes.";
-    "tasks.pids_max", "auto|N", "auto", "Most processes and threads one task may have at once, its worker's few threads included (needs a pids cgroup: free on cgroup v2, a cgroup v1 move per task on a hybrid host); a task that hits it FAILS with cause `exhausted`. auto = 1024 where agentd's cgroup v2 slots enforce it for free, none elsewhere (a hybrid host); N = that limit anywhere; 0 = no limit, else at least 16.";
-    "tasks.memory_max_bytes", "BYTES", "0", "Memory one task may use (needs a memory cgroup); the OOM killer ends it and it FAILS with cause `exhausted`. 0 = no limit.";
-    "tasks.prespawn", "auto|N", "auto", "Idle workers kept forked ahead of demand, so starting a task does not wait for a worker to be forked and to start (they show as `agentd-idle`). auto = as many as tasks started in the last 250 ms, at least 1, at most 8; N = exactly N; 0 = fork on demand.";
-    "tasks.retain_max", "N", "1000", "Finished tasks kept for GetTask and ListTasks; the oldest go first.";
-    "tasks.retain_ms", "MS", "3600000", "How long a finished task is kept; expired tasks are dropped on time, also on an idle daemon.";
-    "tasks.retain_bytes", "BYTES", "268435456", "Estimated bytes all finished tasks may hold together (artifacts, history, metadata); past it the oldest finished tasks are dropped first (GetTask then answers -32001). A waiting client still gets its task's result.";
-    "tasks.cancel_grace_ms", "MS", "1000", "Kill ladder: time between the cancel request to the worker and SIGTERM to its process group.";
-    "tasks.term_grace_ms", "MS", "2000", "Kill ladder: time between SIGTERM and SIGKILL to the process group.";
-    "tasks.output_max_bytes", "BYTES", "67108864", "Most bytes a task's program may write to stdout (artifact text, or jsonl lines of any kind); over it the task FAILS with cause `exhausted`.";
-    "tasks.rlimit_as_bytes", "BYTES", "0", "RLIMIT_AS (address space) of the task's program. 0 = inherit.";
-    "tasks.rlimit_cpu_secs", "SECS", "0", "RLIMIT_CPU of the task's program. 0 = inherit.";
-    "tasks.rlimit_nofile", "N", "0", "RLIMIT_NOFILE of the task's program. 0 = inherit.";
-    "http.body_max_bytes", "BYTES", "4194304", "Largest request body; over it → 413. It also sizes the channel to each worker (4.5 × this or the 4 MiB jsonl line limit, whichever is larger, + 64 KiB), so any message within it reaches the agent.";
-    "http.head_timeout_ms", "MS", "10000", "Time a client has to send a request head once it started; over it → 408. The body then gets this long or 30 s, whichever is more.";
-    "http.idle_timeout_ms", "MS", "60000", "Idle keep-alive time before the connection is closed.";
-    "http.sse_keepalive_ms", "MS", "15000", "An SSE stream with nothing to say sends a `: keep-alive` comment this often.";
-    "ext.required", "URI,…", "", "Extensions a client must activate (A2A-Extensions) to be served; the card marks them required and a request without them gets -32008. Only agentd's own extensions can be required.";
-    "ext.events_ring", "N", "4096", "Records the events extension keeps for clients resuming from a sequence number.";
-    "init.modules", "PATH", "", "When agentd runs as PID 1 (a VM guest's /init): a kernel module to load before listening, e.g. the virtio and vsock modules. Repeatable, loaded in order. As PID 1 agentd also mounts /proc, /sys, /dev, /tmp and /run, and powers the machine off when it stops.";
-    "log.level", "LEVEL", "info", "error, warn, info, debug, trace or off. The RUST_LOG environment variable overrides it.";
+/// The two keys that each pick a runner by being set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RunnerKey {
+    Exec,
+    Peer,
 }
 
 /// What a task runs.
@@ -156,6 +102,9 @@ pub struct Config {
     runner_choice: Option<String>,
     exec_argv: Option<Vec<String>>,
     peer: Option<Address>,
+    /// Which of agent.exec and agent.peer was set last: it picks the
+    /// runner when agent.runner does not.
+    last_runner_key: Option<RunnerKey>,
     pub exec_protocol: ExecProtocol,
     pub workdir: Option<PathBuf>,
     pub env: Vec<(String, String)>,
@@ -198,6 +147,7 @@ impl Default for Config {
             runner_choice: None,
             exec_argv: None,
             peer: None,
+            last_runner_key: None,
             exec_protocol: ExecProtocol::Text,
             workdir: None,
             env: Vec::new(),
@@ -342,11 +292,13 @@ impl Config {
                     return Err("agent.exec: expected a program, found nothing".into());
                 }
                 self.exec_argv = Some(argv);
+                self.last_runner_key = Some(RunnerKey::Exec);
                 self.runner = self.resolve_runner().unwrap_or(Runner::Echo);
             }
             "agent.peer" => {
                 let addr = Address::parse(value).map_err(|e| format!("agent.peer: {e}"))?;
                 self.peer = Some(addr);
+                self.last_runner_key = Some(RunnerKey::Peer);
                 self.runner = self.resolve_runner().unwrap_or(Runner::Echo);
             }
             "agent.exec_protocol" => match value {
@@ -468,7 +420,8 @@ impl Config {
     }
 
     /// Which runner the keys ask for: agent.runner when given, else the
-    /// last of agent.exec / agent.peer, else echo.
+    /// last of agent.exec / agent.peer set (a flag after the file's key, a
+    /// later flag after an earlier one), else echo.
     pub fn resolve_runner(&self) -> Result<Runner, String> {
         let exec = self.exec_argv.clone().map(|argv| Runner::Exec { argv });
         let peer = self.peer.clone().map(|address| Runner::Peer { address });
@@ -476,15 +429,35 @@ impl Config {
             Some("echo") => Ok(Runner::Echo),
             Some("exec") => exec.ok_or_else(|| "agent.runner is `exec` but agent.exec names no program".to_string()),
             Some("peer") => peer.ok_or_else(|| "agent.runner is `peer` but agent.peer names no endpoint".to_string()),
-            _ => Ok(match (&self.runner, exec, peer) {
-                (Runner::Peer { .. }, _, Some(p)) => p,
-                (_, Some(e), None) => e,
-                (_, None, Some(p)) => p,
-                (Runner::Exec { .. }, Some(e), Some(_)) => e,
-                (_, Some(_), Some(p)) => p,
-                (_, None, None) => Runner::Echo,
+            _ => Ok(match self.last_runner_key {
+                Some(RunnerKey::Exec) => exec.unwrap_or(Runner::Echo),
+                Some(RunnerKey::Peer) => peer.unwrap_or(Runner::Echo),
+                None => Runner::Echo,
             }),
         }
+    }
+
+    /// The runner keys that are set but do not pick the runner, each with
+    /// why: what `serve --check` and start-up point out.
+    pub fn unused_runner_keys(&self) -> Vec<String> {
+        let why = match self.runner_choice {
+            Some(_) => "agent.runner names the runner",
+            None => "the last of agent.exec and agent.peer set picks the runner",
+        };
+        let mut unused = Vec::new();
+        if self.exec_argv.is_some() && !matches!(self.runner, Runner::Exec { .. }) {
+            unused.push(format!(
+                "agent.exec is set but unused: the runner is {} ({why})",
+                self.runner.name()
+            ));
+        }
+        if self.peer.is_some() && !matches!(self.runner, Runner::Peer { .. }) {
+            unused.push(format!(
+                "agent.peer is set but unused: the runner is {} ({why})",
+                self.runner.name()
+            ));
+        }
+        unused
     }
 
     /// The listeners to use: the configured ones, else the default path.
@@ -497,61 +470,6 @@ impl Config {
     }
 }
 
-impl Config {
-    /// For the exec runner: the program must resolve (on the PATH a task
-    /// gets, or as a path) to an executable file, so a typo shows at
-    /// `serve --check` and start-up rather than as every task's exit 127.
-    /// The resolved path on success.
-    pub fn check_program(&self) -> Result<Option<PathBuf>, String> {
-        let Runner::Exec { argv } = &self.runner else {
-            return Ok(None);
-        };
-        let program = argv.first().map(String::as_str).unwrap_or("");
-        let path_var = self
-            .env
-            .iter()
-            .rev()
-            .find(|(k, _)| k == "PATH")
-            .map(|(_, v)| v.clone())
-            .or_else(|| std::env::var("PATH").ok())
-            .unwrap_or_default();
-        let candidates: Vec<PathBuf> = if program.contains('/') {
-            let p = Path::new(program);
-            match &self.workdir {
-                Some(dir) if p.is_relative() => vec![dir.join(p)],
-                _ => vec![p.to_path_buf()],
-            }
-        } else {
-            std::env::split_paths(&path_var).map(|d| d.join(program)).collect()
-        };
-        for c in &candidates {
-            if let Ok(meta) = std::fs::metadata(c) {
-                use std::os::unix::fs::PermissionsExt;
-                if meta.is_file() && meta.permissions().mode() & 0o111 != 0 {
-                    return Ok(Some(c.clone()));
-                }
-                if program.contains('/') {
-                    return Err(format!(
-                        "agent.exec: `{}` is not an executable file (mode {:o}): chmod +x it or name another program",
-                        c.display(),
-                        meta.permissions().mode() & 0o7777
-                    ));
-                }
-            }
-        }
-        Err(if program.contains('/') {
-            format!(
-                "agent.exec: `{}` does not exist: install it or correct the path",
-                candidates[0].display()
-            )
-        } else {
-            format!(
-                "agent.exec: `{program}` is not an executable on PATH ({path_var}): install it or give its absolute path"
-            )
-        })
-    }
-}
-
 /// `$XDG_RUNTIME_DIR/agentd/agentd.sock`; as root without it
 /// `/run/agentd/agentd.sock`; otherwise `/tmp/agentd-UID/agentd.sock`.
 pub fn default_socket_path() -> PathBuf {
@@ -559,204 +477,5 @@ pub fn default_socket_path() -> PathBuf {
         Some(dir) if Path::new(&dir).is_absolute() => Path::new(&dir).join("agentd/agentd.sock"),
         _ if crate::sys::geteuid() == 0 => PathBuf::from("/run/agentd/agentd.sock"),
         _ => PathBuf::from(format!("/tmp/agentd-{}/agentd.sock", crate::sys::geteuid())),
-    }
-}
-
-fn text(key: &str, value: &str) -> Result<String, String> {
-    if value.is_empty() {
-        Err(format!("{key}: expected a value, found nothing"))
-    } else {
-        Ok(value.to_string())
-    }
-}
-
-fn list(key: &str, value: &str) -> Result<Vec<String>, String> {
-    let items: Vec<String> = value
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(String::from)
-        .collect();
-    if items.is_empty() {
-        Err(format!("{key}: expected a comma-separated list, found nothing"))
-    } else {
-        Ok(items)
-    }
-}
-
-fn cids(key: &str, value: &str) -> Result<Vec<u32>, String> {
-    list(key, value)?
-        .iter()
-        .map(|c| c.parse::<u32>().map_err(|_| format!("{key}: `{c}` is not a vsock CID")))
-        .collect()
-}
-
-fn number(key: &str, value: &str) -> Result<u64, String> {
-    value
-        .replace('_', "")
-        .parse()
-        .map_err(|_| format!("{key}: expected a whole number, found `{value}`"))
-}
-
-fn positive(key: &str, value: &str) -> Result<usize, String> {
-    match number(key, value)? {
-        0 => Err(format!("{key}: must be at least 1")),
-        n => usize::try_from(n).map_err(|_| format!("{key}: `{value}` is too large")),
-    }
-}
-
-fn boolean(key: &str, value: &str) -> Result<bool, String> {
-    match value {
-        "true" | "yes" | "on" | "1" => Ok(true),
-        "false" | "no" | "off" | "0" => Ok(false),
-        _ => Err(format!("{key}: expected true or false, found `{value}`")),
-    }
-}
-
-/// The known key closest to a misspelt one (same prefix or one edit away).
-fn suggest(key: &str) -> Option<&'static str> {
-    KEYS.iter()
-        .map(|k| k.name)
-        .find(|k| k.eq_ignore_ascii_case(key) || k.replace('-', "_") == key.replace('-', "_"))
-        .or_else(|| {
-            KEYS.iter()
-                .map(|k| k.name)
-                .find(|k| key.len() > 3 && (k.starts_with(key) || key.starts_with(k)))
-        })
-}
-
-/// Splits a command line the way sh would for words: whitespace separates,
-/// '…' is literal, "…" allows \" and \\, a backslash outside quotes escapes
-/// the next character. No expansion of any kind.
-pub fn split_command(s: &str) -> Result<Vec<String>, String> {
-    let mut words = Vec::new();
-    let mut cur = String::new();
-    let mut in_word = false;
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            c if c.is_whitespace() => {
-                if in_word {
-                    words.push(std::mem::take(&mut cur));
-                    in_word = false;
-                }
-            }
-            '\'' => {
-                in_word = true;
-                loop {
-                    match chars.next() {
-                        Some('\'') => break,
-                        Some(c) => cur.push(c),
-                        None => return Err("unterminated single quote".into()),
-                    }
-                }
-            }
-            '"' => {
-                in_word = true;
-                loop {
-                    match chars.next() {
-                        Some('"') => break,
-                        Some('\\') => match chars.next() {
-                            Some(c @ ('"' | '\\')) => cur.push(c),
-                            Some(c) => {
-                                cur.push('\\');
-                                cur.push(c);
-                            }
-                            None => return Err("unterminated double quote".into()),
-                        },
-                        Some(c) => cur.push(c),
-                        None => return Err("unterminated double quote".into()),
-                    }
-                }
-            }
-            '\\' => {
-                in_word = true;
-                match chars.next() {
-                    Some(c) => cur.push(c),
-                    None => return Err("trailing backslash".into()),
-                }
-            }
-            c => {
-                in_word = true;
-                cur.push(c);
-            }
-        }
-    }
-    if in_word {
-        words.push(cur);
-    }
-    Ok(words)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_a_file_and_names_the_bad_line() {
-        let mut c = Config::default();
-        c.load_str(
-            "# comment\n\na2a.listen: unix:///tmp/x.sock\ntasks.max_running: 4\n",
-            "f.conf",
-        )
-        .unwrap();
-        assert_eq!(c.tasks.max_running, 4);
-        assert_eq!(c.listen.len(), 1);
-        let err = c.load_str("card.name: a\nbogus.key: 1\n", "f.conf").unwrap_err();
-        assert_eq!(err.place, "f.conf:2");
-        assert!(err.message.contains("unknown key `bogus.key`"), "{err}");
-        let err = c.load_str("tasks.max_running: many\n", "f.conf").unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "f.conf:1: tasks.max_running: expected a whole number, found `many`"
-        );
-    }
-
-    #[test]
-    fn tls_on_unix_is_an_error() {
-        let err = Config::default().load_str("a2a.tls: cert.pem\n", "f").unwrap_err();
-        assert_eq!(err.place, "f:1");
-        assert!(err.message.starts_with("a2a.tls: TLS is not supported"));
-    }
-
-    #[test]
-    fn suggests_near_keys() {
-        let err = Config::default().set("tasks.max-running", "3").unwrap_err();
-        assert!(err.contains("did you mean `tasks.max_running`"), "{err}");
-    }
-
-    #[test]
-    fn splits_commands_like_sh() {
-        assert_eq!(
-            split_command(r#"sh -c 'echo "a b"; exit 3' x\ y "q\"z""#).unwrap(),
-            vec!["sh", "-c", "echo \"a b\"; exit 3", "x y", "q\"z"]
-        );
-        assert!(split_command("'open").is_err());
-        assert_eq!(split_command("  ").unwrap(), Vec::<String>::new());
-    }
-
-    #[test]
-    fn every_key_is_settable_or_deliberately_refused() {
-        for k in KEYS {
-            let sample = match k.value {
-                "N" | "MS" | "BYTES" | "SECS" => "16",
-                "BOOL" => "true",
-                "ADDRESS" => "unix:///tmp/agentd-key-test.sock",
-                "CID,…" => "2,3",
-                "URI,…" => crate::ext::COMMAND,
-                "BINDING URL" => "JSONRPC http://127.0.0.1:1/",
-                "echo|exec|peer" => "echo",
-                "ENDPOINT" => "unix:///tmp/peer.sock",
-                "text|jsonl" => "jsonl",
-                "auto|off|PATH" => "off",
-                "auto|N" => "auto",
-                "PATH" => "/tmp",
-                "NAME=VALUE" => "A=b",
-                "LEVEL" => "debug",
-                _ => "x",
-            };
-            let res = Config::default().set(k.name, sample);
-            assert!(res.is_ok() || k.name == "a2a.tls", "{}: {res:?}", k.name);
-        }
     }
 }
