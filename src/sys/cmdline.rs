@@ -2,12 +2,10 @@
 //! laid out, rewritten in place so a worker forked from the fork server
 //! does not show as `agentd __forkserver` too.
 //!
-//! Written through `/proc/self/mem` at the addresses `/proc/self/stat`
-//! gives (`arg_start`, `arg_end`): no pointer is made up, and a bad address
-//! is an error, not a crash. Best effort — without /proc the line stays.
+//! Written in place at the addresses `/proc/self/stat` gives (`arg_start`,
+//! `arg_end`), read once by the fork server before it forks anything: no
+//! pointer is made up. Without /proc the line stays as it was.
 
-use std::fs::OpenOptions;
-use std::os::unix::fs::FileExt;
 use std::sync::OnceLock;
 
 /// `[arg_start, arg_end)` of this image, read once. A fork keeps the same
@@ -34,15 +32,23 @@ pub fn remember_cmdline_area() {
 /// Makes `title` this process's whole command line, cut to the area exec
 /// gave (for a worker: the 20 bytes of `agentd __forkserver`) and padded
 /// with NULs. Only this process changes: a forked child's memory is its own.
+/// Call it only while the process has one thread.
 pub fn set_cmdline(title: &std::ffi::CStr) {
-    let title = title.to_bytes();
     let Some((start, end)) = arg_area() else { return };
-    let len = usize::try_from(end - start).unwrap_or(0);
-    let mut bytes = vec![0u8; len];
+    let Ok(len) = usize::try_from(end - start) else { return };
+    let title = title.to_bytes();
     // Keep the last byte NUL: the kernel then shows exactly this area.
     let n = title.len().min(len.saturating_sub(1));
-    bytes[..n].copy_from_slice(&title[..n]);
-    if let Ok(mem) = OpenOptions::new().write(true).open("/proc/self/mem") {
-        let _ = mem.write_all_at(&bytes, start);
+    let area = start as usize as *mut u8;
+    // SAFETY: [start, end) is this process's argv area as the kernel reports
+    // it: the strings exec laid out at the top of the initial stack, mapped
+    // read-write for the process's whole life, `len` bytes long, and we
+    // write within it. No Rust value refers into it: std copies argv into
+    // owned strings only when env::args() is called, which a worker never
+    // does, and the caller has one thread, so nothing reads it meanwhile.
+    // (A write here costs no system call, unlike one through /proc/self/mem.)
+    unsafe {
+        std::ptr::copy_nonoverlapping(title.as_ptr(), area, n);
+        std::ptr::write_bytes(area.add(n), 0, len - n);
     }
 }
