@@ -197,13 +197,14 @@ impl Serialize for Id {
 }
 
 /// One decoded JSON-RPC request.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Request {
     /// String, number or null, echoed unchanged (its very text).
     pub id: Id,
     pub method: String,
-    /// Always an object; an absent `params` is `{}`.
-    pub params: Value,
+    /// Always an object's text; an absent or null `params` is `{}`. Kept as
+    /// text so each handler reads it straight into its request type.
+    pub params: Box<RawValue>,
 }
 
 /// The request object's members, as read in one pass. `id` keeps its raw
@@ -217,7 +218,7 @@ struct Envelope {
     #[serde(default)]
     method: Option<Value>,
     #[serde(default)]
-    params: Option<Value>,
+    params: Option<Box<RawValue>>,
 }
 
 /// Deserializes a present member as `Some`, even when it is `null`.
@@ -287,11 +288,16 @@ pub fn decode(body: &[u8]) -> Result<Request, (Id, RpcError)> {
         _ => return Err(invalid(id, "`method` must be a non-empty string")),
     };
     let params = match env.params {
-        None | Some(Value::Null) => Value::Object(Map::new()),
-        Some(p @ Value::Object(_)) => p,
+        None => empty_params(),
+        Some(p) if p.get() == "null" => empty_params(),
+        Some(p) if p.get().starts_with('{') => p,
         Some(_) => return Err((id, RpcError::invalid_params("params", "must be an object"))),
     };
     Ok(Request { id, method, params })
+}
+
+fn empty_params() -> Box<RawValue> {
+    RawValue::from_string("{}".into()).expect("{} is JSON")
 }
 
 /// The byte offset where `body` first opens more than `max` arrays and
@@ -408,7 +414,11 @@ mod tests {
     fn decodes_and_defaults_params() {
         let r = decode(br#"{"jsonrpc":"2.0","id":7,"method":"GetExtendedAgentCard"}"#).unwrap();
         assert_eq!(r.id.as_json(), "7");
-        assert_eq!(r.params, json!({}));
+        assert_eq!(r.params.get(), "{}");
+        let r = decode(br#"{"jsonrpc":"2.0","id":7,"method":"x","params":null}"#).unwrap();
+        assert_eq!(r.params.get(), "{}");
+        let r = decode(br#"{"jsonrpc":"2.0","id":7,"method":"x","params": {"a":1} }"#).unwrap();
+        assert_eq!(r.params.get(), r#"{"a":1}"#);
     }
 
     bad!(

@@ -17,46 +17,40 @@ where
 }
 
 /// A nested A2A object must be a JSON object: serde's derive would also
-/// take a JSON array of the fields in order, which no A2A peer means.
+/// take a JSON array of the fields in order, which no A2A peer means. Read
+/// straight into `T` through the object's own members (no `Value` tree in
+/// between: messages are read this way on every request and frame).
 pub(crate) fn object<'de, D, T>(d: D) -> Result<T, D::Error>
 where
     D: Deserializer<'de>,
-    T: serde::de::DeserializeOwned,
+    T: Deserialize<'de>,
 {
-    match Value::deserialize(d)? {
-        v @ Value::Object(_) => serde_json::from_value(v).map_err(D::Error::custom),
-        other => Err(D::Error::custom(format!(
-            "expected an object, found {}",
-            kind_of(&other)
-        ))),
+    struct Members<T>(std::marker::PhantomData<T>);
+    impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Members<T> {
+        type Value = T;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an object")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+            T::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+        }
     }
+    d.deserialize_map(Members(std::marker::PhantomData))
 }
 
 /// `object`, for optional fields (`null` = unset).
 fn object_opt<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
 where
     D: Deserializer<'de>,
-    T: serde::de::DeserializeOwned,
+    T: Deserialize<'de>,
 {
-    match Value::deserialize(d)? {
-        Value::Null => Ok(None),
-        v @ Value::Object(_) => serde_json::from_value(v).map(Some).map_err(D::Error::custom),
-        other => Err(D::Error::custom(format!(
-            "expected an object, found {}",
-            kind_of(&other)
-        ))),
+    struct Object<T>(T);
+    impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            object(d).map(Object)
+        }
     }
-}
-
-fn kind_of(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
+    Ok(Option::<Object<T>>::deserialize(d)?.map(|o| o.0))
 }
 
 fn is_false(b: &bool) -> bool {

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::config::Config;
@@ -101,7 +102,7 @@ pub struct Agent {
 
 impl Agent {
     /// Runs one method.
-    pub fn call(&self, call: &Call<'_>, method: &str, params: Value) -> Result<Answer, RpcError> {
+    pub fn call(&self, call: &Call<'_>, method: &str, params: &RawValue) -> Result<Answer, RpcError> {
         if let Some(uri) = call.active.missing(&self.cfg.ext_required) {
             return Err(RpcError::with_reason(
                 rpc::EXTENSION_SUPPORT_REQUIRED,
@@ -130,6 +131,7 @@ impl Agent {
                 .cancel_task(principal, parse(params)?)
                 .map(|t| Answer::Task(Box::new(t))),
             ext::EVENTS_METHOD if call.active.has(ext::EVENTS) => {
+                let params: Value = parse(params)?;
                 let from = match params.get("fromSeq").or_else(|| params.get("from_seq")) {
                     None | Some(Value::Null) => call.last_event_id,
                     Some(v) => Some(v.as_u64().ok_or_else(|| {
@@ -426,8 +428,9 @@ impl Agent {
         Ok(task)
     }
 
-    fn list_tasks(&self, call: &Call<'_>, params: Value) -> Result<Value, RpcError> {
+    fn list_tasks(&self, call: &Call<'_>, params: &RawValue) -> Result<Value, RpcError> {
         let labels = if call.active.has(ext::ANNOTATIONS) {
+            let params: Value = parse(params)?;
             ext::annotations::parse(params.get("metadata").and_then(Value::as_object), "metadata")?
         } else {
             None
@@ -515,9 +518,14 @@ struct Begun {
     watch: Option<Watch>,
 }
 
-fn parse<T: DeserializeOwned>(params: Value) -> Result<T, RpcError> {
-    serde_json::from_value(params).map_err(|e| {
+/// A method's params, read straight from their text into its request type.
+fn parse<T: DeserializeOwned>(params: &RawValue) -> Result<T, RpcError> {
+    serde_json::from_str(params.get()).map_err(|e| {
+        // serde_json says where in the text; the client sent an object, not
+        // a text with lines, so the position is left out.
         let text = e.to_string();
+        let at = format!(" at line {} column {}", e.line(), e.column());
+        let text = text.strip_suffix(&at).unwrap_or(&text).to_string();
         let field = text
             .split('`')
             .nth(1)

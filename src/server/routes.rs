@@ -139,7 +139,7 @@ fn rpc_response(req: &Request, principal: &Principal, shared: &Shared, peer_gone
         trace: crate::trace::TraceContext::from_headers(req.header("traceparent"), req.header("tracestate")),
     };
     let result = check_version(req, shared.agent.cfg.version_required)
-        .and_then(|()| shared.agent.call(&ctx, &call.method, call.params));
+        .and_then(|()| shared.agent.call(&ctx, &call.method, &call.params));
     match result {
         Ok(Answer::Value(mut v)) => {
             if !active.has(ext::ANNOTATIONS) {
