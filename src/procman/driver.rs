@@ -370,17 +370,19 @@ impl<O: Os> Driver<O> {
 
     /// Looks for what is left of a task and reports it to its lifecycle.
     fn sweep(&mut self, pid: i32, adopted: bool) {
-        // Leftovers of the group re-parent to us (a subreaper): reap them
-        // first, or their zombies keep the group alive.
-        self.reap();
         // Escapees of a SIGKILLed worker come to agentd. Nothing but
         // workers may be ours: the task is not over while any is left. A
         // worker asked for may be a child already, its pid not yet known:
         // then look again at the next sweep.
         let escapees = adopted && (self.helpers.forks_pending > 0 || self.kill_adopted() > 0);
+        let mut left = escapees || self.group_or_cgroup_left(pid);
+        if left && !escapees {
+            // Leftovers of the group re-parent to us (a subreaper): their
+            // zombies keep the group alive until they are reaped.
+            self.reap();
+            left = self.group_or_cgroup_left(pid);
+        }
         let Some(w) = self.workers.get(&pid) else { return };
-        let cgroup_left = w.cgroups.as_ref().is_some_and(|cg| self.os.cgroup_populated(cg));
-        let left = escapees || self.os.group_alive(pid) || cgroup_left;
         let counters = match (&w.cgroups, left) {
             (Some(cg), false) => Some(Counters {
                 pids_refused: self.os.pids_refused(cg),
@@ -390,6 +392,13 @@ impl<O: Os> Driver<O> {
             _ => None,
         };
         self.event(pid, Event::Swept { left, counters });
+    }
+
+    /// Whether anything of the task is still in its process group or its
+    /// cgroup.
+    fn group_or_cgroup_left(&mut self, pid: i32) -> bool {
+        let Some(w) = self.workers.get(&pid) else { return false };
+        w.cgroups.as_ref().is_some_and(|cg| self.os.cgroup_populated(cg)) || self.os.group_alive(pid)
     }
 
     /// SIGKILLs every child of agentd that is no worker (nor the fork

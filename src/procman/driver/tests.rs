@@ -27,9 +27,9 @@ struct Kernel {
     now: Instant,
     /// What waitpid will report, in order.
     exits: VecDeque<(i32, ExitStatus)>,
-    /// Groups with members left: how many more probes find them alive.
+    /// Groups with members left: how many SIGKILL rounds they outlast.
     lingering_groups: HashMap<i32, u32>,
-    /// Slots with processes left: how many more probes find them so.
+    /// Slots with processes left: how many cgroup kills they outlast.
     lingering_slots: HashMap<Slot, u32>,
     refused: HashMap<Slot, u64>,
     oom: HashSet<Slot>,
@@ -40,6 +40,8 @@ struct Kernel {
     killed_pids: Vec<i32>,
     killed_slots: Vec<Slot>,
     released: Vec<Slot>,
+    /// waitpid calls (each returns one exit or nothing).
+    reap_calls: usize,
 }
 
 impl Os for Kernel {
@@ -50,11 +52,15 @@ impl Os for Kernel {
     }
     fn signal_group(&mut self, pgid: i32, sig: libc::c_int) {
         self.group_signals.push((pgid, sig));
+        if sig == libc::SIGKILL {
+            outlast(&mut self.lingering_groups, pgid);
+        }
     }
     fn group_alive(&mut self, pgid: i32) -> bool {
-        linger(&mut self.lingering_groups, pgid)
+        self.lingering_groups.get(&pgid).is_some_and(|n| *n > 0)
     }
     fn reap(&mut self) -> std::io::Result<Option<(i32, ExitStatus)>> {
+        self.reap_calls += 1;
         Ok(self.exits.pop_front())
     }
     fn children(&mut self) -> Vec<i32> {
@@ -66,9 +72,10 @@ impl Os for Kernel {
     }
     fn kill_cgroup(&mut self, cg: &Slot) {
         self.killed_slots.push(*cg);
+        outlast(&mut self.lingering_slots, *cg);
     }
     fn cgroup_populated(&mut self, cg: &Slot) -> bool {
-        linger(&mut self.lingering_slots, *cg)
+        self.lingering_slots.get(cg).is_some_and(|n| *n > 0)
     }
     fn pids_refused(&mut self, cg: &Slot) -> u64 {
         self.refused.get(cg).copied().unwrap_or(0)
@@ -84,14 +91,10 @@ impl Os for Kernel {
     }
 }
 
-/// Counts a probe down: true while probes are left.
-fn linger<K: std::hash::Hash + Eq>(map: &mut HashMap<K, u32>, key: K) -> bool {
-    match map.get_mut(&key) {
-        Some(n) if *n > 0 => {
-            *n -= 1;
-            true
-        }
-        _ => false,
+/// One kill round survived: counts it down.
+fn outlast<K: std::hash::Hash + Eq>(map: &mut HashMap<K, u32>, key: K) {
+    if let Some(n) = map.get_mut(&key) {
+        *n = n.saturating_sub(1);
     }
 }
 
@@ -138,6 +141,7 @@ impl Harness {
             killed_pids: Vec::new(),
             killed_slots: Vec::new(),
             released: Vec::new(),
+            reap_calls: 0,
         };
         let table = Arc::new(TaskTable::new(TableLimits {
             max_running: 8,
@@ -286,6 +290,9 @@ fn a_task_that_completes_ends_completed_and_its_worker_leaves() {
     assert_eq!(h.d.tasks_running(), 0);
     assert_eq!(h.d.os.released, vec![Slot(1)], "its slot is free again");
     assert!(h.signals_to(10).is_empty(), "nothing had to be killed");
+    // The exit's reap (one exit, then nothing): the sweep found the group and
+    // the cgroup empty and did not reap again.
+    assert_eq!(h.d.os.reap_calls, 2);
 }
 
 #[test]
