@@ -18,8 +18,7 @@ use crate::http::sse;
 use crate::http::Conn;
 use crate::transport::{self, Address, Stream};
 
-/// Largest non-streaming response body the client accepts.
-const RESPONSE_MAX_BYTES: usize = 64 * 1024 * 1024;
+use crate::limits::CLIENT_RESPONSE_MAX_BYTES as RESPONSE_MAX_BYTES;
 
 #[derive(Debug)]
 pub enum ClientError {

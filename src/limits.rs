@@ -123,6 +123,34 @@ pub const PRESPAWN_DEMAND_WINDOW_MS: u64 = 250;
 pub const PRESPAWN_PER_TURN: usize = 2;
 /// procman's one buffer every control pipe is read through.
 pub const PROCMAN_READ_BUFFER_BYTES: usize = 64 * 1024;
+/// Most bytes procman reads from one worker per turn of its loop, so a
+/// worker that floods frames shares procman with the others.
+pub const CONTROL_READ_TURN_BYTES: usize = 256 * 1024;
+/// Largest non-streaming response body agentd's own client accepts
+/// (`agentd send|get|list`, the peer runner, the MCP bridge); over it the
+/// call fails with the limit named.
+pub const CLIENT_RESPONSE_MAX_BYTES: usize = 64 * 1024 * 1024;
+/// How long the hybrid-vsock handshake (`CONNECT port` / `OK`) may take.
+pub const VSOCK_HYBRID_HANDSHAKE_MS: u64 = 5_000;
+/// How often a vsock accept loop looks up to see whether the daemon stops:
+/// shutdown(2) does not wake accept(2) on a vsock socket as it does on unix.
+pub const VSOCK_ACCEPT_POLL_MS: i32 = 200;
+/// How long a vsock readiness notification may take to connect and write.
+pub const SYSTEMD_VSOCK_NOTIFY_TIMEOUT_MS: u64 = 2_000;
+/// How often STATUS= is refreshed when no watchdog asks for more.
+pub const SYSTEMD_STATUS_EVERY_MS: u64 = 5_000;
+/// Records the events extension keeps for resuming (config: `ext.events_ring`,
+/// this its default); a client resuming from one older than that gets a
+/// `resync` record first.
+pub const EVENTS_RING_RECORDS_DEFAULT: usize = 4096;
+/// The task-annotations extension: labels per task, and the bytes of a key
+/// and of a value; past them the send is refused with -32602.
+pub const ANNOTATION_LABELS_MAX: usize = 16;
+pub const ANNOTATION_KEY_MAX_BYTES: usize = 64;
+pub const ANNOTATION_VALUE_MAX_BYTES: usize = 256;
+/// Distinct denied peers (uid or CID) kept as their own `/metrics` series;
+/// the rest are counted under `other`, so a scan of uids cannot grow it.
+pub const METRICS_DENIED_SERIES_MAX: usize = 32;
 
 /// How long a task waiting for input (a warm session) may wait
 /// (config: `tasks.input_idle_ms`); past it the task FAILS with cause `idle`.

@@ -57,9 +57,7 @@ const SPAWN_BUCKETS: [(u64, &str); 11] = [
     (1_000_000, "1"),
     (2_500_000, "2.5"),
 ];
-/// Distinct denied peers (uid or CID) kept as their own series; the rest
-/// are counted under `other`, so a scan of uids cannot grow the map.
-const DENIED_SERIES_MAX: usize = 32;
+use crate::limits::METRICS_DENIED_SERIES_MAX as DENIED_SERIES_MAX;
 
 #[allow(clippy::declare_interior_mutable_const)]
 const ZERO: AtomicU64 = AtomicU64::new(0);

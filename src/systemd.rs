@@ -28,8 +28,6 @@ const LISTEN_FDS: &str = "LISTEN_FDS";
 const LISTEN_FDNAMES: &str = "LISTEN_FDNAMES";
 /// The first fd systemd passes (SD_LISTEN_FDS_START).
 const LISTEN_FDS_START: RawFd = 3;
-/// How long a vsock notification may take to connect and write.
-const VSOCK_NOTIFY_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Where `NOTIFY_SOCKET` points.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,7 +126,9 @@ impl Notifier {
                 // vsock has no datagrams: one connection per message, whose
                 // end (EOF) marks the message's end.
                 let mut s = vsock::VsockStream::connect_with_cid_port(*cid, *port)?;
-                s.set_write_timeout(Some(VSOCK_NOTIFY_TIMEOUT))?;
+                s.set_write_timeout(Some(Duration::from_millis(
+                    crate::limits::SYSTEMD_VSOCK_NOTIFY_TIMEOUT_MS,
+                )))?;
                 s.write_all(message.as_bytes())
             }
         }
@@ -136,7 +136,7 @@ impl Notifier {
 }
 
 /// How often STATUS= is refreshed when no watchdog asks for more.
-const STATUS_EVERY: Duration = Duration::from_secs(5);
+const STATUS_EVERY: Duration = Duration::from_millis(crate::limits::SYSTEMD_STATUS_EVERY_MS);
 
 /// The notifier's thread: WATCHDOG=1 every half watchdog period, but only
 /// after `ping` answered within that time — `ping` is a round trip through

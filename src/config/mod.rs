@@ -181,7 +181,7 @@ impl Default for Config {
             sse_keepalive_ms: limits::SSE_KEEPALIVE_MS,
             init_modules: Vec::new(),
             ext_required: Vec::new(),
-            events_ring: crate::ext::events::RING_DEFAULT,
+            events_ring: crate::limits::EVENTS_RING_RECORDS_DEFAULT,
             log_level: "info".into(),
         }
     }

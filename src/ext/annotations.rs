@@ -16,9 +16,10 @@ use super::ANNOTATIONS;
 use crate::rpc::RpcError;
 use crate::wire::{Message, StreamResponse, Task};
 
-pub const MAX_LABELS: usize = 16;
-pub const MAX_KEY_BYTES: usize = 64;
-pub const MAX_VALUE_BYTES: usize = 256;
+use crate::limits::{
+    ANNOTATION_KEY_MAX_BYTES as MAX_KEY_BYTES, ANNOTATION_LABELS_MAX as MAX_LABELS,
+    ANNOTATION_VALUE_MAX_BYTES as MAX_VALUE_BYTES,
+};
 
 pub type Labels = Map<String, Value>;
 

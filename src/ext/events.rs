@@ -33,9 +33,6 @@ pub enum Emit {
     KeepAlive,
 }
 
-/// Default number of records kept for resuming.
-pub const RING_DEFAULT: usize = 4096;
-
 /// One record of the ring. It keeps what happened, not its JSON: a record
 /// is written for every change of every task and read only by subscribers,
 /// so the JSON is made when one reads it ([`Record::body`]).

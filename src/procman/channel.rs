@@ -18,8 +18,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use crate::control::{self, FrameError, FromWorker, ToWorker};
 use crate::limits::CONTROL_OUTBOX_SLACK_BYTES;
 
-/// Most bytes read from one worker per turn of the poll loop.
-pub const READ_TURN_BYTES: usize = 256 * 1024;
+pub use crate::limits::CONTROL_READ_TURN_BYTES as READ_TURN_BYTES;
 
 pub struct Channel {
     /// The pipe from the worker.

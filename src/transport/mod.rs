@@ -28,7 +28,7 @@ use crate::sys;
 /// The most bytes a unix socket path may have (sun_path minus the NUL).
 const SUN_PATH_MAX: usize = 107;
 /// How long the hybrid-vsock handshake may take.
-const HYBRID_HANDSHAKE: Duration = Duration::from_secs(5);
+const HYBRID_HANDSHAKE: Duration = Duration::from_millis(crate::limits::VSOCK_HYBRID_HANDSHAKE_MS);
 
 /// The `protocolBinding` URIs agentd owns (no version in them; see the
 /// binding text).
@@ -420,9 +420,7 @@ pub enum AcceptHandle {
     Vsock(vsock::VsockListener),
 }
 
-/// How often a vsock accept loop looks up to see whether the daemon stops:
-/// shutdown(2) does not wake accept(2) on a vsock socket as it does on unix.
-const VSOCK_ACCEPT_POLL_MS: i32 = 200;
+use crate::limits::VSOCK_ACCEPT_POLL_MS;
 
 impl AcceptHandle {
     /// The next connection; `Ok(None)` now and then (vsock) so the caller
