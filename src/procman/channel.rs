@@ -8,7 +8,7 @@
 //! Reads are bounded per turn of the poll loop ([`READ_TURN_BYTES`]), so a
 //! worker that floods frames shares procman with every other worker instead
 //! of owning it. Writes go to a bounded outbox that is flushed when the
-//! socket is writable; a worker that stops reading fills it, and that is
+//! pipe to the worker has room; a worker that stops reading fills it, and that is
 //! that worker's problem ([`Queued::Full`] → its ladder), never procman's.
 
 use std::fs::File;
@@ -45,7 +45,7 @@ pub struct Turn {
     pub frames: Vec<FromWorker>,
     /// EOF: nothing more will come.
     pub closed: bool,
-    /// The worker spoke nonsense (or the socket failed): it is not trusted.
+    /// The worker spoke nonsense (or the pipe failed): it is not trusted.
     pub broken: Option<String>,
 }
 
@@ -169,7 +169,7 @@ impl Channel {
         turn
     }
 
-    /// Queues a frame and writes what the socket takes now.
+    /// Queues a frame and writes what the pipe takes now.
     pub fn send(&mut self, frame: &ToWorker) -> Queued {
         if !self.open {
             return Queued::Ok; // it is gone; its exit decides the task
@@ -187,7 +187,7 @@ impl Channel {
         Queued::Ok
     }
 
-    /// Writes as much of the outbox as the socket takes without blocking.
+    /// Writes as much of the outbox as the pipe takes without blocking.
     pub fn flush(&mut self) {
         while self.open && self.written < self.outbox.len() {
             match self.tx.write(&self.outbox[self.written..]) {
