@@ -277,7 +277,7 @@ def verdict(ok):
     return "–" if ok is None else ("**yes**" if ok else "**no**")
 
 
-def target_lines(run):
+def check_lines(run):
     servers, res, floor = run["servers"], run["results"], run.get("floor") or {}
     if "agentd" not in servers:
         return []
@@ -395,7 +395,7 @@ def render(run):
         cost_lines(run),
         peers_line(run),
         ratio_lines(run),
-        target_lines(run),
+        check_lines(run),
         run.get("facts", []),
         ["Versions: " + ", ".join(f"{k} {v}" for k, v in run.get("versions", {}).items())],
     ]
