@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """The measuring half of bench/run.sh (which does the setup and then runs this).
 
-First the spawn floor: benches/spawn_floor.rs (a compiled program, run on the
-server core) spawns, execs and waits for `agentd version` in a tight loop.
+First the process floors: benches/spawn_floor.rs (a compiled program, run on
+the server core) spawns, execs and waits for `agentd version` in a tight loop
+(the exec floor), and forks, _exits and waits (the fork floor).
 
 Then for each server (agentd as shipped, agentd with tasks.cgroup=off, the
-a2a-sdk Python server, the @a2a-js/sdk server): start it pinned to one core on
+a2a-sdk Python server, the @a2a-js/sdk server answering each task with one
+event and with three): start it pinned to one core on
 a unix socket in a fresh temp dir, time it to its first good agent-card
 answer, read its idle RSS, then drive it with oha (GET card at c=16, blocking
 SendMessage at c=1 and c=16) while checking every response status (oha) and,
@@ -13,7 +15,7 @@ before and after every load run, one full body (curl). Around every load run
 it reads the server's CPU time from /proc (the server's own, its reaped
 children's and its live descendants'), so that the core time per request is
 measured, not only inferred from the rate. bench/report.py turns it all into
-one report (tables, ratios, the issue's targets) in target/bench/results.md;
+one report (tables, ratios, issue 20's checks) in target/bench/results.md;
 oha's raw JSON goes to target/bench/raw/.
 
 Standard library only. Exits non-zero if any server failed any check.
@@ -48,8 +50,14 @@ SERVER_LABELS = {
     "agentd": "agentd (as shipped)",
     "agentd-nocg": "agentd (tasks.cgroup=off)",
     "python": "python (a2a-sdk + uvicorn)",
-    "js": "js (@a2a-js/sdk + express)",
+    "js": "js (@a2a-js/sdk + express, 1 event per task)",
+    "js-3ev": "js-3ev (@a2a-js/sdk + express, 3 events per task)",
 }
+
+# bench/js/server.mjs --events N: the same SDK server, answering each task
+# with one published event (the completed Task) or three (submitted, the
+# artifact, completed). bench/report.py compares agentd with the faster.
+JS_VARIANTS = {"js": "1", "js-3ev": "3"}
 
 # Daemon flags that make each agentd variant; AGENTD_BENCH_ARGS comes after
 # them, so an experiment can still override any of these.
@@ -299,8 +307,8 @@ def server_cmd(args, name, sock_path):
             "python_server:app", "--uds", sock_path, "--loop", "uvloop", "--http", "httptools",
             "--no-access-log", "--log-level", "warning",
         ]
-    if name == "js":
-        return ["node", os.path.join(args.js_dir, "server.mjs"), sock_path]
+    if name in JS_VARIANTS:
+        return ["node", os.path.join(args.js_dir, "server.mjs"), sock_path, "--events", JS_VARIANTS[name]]
     raise ValueError(name)
 
 
@@ -463,13 +471,13 @@ def agentd_isolation(args, sock_path):
 
 
 def spawn_floor(args):
-    """The spawn floor, measured on the server core (see benches/spawn_floor.rs)."""
+    """The exec and fork floors, measured on the server core (see benches/spawn_floor.rs)."""
     cmd = [
         "taskset", "-c", args.server_cpu, args.spawn_floor, args.agentd,
-        "--seconds", str(args.duration), "--fork", "--json",
+        "--seconds", str(args.duration), "--fork", "--fork-floor", "--json",
     ]
-    log(f"spawn floor: {args.duration}s each of posix_spawn and fork+exec of `agentd version` "
-        f"on CPU {args.server_cpu}")
+    log(f"process floors: {args.duration}s each of posix_spawn and fork+exec of `agentd version` "
+        f"(the exec floor) and of fork+_exit (the fork floor) on CPU {args.server_cpu}")
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         raise Failure(f"spawn_floor exited {p.returncode}: {p.stderr.strip()[:300]}")
@@ -479,8 +487,10 @@ def spawn_floor(args):
     except (ValueError, KeyError, TypeError) as e:
         raise Failure(f"spawn_floor printed no JSON ({e}): {p.stdout[:200]!r}")
     for how, row in rows.items():
-        log(f"spawn floor: {how}: {row['spawns_per_s']:,.0f}/s, "
-            f"{row['wall_us_per_spawn']:.1f} µs wall, {row['cpu_us_per_spawn']:.1f} µs CPU per spawn")
+        log(f"process floors: {how}: {row['spawns_per_s']:,.0f}/s, "
+            f"{row['wall_us_per_spawn']:.1f} µs wall, {row['cpu_us_per_spawn']:.1f} µs CPU each")
+    if report.FORK_FLOOR not in rows:
+        raise Failure(f"spawn_floor printed no {report.FORK_FLOOR} row: {sorted(rows)}")
     return rows
 
 
@@ -513,6 +523,32 @@ def cpu_busy(seconds):
     time.sleep(seconds)
     t2, i2 = sample()
     return 1 - (i2 - i1) / max(t2 - t1, 1)
+
+
+def machine():
+    """The CPU model and count, from /proc/cpuinfo (every report says what it ran on)."""
+    fields = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, sep, value = line.partition(":")
+                if sep and key.strip() not in fields:
+                    fields[key.strip()] = value.strip()
+    except OSError:
+        pass
+    m = {
+        "cpu_model": fields.get("model name", "?"),
+        "cpus": os.cpu_count(),
+        "kernel": os.uname().release,
+    }
+    # Per package: "siblings" logical CPUs on "cpu cores" physical cores; more
+    # siblings than cores means SMT, where the two bench cores may share one.
+    try:
+        siblings, cores = int(fields["siblings"]), int(fields["cpu cores"])
+        m["threads_per_core"] = siblings // cores if cores else None
+    except (KeyError, ValueError):
+        m["threads_per_core"] = None
+    return m
 
 
 def sh(cmd, **kw):
@@ -586,7 +622,7 @@ def main():
             floor = spawn_floor(args)
         except Failure as e:
             floor = {"error": str(e)}
-            log(f"spawn floor: FAILED: {e}")
+            log(f"process floors: FAILED: {e}")
 
     results = {}
     for name in args.servers:
@@ -606,15 +642,11 @@ def main():
         f"(lines, agentd itself included; {distinct} distinct crates once the `(*)` repeats are folded)",
     ]
     vers = versions(args)
-    cpu = "?"
-    try:
-        cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    mach = machine()
     header = (
         f"# agentd vs the A2A SDK servers ({args.mode} run: {args.duration} s per load run, "
         f"{args.warmup} s warm-up, start-up median of {args.startups})\n\n"
-        f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}; {cpu}; {os.cpu_count()} CPUs; servers on CPU "
+        f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}; servers on CPU "
         f"{args.server_cpu}, oha on CPU {args.loadgen_cpu}; CPUs {busy:.0%} busy just before the run"
         + (" (**not quiet: smoke numbers only**)" if noisy else "")
         + (f"; AGENTD_BENCH_ARGS=`{os.environ['AGENTD_BENCH_ARGS']}`"
@@ -626,6 +658,7 @@ def main():
         "results": results,
         "floor": floor,
         "baseline": baseline,
+        "machine": mach,
         "header": header,
         "facts": facts,
         "versions": vers,
@@ -636,6 +669,9 @@ def main():
             "agentd_bench_args": os.environ.get("AGENTD_BENCH_ARGS", ""),
         },
     }
+    # Which JS server the ratios and checks were set against (report.py
+    # derives it again when it renders a stored run).
+    run["fastest_js"] = {key: report.fastest_js(run, key) for key in ("send16", "send1")}
     text = report.render(run)
     (Path(args.out) / "results.md").write_text(text)
     (Path(args.out) / "results.json").write_text(json.dumps(run, indent=2, default=str))
@@ -643,7 +679,7 @@ def main():
     log(f"wrote {Path(args.out) / 'results.md'}")
     failed = [n for n, r in results.items() if "error" in r]
     if "error" in floor:
-        failed.append("spawn floor")
+        failed.append("process floors")
     if failed:
         log(f"FAILED: {', '.join(failed)}")
         return 1

@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # The comparative benchmark: agentd (as shipped, and with tasks.cgroup=off)
 # against the official A2A SDK servers (a2a-sdk for Python on uvicorn,
-# @a2a-js/sdk on express), all on unix sockets, one echo agent each, one load
-# generator (oha), and the spawn floor of the same agentd binary, measured on
-# the same core. See bench/README.md.
+# @a2a-js/sdk on express, its echo answering with one event per task and with
+# three), all on unix sockets, one echo agent each, one load generator (oha),
+# and the process floors (the exec floor of the same agentd binary and the
+# bare fork floor), measured on the same core. See bench/README.md.
 #
 #   bench/run.sh            10 s per load run, start-up median of 5
 #   bench/run.sh --quick    3 s per load run, start-up median of 1 (a smoke run)
 #
 # Options: --duration N (seconds per load run), --servers
-# agentd,agentd-nocg,python,js, --baseline OLD.json (a previous results.json,
-# the "before" of the no-worse-than-before targets), --setup-only.
+# agentd,agentd-nocg,python,js,js-3ev, --baseline OLD.json (a previous
+# results.json, the "before" of the no-worse-than-before checks), --setup-only.
 # Environment: BENCH_SERVER_CPU (default 1) and BENCH_LOADGEN_CPU (default 0)
 # pick the cores; AGENTD_BENCH_ARGS adds daemon flags to every agentd; PYTHON
 # picks the interpreter for the venv (>= 3.10; default python3);
@@ -31,7 +32,7 @@ musl=x86_64-unknown-linux-musl
 oha_version=1.16.0
 
 duration=10 warmup=2 startups=5 mode=full setup_only=0
-servers=agentd,agentd-nocg,python,js baseline=
+servers=agentd,agentd-nocg,python,js,js-3ev baseline=
 while [ $# -gt 0 ]; do
     case "$1" in
         --quick) duration=3 warmup=1 startups=1 mode=quick ;;
@@ -39,7 +40,7 @@ while [ $# -gt 0 ]; do
         --servers) servers=$2; shift ;;
         --baseline) baseline=$(cd "$(dirname "$2")" && pwd)/$(basename "$2"); shift ;;
         --setup-only) setup_only=1 ;;
-        -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "run.sh: unknown argument: $1 (try --help)" >&2; exit 2 ;;
     esac
     shift
@@ -108,8 +109,9 @@ say "cargo build --release --target $musl -j$jobs"
 agentd="$repo/target/$musl/release/agentd"
 [ -x "$agentd" ] || die "no binary at $agentd"
 
-# The spawn floor: a small compiled loop (benches/spawn_floor.rs), built for
-# the same target as agentd, so it spawns through the same libc.
+# The process floors: a small compiled loop (benches/spawn_floor.rs), built
+# for the same target as agentd, so it spawns and forks through the same libc,
+# as a small static binary (which is what a fork's cost depends on).
 say "cargo build --release --target $musl --bench spawn_floor -j$jobs"
 floor=$(cd "$repo" && cargo build --release --target "$musl" --bench spawn_floor -j"$jobs" \
             --quiet --message-format json \

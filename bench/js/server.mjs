@@ -1,4 +1,4 @@
-// The @a2a-js/sdk echo agent that bench/run.sh measures agentd against.
+// The @a2a-js/sdk echo agents that bench/run.sh measures agentd against.
 //
 // An A2A 1.0 JSON-RPC server built only from the SDK's own parts:
 // DefaultRequestHandler + InMemoryTaskStore + an AgentExecutor that completes
@@ -6,7 +6,17 @@
 // express with the SDK's agentCardHandler and jsonRpcHandler, listening on a
 // unix socket path:
 //
-//     node bench/js/server.mjs /tmp/x.sock
+//     node bench/js/server.mjs /tmp/x.sock            # one event per task
+//     node bench/js/server.mjs /tmp/x.sock --events 3 # three events per task
+//
+// The executor comes in two forms, and the bench runs both, so that agentd is
+// set against the SDK at its best:
+//   --events 1 (the default): ONE published event, the finished Task
+//     (TASK_STATE_COMPLETED, the echo artifact and the history): the lightest
+//     echo a user would write with the SDK.
+//   --events 3: the task lifecycle spelled out: a submitted Task, an artifact
+//     update, a completed status update. The same answer to the client, but
+//     the handler processes (and stores) three events per task.
 //
 // The SDK speaks 1.0 natively: legacyCompat (v0.3) is left off, so the
 // handler expects `A2A-Version: 1.0` and answers with 1.0 shapes.
@@ -19,9 +29,17 @@ import { TaskState } from '@a2a-js/sdk';
 import { AgentEvent, DefaultRequestHandler, InMemoryTaskStore } from '@a2a-js/sdk/server';
 import { agentCardHandler, jsonRpcHandler, UserBuilder } from '@a2a-js/sdk/server/express';
 
-const socketPath = process.argv[2];
-if (!socketPath) {
-  console.error('usage: node server.mjs SOCKET_PATH');
+const usage = 'usage: node server.mjs SOCKET_PATH [--events 1|3]';
+const [socketPath, ...rest] = process.argv.slice(2);
+let events = '1';
+if (rest.length === 2 && rest[0] === '--events') {
+  events = rest[1];
+} else if (rest.length !== 0) {
+  console.error(usage);
+  process.exit(2);
+}
+if (!socketPath || socketPath.startsWith('-') || !['1', '3'].includes(events)) {
+  console.error(usage);
   process.exit(2);
 }
 
@@ -32,14 +50,64 @@ const textPart = (text) => ({
   mediaType: 'text/plain',
 });
 
-class EchoExecutor {
+const echoText = (msg) =>
+  msg.parts
+    .filter((p) => p.content?.$case === 'text')
+    .map((p) => p.content.value)
+    .join('\n');
+
+const echoArtifact = (text) => ({
+  artifactId: randomUUID(),
+  name: 'echo',
+  description: '',
+  parts: [textPart(text)],
+  metadata: undefined,
+  extensions: [],
+});
+
+const cancelTask = async (taskId, bus) => {
+  bus.publish(
+    AgentEvent.statusUpdate({
+      taskId,
+      contextId: '',
+      status: { state: TaskState.TASK_STATE_CANCELED, message: undefined, timestamp: new Date().toISOString() },
+      metadata: undefined,
+    }),
+  );
+};
+
+// One event: the task as it ends. A follow-up message to a known task never
+// gets here (the handler refuses one to a terminal task, and every task here
+// is terminal at once), but if it did, the stored history already holds it.
+class OneEventEcho {
   async execute(ctx, bus) {
     const { taskId, contextId } = ctx;
     const msg = ctx.userMessage;
-    const text = msg.parts
-      .filter((p) => p.content?.$case === 'text')
-      .map((p) => p.content.value)
-      .join('\n');
+    bus.publish(
+      AgentEvent.task({
+        id: taskId,
+        contextId,
+        status: {
+          state: TaskState.TASK_STATE_COMPLETED,
+          message: undefined,
+          timestamp: new Date().toISOString(),
+        },
+        artifacts: [echoArtifact(echoText(msg))],
+        history: ctx.task ? ctx.task.history : [msg],
+        metadata: undefined,
+      }),
+    );
+  }
+
+  cancelTask = cancelTask;
+}
+
+// Three events: submitted, the artifact, completed.
+class ThreeEventEcho {
+  async execute(ctx, bus) {
+    const { taskId, contextId } = ctx;
+    const msg = ctx.userMessage;
+    const text = echoText(msg);
     if (!ctx.task) {
       bus.publish(
         AgentEvent.task({
@@ -58,14 +126,7 @@ class EchoExecutor {
       AgentEvent.artifactUpdate({
         taskId,
         contextId,
-        artifact: {
-          artifactId: randomUUID(),
-          name: 'echo',
-          description: '',
-          parts: [textPart(text)],
-          metadata: undefined,
-          extensions: [],
-        },
+        artifact: echoArtifact(text),
         append: false,
         lastChunk: true,
         metadata: undefined,
@@ -85,16 +146,7 @@ class EchoExecutor {
     );
   }
 
-  cancelTask = async (taskId, bus) => {
-    bus.publish(
-      AgentEvent.statusUpdate({
-        taskId,
-        contextId: '',
-        status: { state: TaskState.TASK_STATE_CANCELED, message: undefined, timestamp: new Date().toISOString() },
-        metadata: undefined,
-      }),
-    );
-  };
+  cancelTask = cancelTask;
 }
 
 const card = {
@@ -126,14 +178,15 @@ const card = {
   signatures: [],
 };
 
-const handler = new DefaultRequestHandler(card, new InMemoryTaskStore(), new EchoExecutor());
+const executor = events === '1' ? new OneEventEcho() : new ThreeEventEcho();
+const handler = new DefaultRequestHandler(card, new InMemoryTaskStore(), executor);
 
 const app = express();
 app.use('/.well-known/agent-card.json', agentCardHandler({ agentCardProvider: handler }));
 app.use('/', jsonRpcHandler({ requestHandler: handler, userBuilder: UserBuilder.noAuthentication }));
 
 const server = app.listen(socketPath, () => {
-  console.error(`js-echo listening on ${socketPath}`);
+  console.error(`js-echo (${events} event${events === '1' ? '' : 's'} per task) listening on ${socketPath}`);
 });
 const stop = () => server.close(() => process.exit(0));
 process.on('SIGTERM', stop);
