@@ -285,6 +285,12 @@ impl Loop {
             return;
         }
         let have = idle.len() + self.pool.forks.pending();
+        // While tasks run, a fork competes with them for the core: a pool
+        // still half full waits until they are done (one task at a time,
+        // the fork then happens while its client reads the answer).
+        if self.driver.tasks_running() > 0 && have > 0 && have * 2 >= want {
+            return;
+        }
         for _ in have..want.min(have + limits::PRESPAWN_PER_TURN) {
             match self.ask_worker() {
                 Ok(()) => {}
