@@ -278,6 +278,10 @@ impl Isolation {
         if task.populated() {
             log::warn!("cgroup.slot slot={} still has processes; not reused", task.slot);
         } else {
+            // A worker that never reached procman's driver (a fork that
+            // failed half-way) may have run here: its CPU time and peak are
+            // no next task's. (A rare path; the driver reads once per task.)
+            let _ = task.usage();
             self.release_empty(task);
         }
     }
