@@ -12,6 +12,7 @@ pub mod client;
 pub mod clock;
 pub mod config;
 pub mod control;
+pub mod cost;
 pub mod ext;
 pub mod http;
 pub mod ids;

@@ -28,11 +28,14 @@ pub const CONN_THREAD_STACK_BYTES: usize = 256 * 1024;
 /// File descriptors kept back from connections for the daemon itself
 /// (listeners, procman, logs, a 503 to a client over the cap) ...
 pub const FD_RESERVE_BASE: u64 = 64;
-/// ... and for each task that may run at once (`tasks.max_running`): its
-/// worker's control socket, its cgroup slot's directory (kept open for
-/// forking into it) and what asking the fork server for it takes. Connections get the
-/// rest of RLIMIT_NOFILE, so a task never fails because clients used the fds.
-pub const FD_RESERVE_PER_TASK: u64 = 4;
+/// ... and for each worker there may be at once (`tasks.max_running`, plus
+/// the idle pool: `tasks.prespawn`, or `PRESPAWN_AUTO_MAX`): procman's ends
+/// of its two control pipes, its cgroup slot's kept files (the directory to
+/// fork into, `cgroup.kill`, `cgroup.procs`, `cpu.stat`, a peak counter; a
+/// v1 slot one `cgroup.procs` more) and the two pipe ends an ask for it
+/// holds a moment. Connections get the rest of RLIMIT_NOFILE, so a task
+/// never fails because clients used the fds.
+pub const FD_RESERVE_PER_TASK: u64 = 10;
 /// A condition that repeats (accept failing with EMFILE, say) is logged at
 /// most once per this interval, with the count of what was not logged.
 pub const LOG_REPEAT_INTERVAL_MS: u64 = 10_000;

@@ -5,7 +5,8 @@
 //! connection count), passed in as [`Gauges`].
 //!
 //! ```text
-//!  procman   ─ spawns, spawn latency, ladder rungs, tasks ended (state × cause)
+//!  procman   ─ spawns, spawn latency, ladder rungs, tasks ended (state × cause),
+//!              what each task cost (CPU time, peak memory by source)
 //!  server    ─ connections refused, peers denied (uid / CID)
 //!  streams   ─ task streams and the events feed resynced after falling behind
 //!  render()  ─ all of the above + Gauges ─▶ text/plain; version=0.0.4
@@ -17,6 +18,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::control::Cause;
+use crate::cost::{Cost, MEMORY_CGROUP1, MEMORY_CGROUP2, MEMORY_RUSAGE};
 use crate::wire::TaskState;
 
 /// The Content-Type of the exposition.
@@ -57,12 +59,46 @@ const SPAWN_BUCKETS: [(u64, &str); 11] = [
     (1_000_000, "1"),
     (2_500_000, "2.5"),
 ];
+/// Per-task CPU time (user + system) histogram bounds: microseconds, and
+/// the `le` label in seconds.
+const CPU_BUCKETS: [(u64, &str); 12] = [
+    (1_000, "0.001"),
+    (5_000, "0.005"),
+    (10_000, "0.01"),
+    (50_000, "0.05"),
+    (100_000, "0.1"),
+    (500_000, "0.5"),
+    (1_000_000, "1"),
+    (5_000_000, "5"),
+    (10_000_000, "10"),
+    (60_000_000, "60"),
+    (300_000_000, "300"),
+    (1_800_000_000, "1800"),
+];
+/// Per-task peak memory histogram bounds, in bytes (1 MiB to 64 GiB).
+const MEMORY_BUCKETS: [(u64, &str); 10] = [
+    (1 << 20, "1048576"),
+    (4 << 20, "4194304"),
+    (16 << 20, "16777216"),
+    (64 << 20, "67108864"),
+    (256 << 20, "268435456"),
+    (1 << 30, "1073741824"),
+    (4 << 30, "4294967296"),
+    (16 << 30, "17179869184"),
+    (32 << 30, "34359738368"),
+    (64 << 30, "68719476736"),
+];
+/// The sources of a peak, each its own series: they measure different
+/// things (a cgroup's charged memory, or one process's resident set).
+const MEMORY_SOURCES: [&str; 3] = [MEMORY_CGROUP2, MEMORY_CGROUP1, MEMORY_RUSAGE];
 use crate::limits::METRICS_DENIED_SERIES_MAX as DENIED_SERIES_MAX;
 
 #[allow(clippy::declare_interior_mutable_const)]
 const ZERO: AtomicU64 = AtomicU64::new(0);
 #[allow(clippy::declare_interior_mutable_const)]
 const ZERO_ROW: [AtomicU64; CAUSES.len()] = [ZERO; CAUSES.len()];
+#[allow(clippy::declare_interior_mutable_const)]
+const ZERO_MEMORY: [AtomicU64; MEMORY_BUCKETS.len() + 1] = [ZERO; MEMORY_BUCKETS.len() + 1];
 
 struct Counters {
     ended: [[AtomicU64; CAUSES.len()]; END_STATES.len()],
@@ -72,6 +108,12 @@ struct Counters {
     /// Non-cumulative counts per bucket; the last is +Inf.
     spawn_buckets: [AtomicU64; SPAWN_BUCKETS.len() + 1],
     spawn_micros_sum: AtomicU64,
+    /// Per task: CPU time buckets (non-cumulative; the last is +Inf).
+    cpu_buckets: [AtomicU64; CPU_BUCKETS.len() + 1],
+    cpu_micros_sum: AtomicU64,
+    /// Per task and source of the peak: memory buckets, as above.
+    memory_buckets: [[AtomicU64; MEMORY_BUCKETS.len() + 1]; MEMORY_SOURCES.len()],
+    memory_bytes_sum: [AtomicU64; MEMORY_SOURCES.len()],
     conns_accepted: AtomicU64,
     conns_refused: AtomicU64,
     task_resyncs: AtomicU64,
@@ -87,6 +129,10 @@ static C: Counters = Counters {
     spawn_failures: ZERO,
     spawn_buckets: [ZERO; SPAWN_BUCKETS.len() + 1],
     spawn_micros_sum: ZERO,
+    cpu_buckets: [ZERO; CPU_BUCKETS.len() + 1],
+    cpu_micros_sum: ZERO,
+    memory_buckets: [ZERO_MEMORY; MEMORY_SOURCES.len()],
+    memory_bytes_sum: [ZERO; MEMORY_SOURCES.len()],
     conns_accepted: ZERO,
     conns_refused: ZERO,
     task_resyncs: ZERO,
@@ -124,12 +170,28 @@ pub fn worker_spawn_failed() {
 /// asked for it.
 pub fn worker_forked_after(d: Duration) {
     let micros = d.as_micros().min(u64::MAX as u128) as u64;
-    let i = SPAWN_BUCKETS
-        .iter()
-        .position(|(bound, _)| micros <= *bound)
-        .unwrap_or(SPAWN_BUCKETS.len());
-    C.spawn_buckets[i].fetch_add(1, Relaxed);
+    C.spawn_buckets[bucket(&SPAWN_BUCKETS, micros)].fetch_add(1, Relaxed);
     C.spawn_micros_sum.fetch_add(micros, Relaxed);
+}
+
+/// What a task that ran cost: its CPU time and its peak memory.
+pub fn task_cost(cost: &Cost) {
+    if let Some(cpu) = cost.cpu {
+        let micros = cpu.user_usec.saturating_add(cpu.system_usec);
+        C.cpu_buckets[bucket(&CPU_BUCKETS, micros)].fetch_add(1, Relaxed);
+        C.cpu_micros_sum.fetch_add(micros, Relaxed);
+    }
+    if let Some(m) = cost.memory {
+        if let Some(s) = MEMORY_SOURCES.iter().position(|x| *x == m.source) {
+            C.memory_buckets[s][bucket(&MEMORY_BUCKETS, m.peak_bytes)].fetch_add(1, Relaxed);
+            C.memory_bytes_sum[s].fetch_add(m.peak_bytes, Relaxed);
+        }
+    }
+}
+
+/// The bucket `v` falls in (the last: over every bound).
+fn bucket(bounds: &[(u64, &str)], v: u64) -> usize {
+    bounds.iter().position(|(b, _)| v <= *b).unwrap_or(bounds.len())
 }
 
 /// A connection passed the gate and was served.
@@ -184,6 +246,33 @@ pub struct Gauges {
 
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// One histogram series: its buckets made cumulative, +Inf, the sum (as
+/// text, in the family's unit) and the count. `labels` go before `le`
+/// (`source="…",` or nothing).
+fn histogram(out: &mut String, name: &str, labels: &str, bounds: &[(u64, &str)], counts: &[AtomicU64], sum: &str) {
+    let mut cumulative = 0;
+    for (i, (_, le)) in bounds.iter().enumerate() {
+        cumulative += counts[i].load(Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{{labels}le=\"{le}\"}} {cumulative}");
+    }
+    cumulative += counts[bounds.len()].load(Relaxed);
+    let _ = writeln!(out, "{name}_bucket{{{labels}le=\"+Inf\"}} {cumulative}");
+    let labels = labels.trim_end_matches(',');
+    let braces = if labels.is_empty() {
+        String::new()
+    } else {
+        format!("{{{labels}}}")
+    };
+    let _ = writeln!(out, "{name}_sum{braces} {sum}");
+    let _ = writeln!(out, "{name}_count{braces} {cumulative}");
+}
+
+/// Microseconds as seconds with six decimals (integers only: no float
+/// formatting is linked in).
+fn seconds(micros: u64) -> String {
+    format!("{}.{:06}", micros / 1_000_000, micros % 1_000_000)
 }
 
 /// The whole exposition.
@@ -282,21 +371,47 @@ pub fn render(g: &Gauges) -> String {
         "histogram",
         "From asking the fork server for a worker to its pid.",
     );
-    let mut cumulative = 0;
-    for (i, (_, bound)) in SPAWN_BUCKETS.iter().enumerate() {
-        cumulative += C.spawn_buckets[i].load(Relaxed);
-        let _ = writeln!(out, "agentd_worker_spawn_seconds_bucket{{le=\"{bound}\"}} {cumulative}");
-    }
-    cumulative += C.spawn_buckets[SPAWN_BUCKETS.len()].load(Relaxed);
-    let _ = writeln!(out, "agentd_worker_spawn_seconds_bucket{{le=\"+Inf\"}} {cumulative}");
-    let sum = C.spawn_micros_sum.load(Relaxed);
-    let _ = writeln!(
-        out,
-        "agentd_worker_spawn_seconds_sum {}.{:06}",
-        sum / 1_000_000,
-        sum % 1_000_000
+    histogram(
+        &mut out,
+        "agentd_worker_spawn_seconds",
+        "",
+        &SPAWN_BUCKETS,
+        &C.spawn_buckets,
+        &seconds(C.spawn_micros_sum.load(Relaxed)),
     );
-    let _ = writeln!(out, "agentd_worker_spawn_seconds_count {cumulative}");
+    family(
+        &mut out,
+        "agentd_task_cpu_seconds",
+        "histogram",
+        "CPU time (user + system) each task that ran used, read when it ended (source: the task's metadata).",
+    );
+    histogram(
+        &mut out,
+        "agentd_task_cpu_seconds",
+        "",
+        &CPU_BUCKETS,
+        &C.cpu_buckets,
+        &seconds(C.cpu_micros_sum.load(Relaxed)),
+    );
+    family(
+        &mut out,
+        "agentd_task_memory_peak_bytes",
+        "histogram",
+        "Peak memory of each task that ran, by source: a cgroup's charged memory, or the largest single process (ru_maxrss).",
+    );
+    for (s, source) in MEMORY_SOURCES.iter().enumerate() {
+        // A source is a series once a task was measured by it.
+        if C.memory_buckets[s].iter().any(|b| b.load(Relaxed) > 0) {
+            histogram(
+                &mut out,
+                "agentd_task_memory_peak_bytes",
+                &format!("source=\"{source}\","),
+                &MEMORY_BUCKETS,
+                &C.memory_buckets[s],
+                &C.memory_bytes_sum[s].load(Relaxed).to_string(),
+            );
+        }
+    }
     family(
         &mut out,
         "agentd_kill_ladder_rungs_total",
@@ -377,6 +492,18 @@ mod tests {
         ladder_rung("SIGTERM");
         worker_forked_after(Duration::from_millis(3));
         peer_denied("unix", "1000".into());
+        task_cost(&Cost {
+            wall_ms: 700,
+            cpu: Some(crate::cost::Cpu {
+                user_usec: 400_000,
+                system_usec: 100_000,
+                source: crate::cost::CPU_RUSAGE,
+            }),
+            memory: Some(crate::cost::Memory {
+                peak_bytes: 70 << 20,
+                source: MEMORY_RUSAGE,
+            }),
+        });
         let text = render(&Gauges {
             tasks_running: 2,
             ..Gauges::default()
@@ -388,6 +515,20 @@ mod tests {
         assert!(text.contains("agentd_peers_denied_total{transport=\"unix\",uid=\""));
         assert!(text.contains("agentd_worker_spawn_seconds_bucket{le=\"0.005\"} "));
         assert!(text.contains("agentd_worker_spawn_seconds_bucket{le=\"+Inf\"} "));
+        // 0.5 s of CPU lands at le="0.5"; 70 MiB just over 64 MiB.
+        let count = |prefix: &str| -> u64 {
+            let line = text
+                .lines()
+                .find(|l| l.starts_with(prefix))
+                .unwrap_or_else(|| panic!("{prefix}"));
+            line.rsplit(' ').next().unwrap().parse().unwrap()
+        };
+        assert!(
+            count("agentd_task_cpu_seconds_bucket{le=\"0.5\"}") > count("agentd_task_cpu_seconds_bucket{le=\"0.1\"}")
+        );
+        let mem = "agentd_task_memory_peak_bytes_bucket{source=\"wait4:ru_maxrss\",le=";
+        assert!(count(&format!("{mem}\"268435456\"}}")) > count(&format!("{mem}\"67108864\"}}")));
+        assert!(text.contains("agentd_task_memory_peak_bytes_count{source=\"wait4:ru_maxrss\"} "));
         // The sum is seconds with six decimals; at least the 3 ms above.
         let sum = text
             .lines()

@@ -428,6 +428,9 @@ fn a_low_fd_limit_means_503_never_silence_and_tasks_unharmed() {
     let mut cmd = std::process::Command::new(common::BIN);
     cmd.args(["serve", "--listen", &format!("unix://{}", socket.display())])
         .args(["--exec", "sh -c 'sleep 0.3; cat'"])
+        // 8 running + 8 idle workers: a reserve of 64 + 10 × 16 fds, and
+        // 32 connections in what is left of 256.
+        .args(["--set", "tasks.max_running=8", "--set", "tasks.prespawn=8"])
         .env("RUST_LOG", "debug")
         .stdin(std::process::Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap());

@@ -333,10 +333,14 @@ fn annotations_filter_list_survive_multi_turn_and_are_invisible_otherwise() {
     assert_eq!(filter(json!({"team": "red"})).len(), 1);
     assert_eq!(filter(json!({"team": "green"})).len(), 0);
 
-    // Not activated: no labels in results, and the filter is ignored.
+    // Not activated: no labels in results (agentd's own key, the cost of
+    // the finished task, stays), and the filter is ignored.
     let (echo, plain) = call_ext(&d, "", "GetTask", json!({"id": a["id"]}));
     assert_eq!(echo, None);
-    assert!(plain["result"].get("metadata").is_none(), "{plain}");
+    let md = plain["result"]["metadata"]
+        .as_object()
+        .unwrap_or_else(|| panic!("{plain}"));
+    assert_eq!(md.keys().collect::<Vec<_>>(), ["agentd.dev/cost"], "{plain}");
     let (_, all) = call_ext(&d, "", "ListTasks", json!({"metadata": { LABELS: {"team": "green"} }}));
     assert_eq!(all["result"]["totalSize"], 2);
     // Bounds: bad labels are -32602.

@@ -192,7 +192,9 @@ fn stream_output_is_one_clean_line_per_event() {
     let lines: Vec<&str> = text.lines().collect();
     assert!(lines[0].starts_with("task "), "{text}");
     assert!(lines.contains(&"hello"), "the artifact on its own line: {text}");
-    assert_eq!(lines.last(), Some(&"[completed]"), "{text}");
+    // The final status, then what the task cost.
+    assert_eq!(lines[lines.len() - 2], "[completed]", "{text}");
+    assert!(lines.last().unwrap().starts_with("  cost: cpu "), "{text}");
     assert!(!text.contains("hello["), "{text}");
     assert!(
         !lines.iter().any(|l| l.trim() == "[working]" || l.ends_with("] ")),

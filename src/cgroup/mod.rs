@@ -28,7 +28,8 @@
 //!
 //! Here: where agentd makes slots, and handing them out and back. Which
 //! cgroups are ours is `discover.rs`; a task's slot, its open files and
-//! counters `slot.rs`; killing what is in a cgroup, and the slots dead
+//! counters (what a fork bomb or the OOM killer did, what the task cost)
+//! `slot.rs`; killing what is in a cgroup, and the slots dead
 //! daemons left, `kill.rs`.
 
 mod discover;
@@ -41,8 +42,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub use slot::TaskCgroups;
 use slot::{Counters, SlotFiles};
+pub use slot::{TaskCgroups, Usage};
 
 /// One cgroup hierarchy agentd can create task cgroups in.
 #[derive(Debug, Clone)]
@@ -277,6 +278,10 @@ impl Isolation {
         if task.populated() {
             log::warn!("cgroup.slot slot={} still has processes; not reused", task.slot);
         } else {
+            // A worker that never reached procman's driver (a fork that
+            // failed half-way) may have run here: its CPU time and peak are
+            // no next task's. (A rare path; the driver reads once per task.)
+            let _ = task.usage();
             self.release_empty(task);
         }
     }

@@ -1,12 +1,29 @@
 //! A task's slot: its cgroup in every hierarchy agentd uses, the files of
-//! it kept open, and what its counters say (pids.max hits, OOM kills).
+//! it kept open, and what its counters say (pids.max hits, OOM kills, and
+//! what the task cost: CPU time and peak memory).
+//!
+//! The cost counters are cumulative over every task a slot serves, so a
+//! task's share is a difference; each is read once per task, at its end
+//! (the slot is empty then, and until the next worker is born in it), and
+//! that reading is the next task's baseline. A peak cannot be subtracted:
+//! it is reset instead, through the same kept fd, after it is read.
+//!
+//! ```text
+//!  v2  cpu.stat                    user_usec, system_usec: the CPU readings
+//!  v2  memory.peak (kernel ≥ 6.12) a write resets the peak seen through this fd;
+//!                                  older kernels cannot, and it is not used
+//!  v1  memory.max_usage_in_bytes   a write resets it (a memory limit made the slot)
+//! ```
 
 use std::fs;
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::{Kind, Limits};
+use crate::cost::{CpuTimes, MEMORY_CGROUP1, MEMORY_CGROUP2};
 
 /// Cumulative counters of a slot, read when a task enters it, so a
 /// reused slot reports only its current task.
@@ -29,11 +46,30 @@ pub(super) struct SlotFiles {
     /// "is anything left?" after every task, and (v1 freezer) the worker's
     /// parent-death path.
     pub(super) procs: Vec<Option<fs::File>>,
+    /// The v2 `cpu.stat` (every v2 cgroup has one, controllers or not).
+    cpu_stat: Option<fs::File>,
+    /// Its reading at the end of the slot's last task (or when opened).
+    cpu_seen: [AtomicU64; 2],
+    /// The slot's peak-memory file, open for reading and resetting, and
+    /// which it is: v2 `memory.peak` where the memory controller is on and
+    /// the kernel resets it per fd, else v1 `memory.max_usage_in_bytes`
+    /// where a memory limit made a v1 slot.
+    peak: Option<(fs::File, &'static str)>,
 }
 
 impl SlotFiles {
     pub(super) fn open(dirs: &[(Kind, PathBuf)]) -> SlotFiles {
         let v2 = dirs.iter().find(|(k, _)| *k == Kind::V2).map(|(_, d)| d);
+        let v1_memory = dirs.iter().find(|(k, _)| *k == Kind::V1Memory).map(|(_, d)| d);
+        let cpu_stat = v2.and_then(|d| fs::File::open(d.join("cpu.stat")).ok());
+        // What a slot made by an earlier daemon of our pid counted is not
+        // this daemon's: the first task's baseline is the slot as found.
+        let seen = cpu_stat.as_ref().and_then(read_cpu).unwrap_or_default();
+        let peak = v2
+            .and_then(|d| resettable(&d.join("memory.peak")).map(|f| (f, MEMORY_CGROUP2)))
+            .or_else(|| {
+                v1_memory.and_then(|d| resettable(&d.join("memory.max_usage_in_bytes")).map(|f| (f, MEMORY_CGROUP1)))
+            });
         SlotFiles {
             dir: v2.and_then(|d| fs::File::open(d).ok()),
             kill: v2.and_then(|d| fs::OpenOptions::new().write(true).open(d.join("cgroup.kill")).ok()),
@@ -41,8 +77,70 @@ impl SlotFiles {
                 .iter()
                 .map(|(_, d)| fs::File::open(d.join("cgroup.procs")).ok())
                 .collect(),
+            cpu_stat,
+            cpu_seen: [AtomicU64::new(seen.user_usec), AtomicU64::new(seen.system_usec)],
+            peak,
         }
     }
+}
+
+/// A peak file opened for reading and writing, and reset once: kept only
+/// if the kernel takes the reset (v2 `memory.peak` before 6.12 cannot be
+/// opened for writing; its peak would span every task of the slot).
+fn resettable(path: &Path) -> Option<fs::File> {
+    let f = fs::OpenOptions::new().read(true).write(true).open(path).ok()?;
+    reset_peak(&f).then_some(f)
+}
+
+/// v2 `memory.peak` takes any non-empty string, v1
+/// `memory.max_usage_in_bytes` any value: the peak becomes the usage now.
+fn reset_peak(f: &fs::File) -> bool {
+    f.write_at(b"0", 0).is_ok()
+}
+
+/// `cpu.stat`'s user and system time, from one read of the kept fd.
+fn read_cpu(f: &fs::File) -> Option<CpuTimes> {
+    let mut buf = [0u8; 1024];
+    let n = f.read_at(&mut buf, 0).ok()?;
+    parse_cpu_stat(&buf[..n])
+}
+
+/// `user_usec N` and `system_usec N` of a `cpu.stat`.
+fn parse_cpu_stat(text: &[u8]) -> Option<CpuTimes> {
+    let (mut user, mut system) = (None, None);
+    for line in text.split(|b| *b == b'\n') {
+        let mut f = line.split(|b| *b == b' ');
+        let (Some(key), Some(value)) = (f.next(), f.next()) else {
+            continue;
+        };
+        let value = std::str::from_utf8(value).ok().and_then(|v| v.parse::<u64>().ok());
+        match key {
+            b"user_usec" => user = value,
+            b"system_usec" => system = value,
+            _ => {}
+        }
+    }
+    Some(CpuTimes {
+        user_usec: user?,
+        system_usec: system?,
+    })
+}
+
+/// A decimal number alone in a file (a peak in bytes).
+fn parse_number(text: &[u8]) -> Option<u64> {
+    std::str::from_utf8(text).ok()?.trim().parse().ok()
+}
+
+/// What a slot's cost counters say at the end of a task.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// CPU time: `(before, now)`, the slot's reading at the end of its
+    /// previous task (or when agentd opened it) and now; the task's share
+    /// is the difference.
+    pub cpu: Option<(CpuTimes, CpuTimes)>,
+    /// The peak memory since the previous task, in bytes, and the file
+    /// that said it ([`MEMORY_CGROUP2`] or [`MEMORY_CGROUP1`]).
+    pub memory_peak: Option<(u64, &'static str)>,
 }
 
 /// A task's cgroups: one slot, in every hierarchy agentd uses.
@@ -133,6 +231,29 @@ impl TaskCgroups {
         let now = self.counters();
         now.oom_kills > self.baseline.oom_kills || now.mem_failcnt > self.baseline.mem_failcnt
     }
+
+    /// The task's cost counters, once it is gone and the slot empty: one
+    /// read of each kept file. This CPU reading becomes the next task's
+    /// baseline and the peak is reset for it, so call it once per task.
+    pub fn usage(&self) -> Usage {
+        let f = &self.files;
+        let cpu = f.cpu_stat.as_ref().and_then(read_cpu).map(|now| {
+            let before = CpuTimes {
+                user_usec: f.cpu_seen[0].swap(now.user_usec, Ordering::Relaxed),
+                system_usec: f.cpu_seen[1].swap(now.system_usec, Ordering::Relaxed),
+            };
+            (before, now)
+        });
+        let memory_peak = f.peak.as_ref().and_then(|(file, source)| {
+            let mut buf = [0u8; 32];
+            let n = file.read_at(&mut buf, 0).ok()?;
+            let peak = parse_number(&buf[..n]);
+            // Read or not, the next task starts from a fresh peak.
+            reset_peak(file);
+            Some((peak?, *source))
+        });
+        Usage { cpu, memory_peak }
+    }
 }
 
 /// The pids a cgroup's `cgroup.procs` lists (none if it cannot be read).
@@ -171,5 +292,26 @@ mod tests {
         assert_eq!(counter(&dir.join("memory.events"), "missing"), 0);
         assert_eq!(counter(&dir.join("nope"), "max"), 0);
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn reads_cpu_stat_and_a_peak() {
+        // v2 without the cpu controller, and with it (more keys, any order).
+        let bare = b"usage_usec 1500\nuser_usec 1000\nsystem_usec 500\nnice_usec 0\n";
+        let full = b"usage_usec 9\nnr_periods 0\nsystem_usec 4\nthrottled_usec 0\nuser_usec 5\n";
+        let times = |u, s| CpuTimes {
+            user_usec: u,
+            system_usec: s,
+        };
+        assert_eq!(parse_cpu_stat(bare), Some(times(1000, 500)));
+        assert_eq!(parse_cpu_stat(full), Some(times(5, 4)));
+        assert_eq!(
+            parse_cpu_stat(b"usage_usec 9\nuser_usec 5\n"),
+            None,
+            "half a reading is none"
+        );
+        assert_eq!(parse_cpu_stat(b""), None);
+        assert_eq!(parse_number(b"67108864\n"), Some(67_108_864));
+        assert_eq!(parse_number(b"max\n"), None);
     }
 }

@@ -236,6 +236,22 @@ mod tests {
     }
 
     #[test]
+    fn strips_keep_agentds_own_keys_such_as_the_cost() {
+        let cost = json!({"wallMs": 3, "cpu": {"userUsec": 1, "systemUsec": 1, "source": "wait4:rusage"}});
+        let task = json!({
+            "id": "t", "contextId": "c", "status": {"state": "TASK_STATE_COMPLETED"},
+            "metadata": {ANNOTATIONS: {"team": "a"}, crate::cost::COST_KEY: cost},
+        });
+        let mut typed: Task = serde_json::from_value(task.clone()).unwrap();
+        strip_task(&mut typed);
+        let mut tree = task;
+        strip(&mut tree);
+        let want = json!({ crate::cost::COST_KEY: cost });
+        assert_eq!(tree["metadata"], want);
+        assert_eq!(serde_json::to_value(&typed).unwrap()["metadata"], want);
+    }
+
+    #[test]
     fn the_typed_strip_removes_what_the_tree_strip_removes() {
         let labels = json!({"team": "a"});
         let with = |extra: Option<(&str, Value)>| {

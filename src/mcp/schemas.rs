@@ -62,6 +62,14 @@ const OUTPUT_TASK: &str = r#"{
             "required": ["artifactId", "text", "parts"]
         }},
         "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
+        "cost": {"type": "object", "description": "What the task cost, once it ended having run (agentd.dev/cost; each measure names its source).",
+            "properties": {
+                "wallMs": {"type": "integer"},
+                "cpu": {"type": "object", "properties": {
+                    "userUsec": {"type": "integer"}, "systemUsec": {"type": "integer"}, "source": {"type": "string"}}},
+                "memory": {"type": "object", "properties": {
+                    "peakBytes": {"type": "integer"}, "source": {"type": "string"}}}
+            }},
         "note": {"type": "string"},
         "task": {"type": "object", "description": "The A2A Task as the daemon returned it."},
         "message": {"type": "object", "description": "The agent's direct reply (A2A Message), when state is `message`."}

@@ -25,6 +25,7 @@ use serde_json::{json, Map, Value};
 
 use super::{Bridge, Call, McpError};
 use crate::client::ClientError;
+use crate::cost::{self, COST_KEY};
 use crate::ext::ANNOTATIONS;
 use crate::limits::{MCP_HISTORY_DEFAULT, MCP_HISTORY_MAX};
 use crate::rpc::INVALID_PARAMS;
@@ -513,6 +514,10 @@ pub(super) fn task_view(task: &Value) -> Value {
     if let Some(labels) = task["metadata"][ANNOTATIONS].as_object() {
         v["annotations"] = Value::Object(labels.clone());
     }
+    // What the task cost, once it ended (agentd's own metadata key).
+    if let Some(c) = task["metadata"].get(COST_KEY).filter(|c| c.is_object()) {
+        v["cost"] = c.clone();
+    }
     v
 }
 
@@ -553,6 +558,9 @@ fn render_task(v: &Value) -> String {
     if let Some(labels) = v["annotations"].as_object() {
         let l: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={}", text(v))).collect();
         s.push_str(&format!("annotations: {}\n", l.join(" ")));
+    }
+    if let Some(c) = cost::describe(&v["cost"]) {
+        s.push_str(&format!("cost: {c}\n"));
     }
     for a in v["artifacts"].as_array().into_iter().flatten() {
         let name = a["name"].as_str().or(a["artifactId"].as_str()).unwrap_or("?");

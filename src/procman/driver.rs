@@ -1,7 +1,9 @@
 //! procman's driver: the table of workers, each with its [`Life`], fed
 //! events and carrying out their actions. It reads frames, reaps, keeps the
 //! timers and sweeps what a task leaves behind, all through the [`Os`] seam,
-//! and tells the task table the verdicts the lifecycle makes. Events go
+//! and tells the task table the verdicts the lifecycle makes, with what
+//! each task cost (its cgroup's counters and its worker's rusage, read when
+//! nothing of the task is left: a measurement, no verdict). Events go
 //! through one queue, so an action that learns something (a sweep, a frame
 //! that would not fit) feeds the machine after the actions before it, never
 //! from inside them.
@@ -13,9 +15,11 @@ use std::time::{Duration, Instant};
 use super::channel::{Channel, Queued};
 use super::lifecycle::{Action, Counters, Ending, Event, Life, Stop, Timing};
 use super::os::Os;
+use crate::cgroup::Usage;
 use crate::control::{Cause, FromWorker, Progress, ToWorker};
+use crate::cost::{Cost, Cpu, Memory, CPU_CGROUP2, CPU_RUSAGE, MEMORY_RUSAGE};
 use crate::limits;
-use crate::sys::ExitStatus;
+use crate::sys::{ExitStatus, Rusage};
 use crate::tasks::{Notice, TaskTable};
 use crate::wire::{Message, TaskState};
 
@@ -28,6 +32,8 @@ pub(super) struct Worker<C> {
     pub born: Instant,
     /// Which worker in a row its task was given to (1: the first).
     attempt: u32,
+    /// What wait4 counted for it (and the descendants it waited for).
+    rusage: Option<Rusage>,
 }
 
 /// agentd's own helpers, as the pool sees them now: a sweep must not take
@@ -99,6 +105,7 @@ impl<O: Os> Driver<O> {
             cgroups,
             born: now,
             attempt: 0,
+            rusage: None,
         };
         self.workers.insert(pid, worker);
     }
@@ -202,16 +209,20 @@ impl<O: Os> Driver<O> {
         self.event(pid, Event::Exited(status));
     }
 
-    /// `waitpid(-1, WNOHANG)` until nothing is left: a worker's exit goes to
-    /// its lifecycle, anything else to `unclaimed`.
+    /// `wait4(-1, WNOHANG)` until nothing is left: a worker's exit goes to
+    /// its lifecycle (its rusage kept for its task's cost), anything else
+    /// to `unclaimed`.
     pub fn reap(&mut self) {
         loop {
             match self.os.reap() {
-                Ok(Some((pid, status))) if self.workers.contains_key(&pid) => {
-                    log::debug!("task.exit pid={pid} {status}");
-                    self.exited(pid, status);
+                Ok(Some(r)) if self.workers.contains_key(&r.pid) => {
+                    log::debug!("task.exit pid={} {}", r.pid, r.status);
+                    if let Some(w) = self.workers.get_mut(&r.pid) {
+                        w.rusage = Some(r.usage);
+                    }
+                    self.exited(r.pid, r.status);
                 }
-                Ok(Some(other)) => self.unclaimed.push(other),
+                Ok(Some(other)) => self.unclaimed.push((other.pid, other.status)),
                 Ok(None) => return,
                 Err(e) => {
                     log::error!("procman.waitpid error={e}");
@@ -488,15 +499,20 @@ impl<O: Os> Driver<O> {
     }
 
     /// The worker is gone and so is everything of its task: the task gets
-    /// the verdict its lifecycle made, and the cgroup slot is free again.
+    /// the verdict its lifecycle made and what it cost, and the cgroup slot
+    /// is free again.
     fn finish(&mut self, pid: i32, ending: Option<Ending>, exit: ExitStatus) {
         let Some(mut w) = self.workers.remove(&pid) else { return };
+        // Read for a worker without a task too: the reading is the slot's
+        // baseline for its next task.
+        let usage = w.cgroups.as_ref().map(|cg| self.os.cgroup_usage(cg));
         if let Some(cg) = w.cgroups.take() {
             self.os.release_cgroup(cg);
         }
         let (Some((id, since)), Some(ending)) = (w.life.task(), ending) else {
             return; // a worker without a task: nobody to tell
         };
+        let cost = task_cost(self.os.now().saturating_duration_since(since), usage, w.rusage);
         self.by_task.remove(id);
         self.tasks.worker_notice(&Notice::WorkerExit {
             task_id: id,
@@ -507,20 +523,62 @@ impl<O: Os> Driver<O> {
         });
         let trace = self.tasks.trace(id).map(|t| format!(" trace={}", t.trace_id()));
         log::info!(
-            "task.end task={id} pid={pid} state={} cause={} ms={}{}",
+            "task.end task={id} pid={pid} state={} cause={} ms={} cpu_us={} peak_bytes={}{}",
             ending.state.short_name(),
             ending.cause.as_str(),
             since.elapsed().as_millis(),
+            cost.cpu.map_or(0, |c| c.user_usec + c.system_usec),
+            cost.memory.map_or(0, |m| m.peak_bytes),
             trace.unwrap_or_default()
         );
-        end_task(&self.tasks, id, ending);
+        end_task(&self.tasks, id, ending, Some(cost));
     }
 }
 
-/// A task's verdict, counted for /metrics.
-pub(super) fn end_task(tasks: &TaskTable, id: &str, ending: Ending) {
+/// What a task cost: CPU time from its cgroup's `cpu.stat` (the slot's
+/// reading now less its reading before the task), the memory peak from
+/// the cgroup where the slot could reset it, and the worker's rusage for
+/// whatever the cgroup cannot say (or without a cgroup).
+fn task_cost(wall: Duration, cgroup: Option<Usage>, rusage: Option<Rusage>) -> Cost {
+    let cg = cgroup.unwrap_or_default();
+    let cpu = match (cg.cpu, rusage) {
+        (Some((before, now)), _) => {
+            let t = now.since(before);
+            Some(Cpu {
+                user_usec: t.user_usec,
+                system_usec: t.system_usec,
+                source: CPU_CGROUP2,
+            })
+        }
+        (None, Some(r)) => Some(Cpu {
+            user_usec: r.user_usec,
+            system_usec: r.system_usec,
+            source: CPU_RUSAGE,
+        }),
+        (None, None) => None,
+    };
+    let memory = match (cg.memory_peak, rusage) {
+        (Some((peak_bytes, source)), _) => Some(Memory { peak_bytes, source }),
+        (None, Some(r)) => Some(Memory {
+            peak_bytes: r.maxrss_bytes,
+            source: MEMORY_RUSAGE,
+        }),
+        (None, None) => None,
+    };
+    Cost {
+        wall_ms: wall.as_millis().min(u64::MAX as u128) as u64,
+        cpu,
+        memory,
+    }
+}
+
+/// A task's verdict (and what it cost, if it ran), counted for /metrics.
+pub(super) fn end_task(tasks: &TaskTable, id: &str, ending: Ending, cost: Option<Cost>) {
     crate::metrics::task_ended(ending.state, ending.cause);
-    tasks.finish(id, ending.state, ending.cause, ending.text);
+    if let Some(c) = &cost {
+        crate::metrics::task_cost(c);
+    }
+    tasks.finish_with_cost(id, ending.state, ending.cause, ending.text, cost);
 }
 
 #[cfg(test)]

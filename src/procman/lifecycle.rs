@@ -228,7 +228,7 @@ pub enum Event {
     ChannelClosed { broken: bool },
     /// Frames to it could not be queued: it stopped reading.
     Unwritable,
-    /// waitpid reported it.
+    /// wait4 reported it.
     Exited(ExitStatus),
     /// It has read its `spawn` frame.
     Took,

@@ -381,7 +381,7 @@ impl Loop {
             cause,
             text: None,
         };
-        end_task(&self.driver.tasks, id, ending);
+        end_task(&self.driver.tasks, id, ending, None);
     }
 
     /// Exits the driver reaped that are no worker's: the fork server's, a

@@ -1,15 +1,15 @@
 //! procman's seam to the kernel: the few things its driver asks of it —
-//! the time, signal a process group, probe one, reap, list agentd's children, and a
-//! task's cgroup (kill it, is anything left in it, what it counted, give
-//! the slot back). [`RealOs`] is the kernel; the driver's tests script a
+//! the time, signal a process group, probe one, reap (with what the child
+//! used), list agentd's children, and a task's cgroup (kill it, is anything
+//! left in it, what it counted and what the task cost, give the slot back). [`RealOs`] is the kernel; the driver's tests script a
 //! fake, as the HTTP reader's tests script a connection. What the seam
 //! reports enters the lifecycle as an event: the driver decides no ending.
 
 use std::io;
 use std::time::Instant;
 
-use crate::cgroup::{Isolation, TaskCgroups};
-use crate::sys::{self, ExitStatus};
+use crate::cgroup::{Isolation, TaskCgroups, Usage};
+use crate::sys::{self, Reaped};
 
 pub trait Os {
     /// A task's cgroup slot, as the driver holds it.
@@ -21,8 +21,9 @@ pub trait Os {
     fn signal_group(&mut self, pgid: i32, sig: libc::c_int);
     /// Whether any process is left in the group.
     fn group_alive(&mut self, pgid: i32) -> bool;
-    /// One `waitpid(-1, WNOHANG)`: an exit, or None when nothing is left.
-    fn reap(&mut self) -> io::Result<Option<(i32, ExitStatus)>>;
+    /// One `wait4(-1, WNOHANG)`: an exit and the child's rusage, or None
+    /// when nothing is left.
+    fn reap(&mut self) -> io::Result<Option<Reaped>>;
     /// agentd's children (every thread's, since any thread's child is
     /// reaped by procman).
     fn children(&mut self) -> Vec<i32>;
@@ -37,6 +38,10 @@ pub trait Os {
     fn pids_max(&self) -> u64;
     /// Whether the OOM killer (or the memory limit) struck in the cgroup.
     fn out_of_memory(&mut self, cg: &Self::Cgroup) -> bool;
+    /// What the cgroup counted for the task that just ended in it (CPU
+    /// time as the slot's reading before the task and now, the memory peak
+    /// since the task before): once per task, when nothing is left in it.
+    fn cgroup_usage(&mut self, cg: &Self::Cgroup) -> Usage;
     /// The slot is empty and free for the next task.
     fn release_cgroup(&mut self, cg: Self::Cgroup);
 }
@@ -62,7 +67,7 @@ impl Os for RealOs {
         sys::group_alive(pgid)
     }
 
-    fn reap(&mut self) -> io::Result<Option<(i32, ExitStatus)>> {
+    fn reap(&mut self) -> io::Result<Option<Reaped>> {
         sys::reap_any()
     }
 
@@ -101,6 +106,10 @@ impl Os for RealOs {
 
     fn out_of_memory(&mut self, cg: &TaskCgroups) -> bool {
         cg.out_of_memory()
+    }
+
+    fn cgroup_usage(&mut self, cg: &TaskCgroups) -> Usage {
+        cg.usage()
     }
 
     fn release_cgroup(&mut self, cg: TaskCgroups) {

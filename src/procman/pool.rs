@@ -153,7 +153,7 @@ impl Loop {
                     "agentd could not start a worker: {} in a row never read the task",
                     back.attempts
                 );
-                end_task(&self.driver.tasks, &back.task, failed(text));
+                end_task(&self.driver.tasks, &back.task, failed(text), None);
             } else {
                 self.pool.again.push_back(back);
             }
@@ -253,7 +253,7 @@ impl Loop {
         let Some(id) = first else { return };
         log::error!("task.spawn_failed task={id} error={e}");
         let text = format!("agentd could not start a worker: {e}");
-        end_task(&self.driver.tasks, &id, failed(text));
+        end_task(&self.driver.tasks, &id, failed(text), None);
     }
 
     /// Keeps idle workers ready, so a task's start does not wait for a

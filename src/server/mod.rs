@@ -236,7 +236,9 @@ fn notify_ready(
 /// once in the log — so a client over the cap gets its 503 before accept
 /// could fail with EMFILE, and a task's worker always finds its fds.
 fn connection_cap(cfg: &Config) -> usize {
-    let reserve = limits::FD_RESERVE_BASE + limits::FD_RESERVE_PER_TASK * cfg.tasks.max_running as u64;
+    let pool = cfg.tasks.prespawn.unwrap_or(limits::PRESPAWN_AUTO_MAX);
+    let workers = (cfg.tasks.max_running + pool) as u64;
+    let reserve = limits::FD_RESERVE_BASE + limits::FD_RESERVE_PER_TASK * workers;
     let wanted = cfg.max_connections as u64 + reserve;
     let Ok((mut soft, hard)) = crate::sys::nofile_limit() else {
         return cfg.max_connections;

@@ -7,9 +7,9 @@
 //! `dirfd` (directories by fd, getdents64), `sockets` (peer credentials,
 //! hang-ups, adopting a listener), `signals` (masks, handlers, names),
 //! `process` (ids, prctl, process groups, kill, `_exit`), `cmdline` (the
-//! command line `ps` shows, rewritten in place), `reap`
-//! (waitpid and the exit vocabulary), `rlimit`, `random`, `pid1` (mounts,
-//! modules, console and power-off for a VM guest's init), `spawn` (the fork
+//! command line `ps` shows, rewritten in place), `reap` (wait4 with its
+//! rusage, waitpid, and the exit vocabulary), `rlimit`, `random`, `pid1`
+//! (mounts, modules, console and power-off for a VM guest's init), `spawn` (the fork
 //! server, `clone3`, descriptors over sockets, a program's pre-exec steps)
 //! and `wake` (procman's eventfd and signalfd). What agentd *does* with
 //! them lives with its room: the worker's parent-death containment, for one,

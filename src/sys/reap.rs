@@ -1,4 +1,4 @@
-//! How children end: waitpid(2), and the exit vocabulary of the shell
+//! How children end: wait4(2) and waitpid(2) (with what they used), and the exit vocabulary of the shell
 //! (tini's too) that every status text uses.
 
 use std::io;
@@ -34,12 +34,34 @@ impl std::fmt::Display for ExitStatus {
     }
 }
 
-/// One `waitpid(-1, WNOHANG)`: `Ok(None)` when no child has changed state
-/// (or there are no children at all).
-pub fn reap_any() -> io::Result<Option<(i32, ExitStatus)>> {
+/// What the kernel counted for a reaped child (wait4's `struct rusage`):
+/// the child and every descendant it waited for, as RUSAGE_BOTH adds them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rusage {
+    pub user_usec: u64,
+    pub system_usec: u64,
+    /// `ru_maxrss` in bytes: the largest resident set of any *one* of
+    /// those processes (the kernel keeps a maximum, not a sum).
+    pub maxrss_bytes: u64,
+}
+
+/// One child reaped: its pid, how it ended, what it used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reaped {
+    pub pid: i32,
+    pub status: ExitStatus,
+    pub usage: Rusage,
+}
+
+/// One `wait4(-1, WNOHANG)`: `Ok(None)` when no child has changed state
+/// (or there are no children at all). The rusage comes with the reap
+/// itself: no call more than waitpid.
+pub fn reap_any() -> io::Result<Option<Reaped>> {
     let mut status: libc::c_int = 0;
-    // SAFETY: `status` is valid for writes; WNOHANG never blocks.
-    let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+    // SAFETY: all-zero is a valid `struct rusage` (integers and timevals).
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `status` and `ru` are valid for writes; WNOHANG never blocks.
+    let pid = unsafe { libc::wait4(-1, &mut status, libc::WNOHANG, &mut ru) };
     match pid {
         0 => Ok(None),
         -1 => {
@@ -50,7 +72,24 @@ pub fn reap_any() -> io::Result<Option<(i32, ExitStatus)>> {
                 _ => Err(err),
             }
         }
-        pid => Ok(Some((pid, exit_status(status)))),
+        pid => Ok(Some(Reaped {
+            pid,
+            status: exit_status(status),
+            usage: rusage(&ru),
+        })),
+    }
+}
+
+fn usec(t: libc::timeval) -> u64 {
+    (t.tv_sec.max(0) as u64) * 1_000_000 + t.tv_usec.max(0) as u64
+}
+
+fn rusage(ru: &libc::rusage) -> Rusage {
+    Rusage {
+        user_usec: usec(ru.ru_utime),
+        system_usec: usec(ru.ru_stime),
+        // Linux counts ru_maxrss in KiB.
+        maxrss_bytes: (ru.ru_maxrss.max(0) as u64) * 1024,
     }
 }
 

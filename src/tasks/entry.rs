@@ -18,6 +18,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use super::life::Life;
+use crate::cost::{Cost, COST_KEY};
 use crate::limits;
 use crate::wire::{
     Artifact, Message, Part, PartContent, StreamResponse, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus,
@@ -35,7 +36,8 @@ struct Stored {
 /// An event in a task's log, sharing its bytes with the task.
 #[derive(Clone)]
 pub(super) enum Body {
-    Status(Arc<TaskStatus>),
+    /// A status, and with the terminal one what the task cost.
+    Status(Arc<TaskStatus>, Option<Cost>),
     Artifact {
         chunk: Arc<Artifact>,
         append: bool,
@@ -53,11 +55,11 @@ impl Logged {
     /// The wire event (a deep copy: call it without the task's lock).
     pub fn render(&self, task_id: &str, context_id: &str) -> StreamResponse {
         match &self.body {
-            Body::Status(status) => StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
+            Body::Status(status, cost) => StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
                 task_id: task_id.to_string(),
                 context_id: context_id.to_string(),
                 status: TaskStatus::clone(status),
-                metadata: None,
+                metadata: with_cost(None, *cost),
             }),
             Body::Artifact {
                 chunk,
@@ -91,12 +93,15 @@ pub(super) struct Entry {
     pub life: Life,
     /// Streams reading the log; a finished task trims its log when none is.
     pub streams: usize,
+    /// What the task cost, once it ended having run.
+    pub cost: Option<Cost>,
 }
 
 /// What a reader takes under the lock: reference counts only.
 pub(super) struct View {
     status: Arc<TaskStatus>,
     metadata: Option<Arc<Map<String, Value>>>,
+    cost: Option<Cost>,
     history: Vec<Arc<Message>>,
     artifacts: Vec<Arc<Stored>>,
 }
@@ -112,8 +117,25 @@ impl View {
             status: TaskStatus::clone(&self.status),
             artifacts: Some(artifacts).filter(|a| !a.is_empty()),
             history: Some(history).filter(|h| !h.is_empty()),
-            metadata: self.metadata.map(Arc::unwrap_or_clone),
+            metadata: with_cost(self.metadata.map(Arc::unwrap_or_clone), self.cost),
         }
+    }
+}
+
+/// The task's metadata with its cost under [`COST_KEY`]: agentd's own key,
+/// so whatever a client sent under it is not kept.
+fn with_cost(metadata: Option<Map<String, Value>>, cost: Option<Cost>) -> Option<Map<String, Value>> {
+    match (metadata, cost) {
+        (md, Some(c)) => {
+            let mut md = md.unwrap_or_default();
+            md.insert(COST_KEY.to_string(), c.to_json());
+            Some(md)
+        }
+        (Some(mut md), None) => {
+            md.remove(COST_KEY);
+            Some(md).filter(|m| !m.is_empty())
+        }
+        (None, None) => None,
     }
 }
 
@@ -157,6 +179,7 @@ impl Entry {
             last_seq: 0,
             life: Life::Queued,
             streams: 0,
+            cost: None,
         };
         entry.push_history(Arc::new(first));
         entry
@@ -174,7 +197,10 @@ impl Entry {
     pub fn set_status(&mut self, status: TaskStatus, now_ms: u64) -> Arc<TaskStatus> {
         self.status_ms = now_ms;
         self.status = Arc::new(status);
-        self.log(Body::Status(self.status.clone()));
+        // The cost is set before the terminal status: a stream's last
+        // event says it too.
+        let cost = self.cost.filter(|_| self.status.state.is_terminal());
+        self.log(Body::Status(self.status.clone(), cost));
         self.status.clone()
     }
 
@@ -258,6 +284,7 @@ impl Entry {
         View {
             status: self.status.clone(),
             metadata: self.metadata.clone(),
+            cost: self.cost,
             history: self.history.iter().skip(self.history.len() - keep).cloned().collect(),
             artifacts: if include_artifacts {
                 self.artifacts.clone()

@@ -45,6 +45,8 @@ use serde_json::{Map, Value};
 
 use crate::clock;
 use crate::control::Cause;
+use crate::cost::Cost;
+pub use crate::cost::COST_KEY;
 use crate::principal::Principal;
 use crate::trace::TraceContext;
 use crate::wire::{Artifact, Message, Task, TaskState, TaskStatus};
@@ -415,6 +417,14 @@ impl TaskTable {
 
     /// Ends a task: terminal state, readable text and machine-readable cause.
     pub fn finish(&self, id: &str, state: TaskState, cause: Cause, text: Option<String>) {
+        self.finish_with_cost(id, state, cause, text, None);
+    }
+
+    /// [`finish`](Self::finish), with what the task cost (it ran): kept
+    /// with the verdict, in the same change, so whoever sees the task
+    /// terminal sees its cost too. It is rendered into the task's metadata
+    /// under [`COST_KEY`] only when the task is read.
+    pub fn finish_with_cost(&self, id: &str, state: TaskState, cause: Cause, text: Option<String>, cost: Option<Cost>) {
         debug_assert!(state.is_terminal());
         let Some(slot) = self.find(id) else { return };
         let text = text.unwrap_or_else(|| default_text(state, cause).to_string());
@@ -424,6 +434,7 @@ impl TaskTable {
         let history = Arc::new(message.clone());
         let _ = self.apply(&slot, Change::Finish(state), |e, record| {
             e.push_history(history);
+            e.cost = cost;
             self.set_status(&slot, e, record, Some(message), Some(cause));
         });
     }

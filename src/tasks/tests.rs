@@ -580,3 +580,49 @@ fn list_filters_by_a_metadata_predicate() {
     );
     assert_eq!(page.total_size, 1);
 }
+
+#[test]
+fn the_cost_comes_with_the_verdict_and_only_agentd_writes_its_key() {
+    use crate::cost::{Cost, Cpu, COST_KEY, CPU_RUSAGE};
+    let t = table(10);
+    // A client's own value under agentd's key is not kept.
+    let spoof = Map::from_iter([
+        (COST_KEY.to_string(), Value::String("free".into())),
+        ("mine".to_string(), Value::Bool(true)),
+    ]);
+    let id = t.create(&op(), msg("x"), Some(spoof)).unwrap().id;
+    t.set_progress(&id, TaskState::Working, None);
+    let working = t.get(&op(), &id, None).unwrap().metadata.unwrap();
+    assert_eq!(working.get(COST_KEY), None);
+    assert_eq!(working["mine"], true, "the rest of it is");
+    let w = t.watch(&op(), &id).unwrap();
+    let (_, seq) = w.snapshot(None);
+    let cost = Cost {
+        wall_ms: 9,
+        cpu: Some(Cpu {
+            user_usec: 7,
+            system_usec: 2,
+            source: CPU_RUSAGE,
+        }),
+        memory: None,
+    };
+    t.finish_with_cost(&id, TaskState::Completed, Cause::Completed, None, Some(cost));
+    let md = t.get(&op(), &id, None).unwrap().metadata.unwrap();
+    assert_eq!(md[COST_KEY], cost.to_json());
+    assert_eq!(md["mine"], true);
+    // The stream's last event carries it too; none before it did.
+    match w.next_events(seq, Duration::ZERO) {
+        Next::Events(ev) => {
+            let last = ev.last().map(|e| &e.event);
+            let Some(StreamResponse::StatusUpdate(s)) = last else {
+                panic!("{ev:?}")
+            };
+            assert_eq!(s.metadata.as_ref().unwrap()[COST_KEY], cost.to_json());
+        }
+        other => panic!("expected the final status, got {other:?}"),
+    }
+    // A task that never ran (canceled while queued) has none.
+    let queued = t.create(&op(), msg("y"), None).unwrap().id;
+    t.finish(&queued, TaskState::Canceled, Cause::Cancelled, None);
+    assert_eq!(t.get(&op(), &queued, None).unwrap().metadata, None);
+}

@@ -31,7 +31,7 @@ pub const COMMANDS: &[Command] = &[
     Command {
         name: "send",
         synopsis: "send [ENDPOINT] [TEXT…]",
-        about: "send a message (TEXT, or stdin when absent or -); show the task when its turn ends",
+        about: "send a message (TEXT, or stdin when absent or -); show the task when its turn ends, and what it cost",
         options_text: "      --stream                   show progress live (SendStreamingMessage)
       --task ID                  continue a task waiting for input
       --context ID               send within a conversation (contextId)
@@ -43,7 +43,7 @@ pub const COMMANDS: &[Command] = &[
     Command {
         name: "get",
         synopsis: "get [ENDPOINT] TASK_ID",
-        about: "show a task",
+        about: "show a task (and what it cost, once it ended)",
         options_text: "      --history N                the last N messages of its history\n",
         flags: &["--history"],
         valued: &["--history"],

@@ -8,6 +8,7 @@ use serde_json::Value;
 use super::EXIT_OK;
 use super::EXIT_TASK_FAILED;
 use crate::client::StreamEvent;
+use crate::cost::{self, COST_KEY};
 
 pub fn print_json(v: &Value) {
     println!("{v}");
@@ -62,6 +63,9 @@ pub fn print_task(task: &Value, with_artifacts: bool, endpoint: &str) {
     println!("  context {}", text(&task["contextId"]));
     if let Some(note) = status_note(&task["status"]) {
         println!("  status: {note}");
+    }
+    if let Some(c) = cost::describe(&task["metadata"][COST_KEY]) {
+        println!("  cost: {c}");
     }
     if task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED" {
         println!("  {}", input_hint(endpoint, &text(&task["id"])));
@@ -155,6 +159,10 @@ impl Printer {
             if state == "input-required" {
                 let hint = input_hint(&self.endpoint, task_id.as_deref().unwrap_or("TASK_ID"));
                 self.line(&hint);
+            }
+            // The final status says what the task cost.
+            if let Some(c) = cost::describe(&s["metadata"][COST_KEY]) {
+                self.line(&format!("  cost: {c}"));
             }
         } else if let Some(a) = r.get("artifactUpdate") {
             let body = message_text(&a["artifact"]);

@@ -3,6 +3,8 @@
 //! linger, cgroups and their counters, agentd's children — is what the fake
 //! [`Kernel`] is told to say. Each test is a short script and the verdict
 //! the task table ends up with, plus what the driver did to the kernel.
+//! The fake's cgroup counters behave as the kernel's: CPU time cumulative
+//! over every task of a slot, a peak reset after each read.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::File;
@@ -11,9 +13,12 @@ use std::os::fd::AsRawFd;
 
 use super::*;
 use crate::control::{self, Outcome};
+use crate::cost::{CpuTimes, COST_KEY, MEMORY_CGROUP2};
 use crate::principal::Principal;
+use crate::sys::Reaped;
 use crate::tasks::TableLimits;
 use crate::wire::{Part, Role};
+use serde_json::{json, Value};
 
 const MS: Duration = Duration::from_millis(1);
 const FRAME_MAX: usize = 1 << 20;
@@ -42,6 +47,17 @@ struct Kernel {
     released: Vec<Slot>,
     /// waitpid calls (each returns one exit or nothing).
     reap_calls: usize,
+    /// What wait4 reports a pid used.
+    rusage: HashMap<i32, Rusage>,
+    /// Each slot's `cpu.stat`: cumulative over every task it served.
+    slot_cpu: HashMap<Slot, CpuTimes>,
+    /// Each slot's reading at the end of its last task (the real slot
+    /// keeps it beside its open `cpu.stat`).
+    slot_cpu_seen: HashMap<Slot, CpuTimes>,
+    /// Each slot's peak since its last read (which resets it).
+    slot_peak: HashMap<Slot, u64>,
+    /// Slots whose usage was read, in order.
+    usage_reads: Vec<Slot>,
 }
 
 impl Os for Kernel {
@@ -59,9 +75,13 @@ impl Os for Kernel {
     fn group_alive(&mut self, pgid: i32) -> bool {
         self.lingering_groups.get(&pgid).is_some_and(|n| *n > 0)
     }
-    fn reap(&mut self) -> std::io::Result<Option<(i32, ExitStatus)>> {
+    fn reap(&mut self) -> std::io::Result<Option<Reaped>> {
         self.reap_calls += 1;
-        Ok(self.exits.pop_front())
+        Ok(self.exits.pop_front().map(|(pid, status)| Reaped {
+            pid,
+            status,
+            usage: self.rusage.get(&pid).copied().unwrap_or_default(),
+        }))
     }
     fn children(&mut self) -> Vec<i32> {
         self.children.clone()
@@ -85,6 +105,15 @@ impl Os for Kernel {
     }
     fn out_of_memory(&mut self, cg: &Slot) -> bool {
         self.oom.contains(cg)
+    }
+    fn cgroup_usage(&mut self, cg: &Slot) -> Usage {
+        self.usage_reads.push(*cg);
+        let now = self.slot_cpu.get(cg).copied().unwrap_or_default();
+        let before = self.slot_cpu_seen.insert(*cg, now).unwrap_or_default();
+        Usage {
+            cpu: Some((before, now)),
+            memory_peak: self.slot_peak.remove(cg).map(|p| (p, MEMORY_CGROUP2)),
+        }
     }
     fn release_cgroup(&mut self, cg: Slot) {
         self.released.push(cg);
@@ -142,6 +171,11 @@ impl Harness {
             killed_slots: Vec::new(),
             released: Vec::new(),
             reap_calls: 0,
+            rusage: HashMap::new(),
+            slot_cpu: HashMap::new(),
+            slot_cpu_seen: HashMap::new(),
+            slot_peak: HashMap::new(),
+            usage_reads: Vec::new(),
         };
         let table = Arc::new(TaskTable::new(TableLimits {
             max_running: 8,
@@ -255,6 +289,25 @@ impl Harness {
             .and_then(|m| m.parts.first())
             .and_then(|p| p.as_text().map(String::from));
         (task.status.state, cause, text)
+    }
+
+    /// The task's cost, as its metadata carries it (Null: none).
+    fn cost(&self, id: &str) -> Value {
+        let task = self.d.tasks.get(&operator(), id, None).unwrap();
+        task.metadata
+            .and_then(|m| m.get(COST_KEY).cloned())
+            .unwrap_or(Value::Null)
+    }
+
+    /// A task on worker `pid` that completes after `ms` and leaves.
+    fn completes_after(&mut self, pid: i32, ms: u64) -> String {
+        let id = self.task_on(pid);
+        self.heard(pid); // it read its task
+        self.at(ms);
+        self.done(pid, Outcome::Completed, Cause::Completed);
+        self.dies(pid, ExitStatus::Code(0));
+        assert_eq!(self.verdict(&id).0, TaskState::Completed);
+        id
     }
 
     fn signals_to(&self, pid: i32) -> Vec<libc::c_int> {
@@ -652,4 +705,115 @@ fn status_and_artifact_frames_reach_the_table_and_input_resumes() {
         reference_task_ids: vec![],
     };
     assert!(!h.d.input("no-such-task", stray), "no worker: the caller is told");
+}
+
+fn cpu(user_usec: u64, system_usec: u64) -> CpuTimes {
+    CpuTimes { user_usec, system_usec }
+}
+
+fn rusage(user_usec: u64, system_usec: u64, maxrss_bytes: u64) -> Rusage {
+    Rusage {
+        user_usec,
+        system_usec,
+        maxrss_bytes,
+    }
+}
+
+#[test]
+fn without_a_cgroup_a_task_costs_what_wait4_counted_for_its_worker() {
+    let mut h = Harness::new();
+    h.worker(40, None);
+    h.d.os.rusage.insert(40, rusage(480_000, 20_000, 70 << 20));
+    let id = h.completes_after(40, 700);
+    assert_eq!(
+        h.cost(&id),
+        json!({"wallMs": 700,
+            "cpu": {"userUsec": 480000, "systemUsec": 20000, "source": "wait4:rusage"},
+            "memory": {"peakBytes": 73400320, "source": "wait4:ru_maxrss"}})
+    );
+}
+
+#[test]
+fn a_reused_slot_charges_each_task_only_what_it_counted_since_the_last() {
+    let mut h = Harness::new();
+    h.worker(41, Some(1));
+    h.d.os.slot_cpu.insert(Slot(1), cpu(300_000, 10_000));
+    // What wait4 says is not used where the cgroup says it.
+    h.d.os.rusage.insert(41, rusage(1, 1, 8 << 20));
+    let first = h.completes_after(41, 100);
+    assert_eq!(
+        h.cost(&first)["cpu"],
+        json!({"userUsec": 300000, "systemUsec": 10000, "source": "cgroup2:cpu.stat"})
+    );
+    // No memory controller in the slot (a hybrid host): the peak is wait4's.
+    assert_eq!(h.cost(&first)["memory"]["source"], "wait4:ru_maxrss");
+    assert_eq!(h.d.os.released, vec![Slot(1)]);
+
+    // The same slot for the next worker: its cpu.stat goes on counting.
+    h.worker(42, Some(1));
+    h.d.os.slot_cpu.insert(Slot(1), cpu(500_000, 30_000));
+    let second = h.completes_after(42, 400);
+    assert_eq!(
+        h.cost(&second)["cpu"],
+        json!({"userUsec": 200000, "systemUsec": 20000, "source": "cgroup2:cpu.stat"})
+    );
+    assert_eq!(h.cost(&second)["wallMs"], 300, "from the task's start on its worker");
+    assert_eq!(
+        h.d.os.usage_reads,
+        vec![Slot(1), Slot(1)],
+        "one reading per task, at its end"
+    );
+    assert_eq!(
+        h.cost(&first)["cpu"]["userUsec"],
+        300000,
+        "the first task's cost stays as it was"
+    );
+}
+
+#[test]
+fn a_cgroup_peak_is_the_tasks_own_and_wins_over_the_largest_process() {
+    let mut h = Harness::new();
+    h.worker(43, Some(3));
+    h.d.os.slot_peak.insert(Slot(3), 96 << 20);
+    h.d.os.rusage.insert(43, rusage(0, 0, 70 << 20));
+    let id = h.completes_after(43, 10);
+    assert_eq!(
+        h.cost(&id)["memory"],
+        json!({"peakBytes": 100663296, "source": "cgroup2:memory.peak"})
+    );
+    // The read reset it: the next task in the slot starts from nothing.
+    h.worker(44, Some(3));
+    h.d.os.slot_peak.insert(Slot(3), 2 << 20);
+    let next = h.completes_after(44, 20);
+    assert_eq!(h.cost(&next)["memory"]["peakBytes"], 2 << 20);
+}
+
+#[test]
+fn a_worker_that_leaves_without_a_task_moves_its_slots_baseline_on() {
+    let mut h = Harness::new();
+    h.worker(45, Some(5));
+    h.d.os.slot_cpu.insert(Slot(5), cpu(40_000, 5_000)); // it started, idle
+    h.hang_up(45);
+    h.exit(45, ExitStatus::Code(0));
+    assert!(h.d.is_empty());
+    h.worker(46, Some(5));
+    h.d.os.slot_cpu.insert(Slot(5), cpu(70_000, 6_000));
+    let id = h.completes_after(46, 10);
+    assert_eq!(h.cost(&id)["cpu"]["userUsec"], 30000, "not the idle worker's time");
+    assert_eq!(h.cost(&id)["cpu"]["systemUsec"], 1000);
+}
+
+#[test]
+fn a_cancelled_task_has_a_cost_too() {
+    let mut h = Harness::new();
+    h.worker(47, None);
+    h.d.os.rusage.insert(47, rusage(5_000, 1_000, 4 << 20));
+    let id = h.task_on(47);
+    h.heard(47);
+    h.d.stop_task(&id, Cause::Cancelled);
+    h.at(50);
+    h.dies(47, ExitStatus::Signal(libc::SIGTERM));
+    assert_eq!(h.verdict(&id).0, TaskState::Canceled);
+    assert_eq!(h.cost(&id)["cpu"]["userUsec"], 5000);
+    assert_eq!(h.cost(&id)["wallMs"], 50);
 }
