@@ -6,7 +6,7 @@
 mod common;
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{alive, status_text, wait_for, Daemon};
 use serde_json::{json, Value};
@@ -144,17 +144,13 @@ exit 0"#,
         ),
     );
     let d = Daemon::start(&["--exec", &prog, "--exec-protocol", "jsonl"]);
-    let started = Instant::now();
     let id = send_raw_async(&d, &text_message("go"));
     let helper = pid_in(&pidfile);
+    // The bound is the wait's: a task that waited for the helper's pipes
+    // to close would take its 30 s.
     let t = wait_terminal(&d, &id, EXIT_GRACE + Duration::from_secs(5));
     assert_state(&t, "TASK_STATE_COMPLETED");
     assert_eq!(status_text(&t), "done");
-    assert!(
-        started.elapsed() < EXIT_GRACE + Duration::from_secs(5),
-        "took {:?}",
-        started.elapsed()
-    );
     assert_gone(helper, "helper");
 }
 
@@ -343,16 +339,12 @@ echo before"#,
         ),
     );
     let d = Daemon::start(&["--exec", &prog]);
-    let started = Instant::now();
     let id = send_raw_async(&d, &text_message("go"));
     let helper = pid_in(&pidfile);
+    // The bound is the wait's: a task that waited for the helper's pipes
+    // to close would take its 30 s, not the 500 ms drain.
     let t = wait_terminal(&d, &id, Duration::from_secs(5));
     assert_state(&t, "TASK_STATE_COMPLETED");
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "took {:?}",
-        started.elapsed()
-    );
     assert_eq!(t["artifacts"][0]["parts"][0]["text"], "before\n", "{}", brief(&t));
     assert_gone(helper, "helper");
 }
