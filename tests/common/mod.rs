@@ -1029,14 +1029,19 @@ pub fn venv_python(name: &str, requirement: &str, check: &str) -> Result<PathBuf
 /// Whether this is a CI run: `CI` set to anything but empty, `0` or
 /// `false` (any case). `CI=false` is how a shell says "not CI".
 pub fn under_ci() -> bool {
-    match std::env::var("CI") {
-        Ok(v) => {
+    ci_value_means_ci(std::env::var_os("CI").as_deref())
+}
+
+/// What a value of `CI` means (None: unset).
+pub fn ci_value_means_ci(value: Option<&std::ffi::OsStr>) -> bool {
+    match value.map(|v| v.to_str()) {
+        None => false,
+        // Set, but not UTF-8: set.
+        Some(None) => true,
+        Some(Some(v)) => {
             let v = v.trim();
             !(v.is_empty() || v == "0" || v.eq_ignore_ascii_case("false"))
         }
-        // Set, but not UTF-8: still set.
-        Err(std::env::VarError::NotUnicode(_)) => true,
-        Err(std::env::VarError::NotPresent) => false,
     }
 }
 
