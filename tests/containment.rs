@@ -102,6 +102,18 @@ fn kill9_with_escapees(args: &[&str], want_isolation: &str) -> Result<Duration, 
     if let Some(base) = args.iter().find_map(|a| a.strip_prefix("tasks.cgroup=/")) {
         let parent = Path::new("/").join(base).join(format!("agentd-{dead}"));
         assert!(parent.join("slot-2").exists(), "kill -9 leaves the slots behind");
+        // Named as the manual names them (FILES, Cgroups): slot-N.
+        for slot in std::fs::read_dir(&parent)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.path().is_dir())
+        {
+            let name = slot.file_name().to_string_lossy().into_owned();
+            assert!(
+                name.strip_prefix("slot-").is_some_and(|n| n.parse::<u32>().is_ok()),
+                "{name}: not slot-N"
+            );
+        }
         let _d2 = Daemon::start(&all_args);
         assert!(
             wait_for(Duration::from_secs(5), || !parent.exists()),

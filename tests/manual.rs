@@ -245,6 +245,29 @@ fn figure_is(figure: &str, value: &str) -> bool {
     }
 }
 
+/// The manual names a task's cgroups one way, as src/cgroup.rs makes
+/// them (`agentd-PID/slot-N`, which tests/containment.rs sees on disk):
+/// in Cgroups and in FILES alike, and nowhere a per-task name.
+#[test]
+fn the_manual_names_the_cgroup_slots_as_the_code_does() {
+    let raw = std::fs::read_to_string(man_path()).unwrap();
+    let words = roff_words(&raw);
+    assert!(
+        words.contains("CGROUP/agentd-PID/slot-N/"),
+        "FILES does not name CGROUP/agentd-PID/slot-N/"
+    );
+    assert!(
+        words.contains("Each worker gets a slot, slot-N in each"),
+        "Cgroups lost its slot-N"
+    );
+    for stale in ["task-WORKERPID", "task-PID", "removed when the task ends"] {
+        assert!(
+            !words.contains(stale),
+            "the manual still says {stale:?} of task cgroups"
+        );
+    }
+}
+
 #[test]
 fn every_serve_flag_is_documented() {
     let flags = long_flags(&agentd(&["help", "serve"]));

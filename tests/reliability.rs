@@ -585,7 +585,7 @@ esac"#,
 
 /// The cgroups agentd made for its tasks: every directory below an
 /// `agentd-PID` directory (found up to four levels below each cgroup mount),
-/// whatever agentd names them (`task-N`, `slot-N`, …).
+/// whatever agentd names them (`slot-N`, as the manual says).
 fn task_cgroups(daemon: i32) -> Vec<PathBuf> {
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let mounts: Vec<PathBuf> = mountinfo
