@@ -7,6 +7,7 @@
 
 mod common;
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::{status_text, terminal_cause, user_message, wait_for, Daemon, SseEvent, TempDir};
@@ -140,30 +141,65 @@ fn jsonl_lines_count_against_the_budget_too() {
 
 // ---- history ---------------------------------------------------------------
 
-/// A jsonl program that says `working` with texts m1..mN, then completes
-/// with the text `done`: N + 2 history messages with the user's.
-fn says(dir: &TempDir, n: usize) -> String {
+/// A jsonl program that says `working` with texts m1..mN, waits for the
+/// file `go`, then completes with the text `done`: N + 2 history messages
+/// with the user's.
+fn says(dir: &TempDir, n: usize, go: &Path) -> String {
     script(
         dir,
         &format!(
             "read -r first\n\
              i=1\n\
              while [ $i -le {n} ]; do echo \"{{\\\"status\\\":\\\"working\\\",\\\"text\\\":\\\"m$i\\\"}}\"; i=$((i+1)); done\n\
-             echo '{{\"status\":\"completed\",\"text\":\"done\"}}'"
+             while [ ! -e {go} ]; do sleep 0.02; done\n\
+             echo '{{\"status\":\"completed\",\"text\":\"done\"}}'",
+            go = go.display()
         ),
     )
 }
 
+/// Sends `text`, waits until the task's newest history message satisfies
+/// `arrived` (every working line was taken in while the program ran), then
+/// lets the program end (`go`) and returns the finished task.
+///
+/// The wait is not cosmetic: procman reaps a worker's exit before it reads
+/// the frames still in its pipe, and drops the status frames it then reads
+/// (`on_frame` only applies them while the worker is Running), so a
+/// program's last working lines before it exits can be lost. Reported to
+/// the lead; this test is about the caps, so it keeps the program alive
+/// until they are in.
+fn run_until(d: &Daemon, go: &Path, text: &str, arrived: impl Fn(&str) -> bool) -> Value {
+    let id = d.send_async(text);
+    let mut newest = String::new();
+    assert!(
+        wait_for(Duration::from_secs(60), || {
+            let h = history_texts(&d.ok("GetTask", json!({"id": id, "historyLength": 1})));
+            newest = h.last().cloned().unwrap_or_default();
+            arrived(&newest)
+        }),
+        "the program's last working line never reached the history (newest: {:.40})",
+        newest
+    );
+    std::fs::write(go, "").unwrap();
+    let mut task = Value::Null;
+    assert!(wait_for(Duration::from_secs(30), || {
+        task = get(d, &id);
+        state(&task) == "TASK_STATE_COMPLETED"
+    }));
+    task
+}
+
 #[test]
 fn history_keeps_the_last_1000_messages_at_and_over_the_cap() {
-    let tmp = TempDir::new("hist");
     // The user's message, N working texts, the final `done`.
     for working in [MANUAL_HISTORY_MAX - 2, MANUAL_HISTORY_MAX - 1, MANUAL_HISTORY_MAX + 100] {
+        let tmp = TempDir::new("hist");
+        let go = tmp.0.join("go");
         let total = working + 2;
-        let d = Daemon::start(&["--exec", &says(&tmp, working), "--exec-protocol", "jsonl"]);
-        let t = send(&d, "the user's message");
-        assert_eq!(state(&t), "TASK_STATE_COMPLETED", "{}", t["status"]);
-        let history = history_texts(&get(&d, t["id"].as_str().unwrap()));
+        let d = Daemon::start(&["--exec", &says(&tmp, working, &go), "--exec-protocol", "jsonl"]);
+        let last_working = format!("m{working}");
+        let t = run_until(&d, &go, "the user's message", |newest| newest == last_working);
+        let history = history_texts(&t);
         let dropped = total.saturating_sub(MANUAL_HISTORY_MAX);
         assert_eq!(
             history.len(),
@@ -198,6 +234,7 @@ fn history_keeps_at_most_16_mib_the_newest_first() {
     // message), so 15 or 16 of them, then the final `done`.
     const MIB: usize = 1024 * 1024;
     let tmp = TempDir::new("histb");
+    let go = tmp.0.join("go");
     let big = tmp.0.join("big.json");
     std::fs::write(
         &big,
@@ -210,14 +247,15 @@ fn history_keeps_at_most_16_mib_the_newest_first() {
             "read -r first\n\
              i=1\n\
              while [ $i -le 20 ]; do sed \"s/^{{\\\"status\\\":\\\"working\\\",\\\"text\\\":\\\"h/&$i-/\" {big}; i=$((i+1)); done\n\
+             while [ ! -e {go} ]; do sleep 0.02; done\n\
              echo '{{\"status\":\"completed\",\"text\":\"done\"}}'",
-            big = big.display()
+            big = big.display(),
+            go = go.display()
         ),
     );
     let d = Daemon::start(&["--exec", &prog, "--exec-protocol", "jsonl"]);
-    let t = send(&d, "x");
-    assert_eq!(state(&t), "TASK_STATE_COMPLETED", "{}", t["status"]);
-    let history = history_texts(&get(&d, t["id"].as_str().unwrap()));
+    let t = run_until(&d, &go, "x", |newest| newest.starts_with("h20-"));
+    let history = history_texts(&t);
     let bytes: usize = history.iter().map(String::len).sum();
     assert!(
         bytes <= MANUAL_HISTORY_MAX_BYTES,
@@ -269,7 +307,16 @@ fn a_running_task_keeps_its_last_4096_events_for_a_resuming_stream() {
             go = go.display()
         ),
     );
-    let d = Daemon::start(&["--exec", &prog, "--exec-protocol", "jsonl"]);
+    // No keep-alive comments: a stream that has no more events to give
+    // times out (and fails) instead of waiting forever.
+    let d = Daemon::start(&[
+        "--exec",
+        &prog,
+        "--exec-protocol",
+        "jsonl",
+        "--set",
+        "http.sse_keepalive_ms=3600000",
+    ]);
     let id = d.send_async("go");
     assert!(
         wait_for(Duration::from_secs(60), || artifact_text(&get(&d, &id)).len() == CHUNKS),
@@ -279,7 +326,9 @@ fn a_running_task_keeps_its_last_4096_events_for_a_resuming_stream() {
     let subscribe = |after: Option<u64>| {
         let last = after.map(|a| a.to_string());
         let headers: Vec<(&str, &str)> = last.iter().map(|l| ("Last-Event-ID", l.as_str())).collect();
-        d.stream("SubscribeToTask", json!({"id": id}), &headers)
+        let mut s = d.stream("SubscribeToTask", json!({"id": id}), &headers);
+        s.set_timeout(Duration::from_secs(20));
+        s
     };
     // Without Last-Event-ID: a snapshot at the latest sequence.
     let mut now = subscribe(None);
@@ -299,10 +348,16 @@ fn a_running_task_keeps_its_last_4096_events_for_a_resuming_stream() {
 
     // At the edge: every one of the 4096 kept events, no snapshot.
     let mut edge = subscribe(Some(last - MANUAL_EVENTS_MAX));
-    let replayed: Vec<SseEvent> = (0..MANUAL_EVENTS_MAX)
-        .map(|_| edge.next_event().expect("a replayed event"))
+    let first = edge.next_event().expect("a replayed event");
+    assert_eq!(
+        (first.kind(), first.id),
+        ("artifactUpdate", Some(last - MANUAL_EVENTS_MAX + 1)),
+        "resuming at the edge of the {MANUAL_EVENTS_MAX} kept events: {}",
+        first.raw
+    );
+    let replayed: Vec<SseEvent> = std::iter::once(first)
+        .chain((1..MANUAL_EVENTS_MAX).map(|_| edge.next_event().expect("a replayed event")))
         .collect();
-    assert_eq!(replayed[0].kind(), "artifactUpdate", "{}", replayed[0].raw);
     let ids: Vec<u64> = replayed.iter().map(|e| e.id.unwrap()).collect();
     let want: Vec<u64> = (last - MANUAL_EVENTS_MAX + 1..=last).collect();
     assert!(
