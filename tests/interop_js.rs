@@ -18,8 +18,8 @@
 //! `tests/interop/package.json` and its lockfile (pinned versions) into
 //! `target/interop-js` once and reused while those files are unchanged. If
 //! they cannot be installed (no network, no `node`/`npm`) the test fails
-//! under CI (`CI` set) and otherwise skips loudly. The driver and the shim
-//! are copied beside that `node_modules` for each run: ES modules resolve
+//! under CI (see `common::skip_or_fail`) and otherwise skips loudly. The
+//! driver and the shim are copied beside that `node_modules` for each run: ES modules resolve
 //! bare imports from where the importing file lives.
 
 mod common;

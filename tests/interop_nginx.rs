@@ -6,7 +6,8 @@
 //! the end), resumes a subscription with `Last-Event-ID`, and cancels a task.
 //!
 //! nginx is not installed by the test: `.ci/run` installs it. Without it the
-//! test fails under CI (`CI` set) and otherwise skips loudly.
+//! test fails under CI (see `common::skip_or_fail`) and otherwise skips
+//! loudly.
 
 mod common;
 
