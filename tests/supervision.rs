@@ -240,7 +240,13 @@ fn cancel_kills_a_stubborn_program_and_its_grandchildren() {
     for p in &pids {
         assert!(!alive(*p), "pid {p} survived the cancel");
     }
-    assert!(started.elapsed() < Duration::from_secs(5));
+    // The program ignores SIGTERM: it dies at the SIGKILL rung, after both
+    // graces (200 + 300 ms), and not much later.
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(500) && took < Duration::from_secs(10),
+        "the cancel took {took:?}"
+    );
     assert!(d.log_text().contains("rung=SIGKILL"), "the ladder reached SIGKILL");
     // Cancelling again is refused: it is finished.
     assert_eq!(d.err("CancelTask", json!({"id": id}))["code"], -32002);
