@@ -275,22 +275,33 @@ mod tests {
         };
         let (stop_tx, stop) = crossbeam_channel::bounded(1);
         let t = watch(notifier, ping, || "busy".to_string(), stop).unwrap();
-        let heard = |for_ms: u64| {
+        // Counts and deadlines, no listening window: every datagram is
+        // read until `enough` holds, then what is already queued.
+        let heard_until = |enough: &dyn Fn(&[String]) -> bool| {
             let mut got = Vec::new();
-            let until = std::time::Instant::now() + Duration::from_millis(for_ms);
+            let until = std::time::Instant::now() + Duration::from_secs(20);
             let mut buf = [0u8; 64];
-            while std::time::Instant::now() < until {
+            while !enough(&got) && std::time::Instant::now() < until {
                 if let Ok(n) = ear.recv(&mut buf) {
                     got.push(String::from_utf8_lossy(&buf[..n]).into_owned());
                 }
             }
+            ear.set_nonblocking(true).unwrap();
+            while let Ok(n) = ear.recv(&mut buf) {
+                got.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+            }
+            ear.set_nonblocking(false).unwrap();
             got
         };
-        let wedged_msgs = heard(400);
+        // Wedged for three whole beats (the third ping asked means the
+        // first two went unanswered to their end): a status, no beat.
+        let wedged_msgs =
+            heard_until(&|got: &[String]| held.lock().unwrap().len() >= 3 && got.iter().any(|m| m == "STATUS=busy"));
+        assert!(held.lock().unwrap().len() >= 3, "the watchdog stopped pinging");
         assert!(wedged_msgs.contains(&"STATUS=busy".to_string()), "{wedged_msgs:?}");
         assert!(!wedged_msgs.iter().any(|m| m == "WATCHDOG=1"), "{wedged_msgs:?}");
         wedged.store(false, Ordering::SeqCst);
-        let alive = heard(400);
+        let alive = heard_until(&|got: &[String]| got.iter().filter(|m| *m == "WATCHDOG=1").count() >= 2);
         assert!(alive.iter().filter(|m| *m == "WATCHDOG=1").count() >= 2, "{alive:?}");
         drop(stop_tx);
         t.join().unwrap();

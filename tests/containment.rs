@@ -67,33 +67,27 @@ fn survivors(pids: &[i32]) -> Vec<i32> {
     pids.iter().copied().filter(|p| alive(*p)).collect()
 }
 
-/// The `isolation=` of agentd's ready line.
-fn isolation(d: &Daemon) -> String {
-    assert!(wait_for(Duration::from_secs(5), || d.log_text().contains("isolation=")));
-    let log = d.log_text();
-    let at = log.find("isolation=").unwrap() + "isolation=".len();
-    log[at..].split_whitespace().next().unwrap_or("").to_string()
-}
-
-const SKIP: &str = "!!!!!!!! SKIPPED";
-
 /// SIGKILLs agentd with two tasks running escapees; returns how long it
-/// took until none of their processes was left.
-fn kill9_with_escapees(args: &[&str], want_isolation: &str) -> Option<Duration> {
+/// took until none of their processes was left, or, when agentd's
+/// isolation is not `want_isolation`, Err(the isolation it reported):
+/// the caller decides whether that is a skip or a failure.
+fn kill9_with_escapees(args: &[&str], want_isolation: &str) -> Result<Duration, String> {
     let tmp = common::TempDir::new("contain");
     let prog = escapee_script(&tmp.0, "while :; do sleep 1; done");
     let mut all_args = vec!["--exec", prog.to_str().unwrap()];
     all_args.extend(args);
     let mut d = Daemon::start(&all_args);
-    let iso = isolation(&d);
+    let iso = common::isolation(&d);
     if !iso.contains(want_isolation) {
-        eprintln!("{SKIP}: isolation={iso}, not {want_isolation}");
-        return None;
+        return Err(iso);
     }
     d.send_async("x");
     d.send_async("x");
     let mut pids = task_pids(&tmp.0, 2);
     pids.extend(common::children(d.pid()));
+    // Two programs, six escapees, two workers (and the pool): a run that
+    // killed nothing cannot pass.
+    assert!(pids.len() >= 10, "{pids:?}");
     let dead = d.pid();
     d.kill9();
     let killed = Instant::now();
@@ -108,6 +102,18 @@ fn kill9_with_escapees(args: &[&str], want_isolation: &str) -> Option<Duration> 
     if let Some(base) = args.iter().find_map(|a| a.strip_prefix("tasks.cgroup=/")) {
         let parent = Path::new("/").join(base).join(format!("agentd-{dead}"));
         assert!(parent.join("slot-2").exists(), "kill -9 leaves the slots behind");
+        // Named as the manual names them (FILES, Cgroups): slot-N.
+        for slot in std::fs::read_dir(&parent)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.path().is_dir())
+        {
+            let name = slot.file_name().to_string_lossy().into_owned();
+            assert!(
+                name.strip_prefix("slot-").is_some_and(|n| n.parse::<u32>().is_ok()),
+                "{name}: not slot-N"
+            );
+        }
         let _d2 = Daemon::start(&all_args);
         assert!(
             wait_for(Duration::from_secs(5), || !parent.exists()),
@@ -115,29 +121,50 @@ fn kill9_with_escapees(args: &[&str], want_isolation: &str) -> Option<Duration> 
             parent.display()
         );
     }
-    Some(took)
+    Ok(took)
 }
 
 #[test]
 fn kill9_leaves_no_escapee_with_cgroups() {
-    kill9_with_escapees(&[], "cgroup");
+    let test = "kill9_leaves_no_escapee_with_cgroups";
+    if let Err(iso) = kill9_with_escapees(&[], "cgroup") {
+        common::skip_or_fail(
+            test,
+            &format!(
+                "agentd reports isolation={iso}, no task cgroups; needs {}",
+                common::CGROUP_HOST
+            ),
+        );
+    }
 }
 
 #[test]
 fn kill9_leaves_no_escapee_and_a_restart_removes_the_slots() {
+    let test = "kill9_leaves_no_escapee_and_a_restart_removes_the_slots";
     // In a cgroup tree of our own: no other daemon removes the slots first.
     let Some(base) = PrivateBase::new() else {
-        eprintln!("{SKIP} kill9_leaves_no_escapee_and_a_restart_removes_the_slots: no cgroup v2 to write here");
-        return;
+        return common::skip_or_fail(
+            test,
+            &format!(
+                "no cgroup v2 directory can be made beside this test's own; needs {}",
+                common::CGROUP_HOST
+            ),
+        );
     };
     let set = format!("tasks.cgroup={}", base.0.display());
-    kill9_with_escapees(&["--set", &set], "cgroup2");
+    if let Err(iso) = kill9_with_escapees(&["--set", &set], "cgroup2") {
+        panic!(
+            "tasks.cgroup={} is a writable cgroup v2 directory, yet isolation={iso}",
+            base.0.display()
+        );
+    }
 }
 
 #[test]
 fn kill9_leaves_no_escapee_without_cgroups() {
-    let took = kill9_with_escapees(&["--set", "tasks.cgroup=off"], "subreaper");
-    assert!(took.is_some(), "tasks.cgroup=off always means the subreaper path");
+    if let Err(iso) = kill9_with_escapees(&["--set", "tasks.cgroup=off"], "subreaper") {
+        panic!("tasks.cgroup=off always means the subreaper path, yet isolation={iso}");
+    }
 }
 
 /// Our own cgroup in each hierarchy named (`""` for v2, else a v1
@@ -197,8 +224,13 @@ fn a_restart_kills_and_removes_a_dead_daemons_slots() {
     // behind: `agentd-PID/slot-N` cgroups, PID gone, processes inside —
     // made here by hand, in a cgroup tree of this test's own.
     let Some(base) = PrivateBase::new() else {
-        eprintln!("{SKIP} a_restart_kills_and_removes_a_dead_daemons_slots: no cgroup v2 to write here");
-        return;
+        return common::skip_or_fail(
+            "a_restart_kills_and_removes_a_dead_daemons_slots",
+            &format!(
+                "no cgroup v2 directory can be made beside this test's own; needs {}",
+                common::CGROUP_HOST
+            ),
+        );
     };
     let mut gone = std::process::Command::new("true").spawn().unwrap();
     gone.wait().unwrap();

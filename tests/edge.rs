@@ -235,8 +235,10 @@ fn squat(dir: &std::path::Path) {
 
 #[test]
 fn a_squatted_socket_directory_is_refused_with_the_reason() {
-    if unsafe_geteuid() != 0 {
-        eprintln!("skipped: needs root to play two users");
+    if !common::root_or_skip(
+        "a_squatted_socket_directory_is_refused_with_the_reason",
+        "chown a directory to another user (uid 65534) and serve as a third (uid 65533)",
+    ) {
         return;
     }
     // The default path of a non-root agentd without XDG_RUNTIME_DIR.
@@ -251,7 +253,9 @@ fn a_squatted_socket_directory_is_refused_with_the_reason() {
         .map(|e| e.file_name())
         .collect();
     std::fs::remove_dir_all(&default_dir).unwrap();
-    assert_ne!(code, Some(0), "{stderr}");
+    // EXIT STATUS: 1, a listener could not be set up (not 2, not a
+    // panic's 101).
+    assert_eq!(code, Some(1), "{stderr}");
     assert!(
         stderr.contains(&format!("cannot listen in /tmp/agentd-{uid}: it is owned by uid 65534")),
         "{stderr}"
@@ -264,7 +268,9 @@ fn a_squatted_socket_directory_is_refused_with_the_reason() {
     squat(&squatted);
     let listen = format!("unix://{}/agentd.sock", squatted.display());
     let (code, stderr) = serve_refused(None, &["--listen", &listen]);
-    assert_ne!(code, Some(0), "{stderr}");
+    // EXIT STATUS: 1, a listener could not be set up (not 2, not a
+    // panic's 101).
+    assert_eq!(code, Some(1), "{stderr}");
     assert!(
         stderr.contains("owned by uid 65534") && stderr.contains("XDG_RUNTIME_DIR"),
         "{stderr}"
@@ -273,14 +279,9 @@ fn a_squatted_socket_directory_is_refused_with_the_reason() {
 
     // Ours, but world-writable: refused too.
     std::os::unix::fs::chown(&squatted, Some(0), Some(0)).unwrap();
-    let (_, stderr) = serve_refused(None, &["--listen", &listen]);
+    let (code, stderr) = serve_refused(None, &["--listen", &listen]);
+    assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("writable by every user (mode 0777)"), "{stderr}");
-}
-
-fn unsafe_geteuid() -> u32 {
-    std::fs::metadata("/proc/self")
-        .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
-        .unwrap_or(u32::MAX)
 }
 
 #[test]

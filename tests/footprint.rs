@@ -68,12 +68,10 @@ fn the_dependency_tree_is_the_design_cards_and_small() {
 #[test]
 fn the_static_binary_fits_in_2_5_mib() {
     if !common::musl_target_installed() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "the x86_64-unknown-linux-musl target is not installed"
+        return common::skip_or_fail(
+            "the_static_binary_fits_in_1_5_mib",
+            "the x86_64-unknown-linux-musl target is not installed (rustup target add x86_64-unknown-linux-musl)",
         );
-        eprintln!("SKIPPING the static size check: no x86_64-unknown-linux-musl target");
-        return;
     }
     // Built where the VM test builds it: one build for both.
     let bin = common::static_agentd();

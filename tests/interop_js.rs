@@ -18,13 +18,12 @@
 //! `tests/interop/package.json` and its lockfile (pinned versions) into
 //! `target/interop-js` once and reused while those files are unchanged. If
 //! they cannot be installed (no network, no `node`/`npm`) the test fails
-//! under CI (`CI` set) and otherwise skips loudly. The driver and the shim
-//! are copied beside that `node_modules` for each run: ES modules resolve
+//! under CI (see `common::skip_or_fail`) and otherwise skips loudly. The
+//! driver and the shim are copied beside that `node_modules` for each run: ES modules resolve
 //! bare imports from where the importing file lives.
 
 mod common;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -102,16 +101,11 @@ fn js_sdk_client_over_the_socket() {
     let started = Instant::now();
     let dir = match sdk_dir() {
         Ok(d) => d,
-        Err(e) if std::env::var_os("CI").is_some() => panic!("cannot install the A2A JavaScript SDK under CI: {e}"),
         Err(e) => {
-            let _ = writeln!(
-                std::io::stderr(),
-                "\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n\
-                 !! SKIPPED interop_js: the A2A JavaScript SDK could not be installed.\n\
-                 !! (Under CI this is a failure.) Reason:\n{e}\n\
-                 !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n"
-            );
-            return;
+            return common::skip_or_fail(
+                "js_sdk_client_over_the_socket",
+                &format!("the A2A JavaScript SDK could not be installed (needs node, npm and the network): {e}"),
+            )
         }
     };
     let installed = started.elapsed();

@@ -7,8 +7,8 @@
 //! no process of the cancelled task is left.
 //!
 //! The SDK is installed once into a venv under `target/mcp-venv` and reused.
-//! If it cannot be installed the test fails under CI (`CI` set) and
-//! otherwise skips loudly.
+//! If it cannot be installed the test fails under CI (see
+//! `common::skip_or_fail`) and otherwise skips loudly.
 
 mod common;
 

@@ -6,7 +6,8 @@
 //!
 //! The SDK is installed once into a venv under `target/interop-venv` and
 //! reused. If it cannot be installed (no network, no `python3 -m venv`) the
-//! test fails under CI (`CI` set) and otherwise skips loudly.
+//! test fails under CI (see `common::skip_or_fail`) and otherwise skips
+//! loudly.
 
 mod common;
 

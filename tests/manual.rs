@@ -5,6 +5,8 @@
 //! method, the error codes agentd answers, and the version must appear in
 //! it, and groff must render it without a single warning.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -88,6 +90,182 @@ fn every_config_key_is_documented() {
         missing.is_empty(),
         "config keys listed by `agentd help config` but not in man/agentd.8: {missing:?}"
     );
+}
+
+/// Each key of `agentd help config` with its default (`""` when it lists
+/// none), in order.
+fn help_defaults(help: &str) -> Vec<(String, String)> {
+    let keys = config_keys(help);
+    let lines: Vec<&str> = help.lines().collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let Some((name, _)) = line.split_once(": ") else {
+            continue;
+        };
+        if !keys.iter().any(|k| k == name) {
+            continue;
+        }
+        let default = lines
+            .get(i + 1)
+            .and_then(|l| l.trim_start().strip_prefix("default: "))
+            .unwrap_or("");
+        out.push((name.to_string(), default.trim().to_string()));
+    }
+    out
+}
+
+/// Roff source to the words it renders: font escapes and the macros that
+/// only choose fonts go; `.BR A B` alternates, so its words join.
+fn roff_words(src: &str) -> String {
+    let mut out = String::new();
+    for line in src.lines() {
+        let line = line.replace("\\-", "-").replace("\\&", "");
+        let line = ["\\fB", "\\fI", "\\fR", "\\fP"]
+            .iter()
+            .fold(line, |l, esc| l.replace(esc, ""));
+        let text = match line.split_once(' ') {
+            Some((m, rest)) if [".BR", ".RB", ".IR", ".RI", ".BI", ".IB"].contains(&m) => rest.split(' ').collect(),
+            Some((m, rest)) if [".B", ".I"].contains(&m) => rest.to_string(),
+            _ if line.starts_with('.') => continue,
+            _ => line,
+        };
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(text.trim_matches('"'));
+    }
+    out
+}
+
+/// Each `\fBkey\fR: …` entry of the manual's CONFIGURATION with the text
+/// after its `Default:` up to the entry's end (None without one).
+fn man_defaults() -> Vec<(String, Option<String>)> {
+    let raw = std::fs::read_to_string(man_path()).unwrap();
+    let config = &raw[raw.find("\n.SH CONFIGURATION\n").expect("a CONFIGURATION section")..];
+    let config = &config[..config[1..].find("\n.SH ").map_or(config.len(), |e| e + 1)];
+    let mut out = Vec::new();
+    for entry in config.split("\n.TP\n").skip(1) {
+        let (head, body) = entry.split_once('\n').unwrap_or((entry, ""));
+        let Some(name) = head
+            .strip_prefix("\\fB")
+            .and_then(|h| h.split_once("\\fR:"))
+            .map(|(n, _)| n)
+        else {
+            continue;
+        };
+        let body = body.split("\n.SS ").next().unwrap_or(body);
+        let default = body.find("Default:").map(|at| {
+            let words = roff_words(&body[at + "Default:".len()..]);
+            words.trim().trim_end_matches('.').trim().to_string()
+        });
+        out.push((name.to_string(), default));
+    }
+    out
+}
+
+/// Every `Default:` in the manual says what `agentd help config` says, and
+/// every default the help lists is in the manual. A literal default (a
+/// number, a word) must be the same literal; the few defaults that are
+/// descriptions (in parentheses in the help) are paired here one by one.
+/// A figure in parentheses after a number (`(64 MiB)`, `(one hour)`) must
+/// be that number.
+#[test]
+fn every_default_in_the_manual_is_the_help_configs() {
+    const DESCRIBED: &[(&str, &str)] = &[
+        (
+            "$XDG_RUNTIME_DIR/agentd/agentd.sock",
+            "the default socket path (see FILES)",
+        ),
+        ("(any)", "any CID"),
+        ("", "none"),
+        ("(depends on the runner)", "a sentence that depends on the runner"),
+        ("(agentd's version)", "agentd's version"),
+        ("(runner name)", "the runner's name"),
+        ("(agentd's working directory)", "agentd's working directory"),
+    ];
+    let help = help_defaults(&agentd(&["help", "config"]));
+    let man = man_defaults();
+    let mut wrong = Vec::new();
+    let mut compared = 0;
+    for (key, man_default) in &man {
+        let Some((_, help_default)) = help.iter().find(|(k, _)| k == key) else {
+            wrong.push(format!("{key}: in the manual, not in `agentd help config`"));
+            continue;
+        };
+        let Some(man_default) = man_default else {
+            if !help_default.is_empty() {
+                wrong.push(format!(
+                    "{key}: help says default {help_default:?}, the manual says none"
+                ));
+            }
+            continue;
+        };
+        compared += 1;
+        let literal = !help_default.is_empty() && !help_default.starts_with(['(', '$']);
+        let ok = if literal {
+            let (value, figure) = match man_default.split_once(" (") {
+                Some((v, f)) => (v, Some(f.trim_end_matches(')'))),
+                None => (man_default.as_str(), None),
+            };
+            value == help_default && figure.is_none_or(|f| figure_is(f, value))
+        } else {
+            // The description may run on (`the runner's name (echo, …)`).
+            DESCRIBED
+                .iter()
+                .any(|(h, m)| h == help_default && man_default.starts_with(m))
+        };
+        if !ok {
+            wrong.push(format!(
+                "{key}: the manual says {man_default:?}, `agentd help config` says {help_default:?}"
+            ));
+        }
+    }
+    for (key, help_default) in &help {
+        if !help_default.is_empty() && !man.iter().any(|(k, _)| k == key) {
+            wrong.push(format!(
+                "{key}: default {help_default:?} in the help, no entry in the manual"
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "defaults that disagree:\n  {}", wrong.join("\n  "));
+    // The manual had 44 of them when this test was written: a parser that
+    // finds far fewer has lost its way.
+    assert!(compared >= 40, "only {compared} Default: lines compared: {man:?}");
+}
+
+/// Whether a parenthesised figure (`64 MiB`, `one hour`) is `value`.
+fn figure_is(figure: &str, value: &str) -> bool {
+    let Ok(n) = value.parse::<u64>() else {
+        return false;
+    };
+    match figure.split_once(' ') {
+        Some((k, "MiB")) => k.parse::<u64>().is_ok_and(|k| k * 1024 * 1024 == n),
+        Some((k, "KiB")) => k.parse::<u64>().is_ok_and(|k| k * 1024 == n),
+        _ => figure == "one hour" && n == 3_600_000,
+    }
+}
+
+/// The manual names a task's cgroups one way, as src/cgroup.rs makes
+/// them (`agentd-PID/slot-N`, which tests/containment.rs sees on disk):
+/// in Cgroups and in FILES alike, and nowhere a per-task name.
+#[test]
+fn the_manual_names_the_cgroup_slots_as_the_code_does() {
+    let raw = std::fs::read_to_string(man_path()).unwrap();
+    let words = roff_words(&raw);
+    assert!(
+        words.contains("CGROUP/agentd-PID/slot-N/"),
+        "FILES does not name CGROUP/agentd-PID/slot-N/"
+    );
+    assert!(
+        words.contains("Each worker gets a slot, slot-N in each"),
+        "Cgroups lost its slot-N"
+    );
+    for stale in ["task-WORKERPID", "task-PID", "removed when the task ends"] {
+        assert!(
+            !words.contains(stale),
+            "the manual still says {stale:?} of task cgroups"
+        );
+    }
 }
 
 #[test]
@@ -284,19 +462,10 @@ fn find_on_path(name: &str) -> Option<PathBuf> {
 #[test]
 fn groff_renders_without_warnings() {
     let Some(groff) = find_on_path("groff") else {
-        if std::env::var_os("CI").is_some() {
-            panic!("groff is not on PATH, but CI is set: CI must install groff to check man/agentd.8");
-        }
-        // Straight to fd 2, past the test harness's output capture, so the
-        // skip is seen even when the test "passes".
-        use std::io::Write;
-        let _ = std::io::stderr().write_all(
-            b"\n********************************************************************\n\
-              * SKIPPED groff_renders_without_warnings: groff is not on PATH.    *\n\
-              * man/agentd.8 was NOT checked for roff warnings. Install groff.   *\n\
-              ********************************************************************\n",
+        return common::skip_or_fail(
+            "groff_renders_without_warnings",
+            "groff is not on PATH, so man/agentd.8 was NOT checked for roff warnings (apt-get install groff)",
         );
-        return;
     };
     let out = Command::new(&groff)
         .args(["-man", "-Tutf8", "-ww", "-z"])

@@ -2,8 +2,8 @@
 //! client's text parser (`prometheus_client.parser`, PyPI
 //! `prometheus-client`), installed once into a venv under
 //! `target/metrics-venv`. If it cannot be installed the test fails under CI
-//! (`CI` set) and otherwise skips loudly. The counters must move after a
-//! task completes and another is cancelled.
+//! (see `common::skip_or_fail`) and otherwise skips loudly. The counters
+//! must move after a task completes and another is cancelled.
 
 mod common;
 

@@ -39,7 +39,10 @@ fn a_worker_that_stops_reading_delays_no_other_task() {
         "--set",
         "tasks.ping_interval_ms=200",
         "--set",
-        "tasks.stall_timeout_ms=1500",
+        // Long enough that A is still only stopped, not yet stalled, when
+        // its follow-up is sent and B is cancelled, on a loaded machine
+        // too (1.5 s was not: the follow-up found A already FAILED).
+        "tasks.stall_timeout_ms=6000",
         "--set",
         "tasks.cancel_grace_ms=200",
         "--set",
@@ -52,12 +55,13 @@ fn a_worker_that_stops_reading_delays_no_other_task() {
         == "TASK_STATE_INPUT_REQUIRED"));
     let workers = task_workers(d.pid());
     assert_eq!(workers.len(), 1, "A's worker: {workers:?}");
-    common::signal(workers[0], libc::SIGSTOP);
-    // B runs beside it.
+    // B runs beside it (started first, so A's stop is as short as can be).
     let b = send_async(&d, "work");
     let b_id = b["id"].as_str().unwrap().to_string();
-    assert!(wait_for(Duration::from_secs(5), || state(&d, &b_id)["status"]["state"]
+    assert!(wait_for(Duration::from_secs(20), || state(&d, &b_id)["status"]
+        ["state"]
         == "TASK_STATE_WORKING"));
+    common::signal(workers[0], libc::SIGSTOP);
     // A 3 MB answer for A: far more than the socket buffer of a worker
     // that does not read. It must sit in A's outbox, not block procman.
     let follow = json!({"message": {
@@ -73,14 +77,16 @@ fn a_worker_that_stops_reading_delays_no_other_task() {
     let took = asked.elapsed();
     assert_eq!(t["status"]["state"], "TASK_STATE_CANCELED", "{t}");
     eprintln!("cancel of B beside a stopped worker took {took:?}");
+    // A procman blocked on A's pipe would run no ladder at all (not even
+    // A's stall): B's cancel would hang. Generous, for a loaded machine.
     assert!(
-        took < Duration::from_secs(3),
+        took < Duration::from_secs(5),
         "B's cancel waited {took:?} behind A's worker"
     );
     // A itself: no pong, so stalled; the ladder's SIGCONT lets it die.
     let mut a_now = Value::Null;
     assert!(
-        wait_for(Duration::from_secs(15), || {
+        wait_for(Duration::from_secs(30), || {
             a_now = state(&d, &a_id);
             a_now["status"]["state"] == "TASK_STATE_FAILED"
         }),

@@ -587,7 +587,7 @@ esac"#,
 
 /// The cgroups agentd made for its tasks: every directory below an
 /// `agentd-PID` directory (found up to four levels below each cgroup mount),
-/// whatever agentd names them (`task-N`, `slot-N`, …).
+/// whatever agentd names them (`slot-N`, as the manual says).
 fn task_cgroups(daemon: i32) -> Vec<PathBuf> {
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let mounts: Vec<PathBuf> = mountinfo
@@ -665,9 +665,9 @@ fn fork_bomb_and_memory_hog_fail_with_the_right_reason() {
     let _serial = serial();
     let begun = Instant::now();
     let rounds = pick(1, 5);
+    let test = "fork_bomb_and_memory_hog_fail_with_the_right_reason";
     let Some(python) = python3() else {
-        eprintln!("!!!!!!!! SKIPPED fork_bomb_and_memory_hog: no python3 for the memory hog !!!!!!!!");
-        return;
+        return common::skip_or_fail(test, "no python3 for the memory hog (apt-get install python3)");
     };
     let tmp = TempDir::new("bomb");
     let prog = common::script(
@@ -695,19 +695,15 @@ esac"#
     ]);
     let pid = d.pid();
     // The ready line (with isolation=) follows the bind the harness waits for.
-    wait_for(Duration::from_secs(5), || d.log_text().contains("isolation="));
-    let log = d.log_text();
-    let isolation = log
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("isolation="))
-        .unwrap_or("")
-        .to_string();
+    let isolation = common::isolation(&d);
     if !isolation.contains("cgroup") {
-        eprintln!(
-            "!!!!!!!! SKIPPED fork_bomb_and_memory_hog: agentd says isolation={isolation:?}: no cgroups here, \
-             so no pids/memory limits to test !!!!!!!!"
+        return common::skip_or_fail(
+            test,
+            &format!(
+                "agentd says isolation={isolation}: no task cgroups, so no pids/memory limits to test; needs {}",
+                common::CGROUP_HOST
+            ),
         );
-        return;
     }
     let mut figures = Vec::new();
     for round in 1..=rounds {
@@ -719,11 +715,20 @@ esac"#
         // While they run: the task cgroups exist, and the card answers.
         // Three tasks, each in a cgroup of every hierarchy agentd uses.
         let hierarchies = isolation.matches("cgroup").count();
+        // The hog may be gone (OOM-killed) before a look finds it; the
+        // steady task (2 s) and the bomb (stopped by the ladder) are there
+        // long enough, and the hog's own cgroup is proven by its ending.
         let mut seen_cgroups = 0;
-        wait_for(Duration::from_secs(5), || {
+        let seen = wait_for(Duration::from_secs(10), || {
             seen_cgroups = seen_cgroups.max(populated_task_cgroups(pid).len());
-            seen_cgroups >= 3 * hierarchies
+            seen_cgroups >= 2 * hierarchies
         });
+        assert!(
+            seen,
+            "isolation={isolation}: {hierarchies} hierarchies, but only {seen_cgroups} populated task cgroups seen \
+             with three tasks running: {:?}",
+            task_cgroups(pid)
+        );
         let t = Instant::now();
         let card = d.get(CARD);
         let card_time = t.elapsed();
@@ -963,22 +968,28 @@ fn orphans_are_reaped() {
     let bad: Vec<Value> = handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
     assert!(bad.is_empty(), "{} task(s) went wrong; first: {}", bad.len(), bad[0]);
     let last_done = Instant::now();
-    // Orphans live 0.5 s at most; by 2 s after the last task every one of
-    // them must have been reaped by agentd (their subreaper).
+    // Orphans live 0.5 s at most (or die with their task's group); agentd,
+    // their subreaper, must reap each one. A deadline, not a window: on a
+    // loaded machine the last ones may take a while, but an agentd that
+    // does not reap leaves zombies forever.
     let mut max_zombies = 0;
-    while last_done.elapsed() < Duration::from_secs(2) {
-        max_zombies = max_zombies.max(zombies_of(pid).len());
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let zombies = zombies_of(pid);
-    assert!(zombies.is_empty(), "zombie children of agentd 2 s on: {zombies:?}");
-    let left = not_idle(common::processes_with_parent(pid));
-    assert!(left.is_empty(), "processes still under agentd: {left:?}");
+    let settled = wait_for(Duration::from_secs(20), || {
+        let zombies = zombies_of(pid).len();
+        max_zombies = max_zombies.max(zombies);
+        zombies == 0 && not_idle(common::processes_with_parent(pid)).is_empty()
+    });
+    let settle_time = last_done.elapsed();
+    assert!(
+        settled,
+        "20 s after the last task, zombie children of agentd: {:?}; other processes under it: {:?}",
+        zombies_of(pid),
+        not_idle(common::processes_with_parent(pid))
+    );
     let reaped = d.log_text().matches("procman.reaped").count();
     eprintln!(
         "orphans [{}]: {n} tasks each double-forked a `sleep 0.5` orphan; agentd reaped {reaped} non-worker \
-         process(es); zombies seen while settling: at most {max_zombies} (transient), 2 s after the last task: \
-         0 zombies, 0 children; total {:?}",
+         process(es); zombies seen while settling: at most {max_zombies} (transient), {settle_time:?} after the last \
+         task: 0 zombies, 0 children; total {:?}",
         mode(),
         begun.elapsed()
     );

@@ -6,7 +6,7 @@
 mod common;
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{alive, status_text, wait_for, Daemon};
 use serde_json::{json, Value};
@@ -15,6 +15,11 @@ use serde_json::{json, Value};
 const LINE_MAX: usize = 4 * 1024 * 1024;
 /// jsonl: after a terminal line the program has one second to exit.
 const EXIT_GRACE: Duration = Duration::from_secs(1);
+/// For the tests of multi-megabyte messages: their subject is that the
+/// message gets through, not liveness, and on a loaded machine a debug
+/// worker decoding one has been seen to miss the default 15 s stall
+/// timeout before its first pong (reported; see the issue-24 notes).
+const NO_STALL: [&str; 2] = ["--set", "tasks.stall_timeout_ms=300000"];
 
 fn tmp_script(tmp: &common::TempDir, body: &str) -> String {
     let p = common::script(&tmp.0, &format!("p{}.sh", common::new_id()), body);
@@ -144,17 +149,13 @@ exit 0"#,
         ),
     );
     let d = Daemon::start(&["--exec", &prog, "--exec-protocol", "jsonl"]);
-    let started = Instant::now();
     let id = send_raw_async(&d, &text_message("go"));
     let helper = pid_in(&pidfile);
+    // The bound is the wait's: a task that waited for the helper's pipes
+    // to close would take its 30 s.
     let t = wait_terminal(&d, &id, EXIT_GRACE + Duration::from_secs(5));
     assert_state(&t, "TASK_STATE_COMPLETED");
     assert_eq!(status_text(&t), "done");
-    assert!(
-        started.elapsed() < EXIT_GRACE + Duration::from_secs(5),
-        "took {:?}",
-        started.elapsed()
-    );
     assert_gone(helper, "helper");
 }
 
@@ -218,7 +219,7 @@ fn jsonl_big_message_of_growing_numbers_completes() {
         r#"read -r msg
 echo '{"status":"completed","text":"read '${#msg}' bytes"}'"#,
     );
-    let d = Daemon::start(&["--exec", &prog, "--exec-protocol", "jsonl"]);
+    let d = Daemon::start(&["--exec", &prog, "--exec-protocol", "jsonl", NO_STALL[0], NO_STALL[1]]);
     let message = numbers_message(600_000);
     assert!(message.len() > 3_000_000, "{}", message.len());
     let id = send_raw_async(&d, &message);
@@ -253,7 +254,7 @@ fn line_of_numbers_program(tmp: &common::TempDir, len: usize) -> (String, usize)
 fn jsonl_line_at_the_limit_of_growing_numbers_is_accepted() {
     let tmp = common::TempDir::new("rn");
     let (prog, n) = line_of_numbers_program(&tmp, LINE_MAX);
-    let d = Daemon::start(&["--exec", &prog, "--exec-protocol", "jsonl"]);
+    let d = Daemon::start(&["--exec", &prog, "--exec-protocol", "jsonl", NO_STALL[0], NO_STALL[1]]);
     let id = send_raw_async(&d, &text_message("go"));
     let t = wait_terminal(&d, &id, Duration::from_secs(60));
     assert_state(&t, "TASK_STATE_COMPLETED");
@@ -281,7 +282,7 @@ fn jsonl_line_over_the_limit_fails_naming_the_limit() {
 
 #[test]
 fn echo_big_message_of_growing_numbers_completes() {
-    let d = Daemon::start(&[]);
+    let d = Daemon::start(&NO_STALL);
     let id = send_raw_async(&d, &numbers_message(600_000));
     let t = wait_terminal(&d, &id, Duration::from_secs(60));
     assert_state(&t, "TASK_STATE_COMPLETED");
@@ -295,7 +296,7 @@ fn echo_big_message_of_growing_numbers_completes() {
 /// completes, so the worker learnt the daemon's limit.
 #[test]
 fn echo_message_within_a_raised_body_limit_completes() {
-    let d = Daemon::start(&["--set", "http.body_max_bytes=8388608"]);
+    let d = Daemon::start(&["--set", "http.body_max_bytes=8388608", NO_STALL[0], NO_STALL[1]]);
     let message = numbers_message(1_200_000);
     assert!(message.len() > 6_000_000);
     let id = send_raw_async(&d, &message);
@@ -343,16 +344,12 @@ echo before"#,
         ),
     );
     let d = Daemon::start(&["--exec", &prog]);
-    let started = Instant::now();
     let id = send_raw_async(&d, &text_message("go"));
     let helper = pid_in(&pidfile);
+    // The bound is the wait's: a task that waited for the helper's pipes
+    // to close would take its 30 s, not the 500 ms drain.
     let t = wait_terminal(&d, &id, Duration::from_secs(5));
     assert_state(&t, "TASK_STATE_COMPLETED");
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "took {:?}",
-        started.elapsed()
-    );
     assert_eq!(t["artifacts"][0]["parts"][0]["text"], "before\n", "{}", brief(&t));
     assert_gone(helper, "helper");
 }

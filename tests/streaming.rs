@@ -176,33 +176,62 @@ fn check_subscription(events: &[SseEvent], task_id: &str) {
 
 #[test]
 fn two_subscribers_same_events() {
-    let d = Daemon::start(&[
-        "--exec",
-        "sh -c 'for i in 1 2 3 4 5 6 7 8 9 10; do echo tick$i; sleep 0.1; done'",
-    ]);
+    // The program writes nothing until both subscriptions have their
+    // snapshot (the test then creates `go`): every tick comes after both
+    // attached, so each must see every one, the same, in the same order.
+    let tmp = common::TempDir::new("two");
+    let go = tmp.0.join("go");
+    let prog = common::script(
+        &tmp.0,
+        "ticks.sh",
+        &format!(
+            "while [ ! -e {go} ]; do sleep 0.02; done\n\
+             for i in 1 2 3 4 5 6 7 8 9 10; do echo tick$i; sleep 0.05; done",
+            go = go.display()
+        ),
+    );
+    let d = Daemon::start(&["--exec", prog.to_str().unwrap()]);
     let id = d.send_async("go");
-    let a = read_all_async(subscribe(&d, &id, &[]));
-    let b = read_all_async(subscribe(&d, &id, &[]));
-    let (a, b) = (a.join().unwrap(), b.join().unwrap());
+    let mut sa = subscribe(&d, &id, &[]);
+    let snap_a = sa.next_event().expect("a's snapshot");
+    let mut sb = subscribe(&d, &id, &[]);
+    let snap_b = sb.next_event().expect("b's snapshot");
+    std::fs::write(&go, "").unwrap();
+    let (a, b) = (read_all_async(sa), read_all_async(sb));
+    let a: Vec<SseEvent> = std::iter::once(snap_a).chain(a.join().unwrap()).collect();
+    let b: Vec<SseEvent> = std::iter::once(snap_b).chain(b.join().unwrap()).collect();
     check_subscription(&a, &id);
     check_subscription(&b, &id);
-    let by_id = |evs: &[SseEvent]| -> std::collections::BTreeMap<u64, Value> {
-        evs[1..].iter().map(|e| (e.id.unwrap(), e.data.clone())).collect()
+    // From the later snapshot on, the two streams are one.
+    let from = a[0].id.unwrap().max(b[0].id.unwrap());
+    let after = |evs: &[SseEvent]| -> Vec<(u64, Value)> {
+        evs[1..]
+            .iter()
+            .filter(|e| e.id.unwrap() > from)
+            .map(|e| (e.id.unwrap(), e.data.clone()))
+            .collect()
     };
-    let (ma, mb) = (by_id(&a), by_id(&b));
-    let mut overlap = 0;
-    for (seq, data) in &ma {
-        if let Some(other) = mb.get(seq) {
-            assert_eq!(data, other, "event {seq} differs between subscribers");
-            overlap += 1;
-        }
-    }
-    assert!(overlap >= 1, "the subscriptions overlap (at least the terminal event)");
-    assert_eq!(a.last().unwrap().id, b.last().unwrap().id, "same terminal event");
-    println!(
-        "subscriber a: {} events, b: {} events, overlap {overlap}",
+    let (ea, eb) = (after(&a), after(&b));
+    assert_eq!(ea, eb, "the subscribers saw different events after sequence {from}");
+    let text = |evs: &[SseEvent]| -> String {
+        evs.iter()
+            .filter(|e| e.kind() == "artifactUpdate")
+            .map(artifact_text)
+            .collect()
+    };
+    let all_ticks: String = (1..=10).map(|i| format!("tick{i}\n")).collect();
+    assert_eq!(text(&a), all_ticks, "a saw every tick");
+    assert_eq!(text(&b), all_ticks, "b saw every tick");
+    let artifacts = ea
+        .iter()
+        .filter(|(_, v)| v["result"]["artifactUpdate"].is_object())
+        .count();
+    assert!(artifacts >= 1, "the shared events hold the output: {ea:?}");
+    eprintln!(
+        "subscriber a: {} events, b: {} events, {} shared after sequence {from} ({artifacts} artifact updates)",
         a.len(),
-        b.len()
+        b.len(),
+        ea.len()
     );
     assert_eq!(state_of(&d, &id), "TASK_STATE_COMPLETED");
 }

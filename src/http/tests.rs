@@ -279,6 +279,12 @@ reject!(
     400,
     "connection closed mid-request"
 );
+/// The manual's number, not the constant's: "431 for a head over 16 KiB".
+#[test]
+fn the_head_limit_is_the_manuals_16_kib() {
+    assert_eq!(limits::HTTP_HEAD_MAX_BYTES, 16 * 1024);
+    assert_eq!(Limits::default().head_max_bytes, 16 * 1024);
+}
 accept!(head_at_limit, head_of_len(limits::HTTP_HEAD_MAX_BYTES), |r| {
     assert_eq!(r.header("x-pad").map(str::len), Some(limits::HTTP_HEAD_MAX_BYTES - 27));
 });
@@ -609,12 +615,16 @@ fn idle_timeout_is_idle() {
         idle_timeout: Duration::from_millis(500),
         ..Limits::default()
     };
+    let started = Instant::now();
     let (r, conn) = read_with(limits, vec![Timeout]);
+    let took = started.elapsed();
     assert!(matches!(r, Err(ReadError::Idle)), "{r:?}");
+    // Armed with the idle timeout, less what the call itself took (no
+    // fixed window: a loaded machine may preempt us anywhere in it).
     let armed = conn.timeouts.borrow()[0].unwrap();
     assert!(
-        armed <= Duration::from_millis(500) && armed > Duration::from_millis(400),
-        "{armed:?}"
+        armed <= Duration::from_millis(500) && armed + took >= Duration::from_millis(500),
+        "armed {armed:?}, the call took {took:?}"
     );
 }
 
@@ -639,16 +649,21 @@ fn timeout_mid_head_is_408() {
 }
 
 /// A client dripping a byte every 15 ms never finishes its head; with a
-/// 60 ms head timeout it must get 408 after ~60 ms, each read armed
-/// with only the time remaining.
+/// 60 ms head timeout it must get 408 once the 60 ms are up, each read
+/// armed with only the time remaining. Bounds that hold however slow the
+/// machine is: at least 60 ms pass; each read that delivered took 15 ms or
+/// more, so the next is armed that much shorter, and no more than 60/15 + 1
+/// reads fit; and it ends long before the 2,000 drips (30 s) would.
 #[test]
 fn drip_client_gets_408_on_time() {
+    const HEAD_TIMEOUT: Duration = Duration::from_millis(60);
+    const DRIP: Duration = Duration::from_millis(15);
     let limits = Limits {
-        head_timeout: Duration::from_millis(60),
+        head_timeout: HEAD_TIMEOUT,
         ..Limits::default()
     };
     let mut steps = vec![Data(b"G".to_vec())];
-    steps.extend((0..200).map(|_| Slow(b"x".to_vec(), Duration::from_millis(15))));
+    steps.extend((0..2000).map(|_| Slow(b"x".to_vec(), DRIP)));
     let started = Instant::now();
     let (r, conn) = read_with(limits, steps);
     let elapsed = started.elapsed();
@@ -659,16 +674,16 @@ fn drip_client_gets_408_on_time() {
         other => panic!("{other:?}"),
     }
     assert!(
-        elapsed >= Duration::from_millis(60) && elapsed < Duration::from_millis(500),
+        elapsed >= HEAD_TIMEOUT && elapsed < Duration::from_secs(10),
         "{elapsed:?}"
     );
     let armed: Vec<Duration> = conn.timeouts.borrow().iter().skip(1).map(|t| t.unwrap()).collect();
-    assert!(armed.len() >= 2 && armed.len() <= 6, "{armed:?}");
+    assert!(!armed.is_empty() && armed.len() <= 5, "{armed:?}");
+    assert!(armed[0] <= HEAD_TIMEOUT, "{armed:?}");
     assert!(
-        armed.windows(2).all(|w| w[1] < w[0]),
-        "remaining time shrinks: {armed:?}"
+        armed.windows(2).all(|w| w[1] + DRIP <= w[0]),
+        "each read is armed with the time remaining, {DRIP:?} less at least: {armed:?}"
     );
-    assert!(armed[0] <= Duration::from_millis(60));
 }
 
 #[test]

@@ -1026,24 +1026,115 @@ pub fn venv_python(name: &str, requirement: &str, check: &str) -> Result<PathBuf
     Ok(python)
 }
 
-/// What a test does when what it needs from outside cannot be had: under
-/// CI that is a failure; elsewhere the test skips, loudly. Returns the
-/// value, or None to skip.
+/// Whether this is a CI run: `CI` set to anything but empty, `0` or
+/// `false` (any case). `CI=false` is how a shell says "not CI".
+pub fn under_ci() -> bool {
+    ci_value_means_ci(std::env::var_os("CI").as_deref())
+}
+
+/// What a value of `CI` means (None: unset).
+pub fn ci_value_means_ci(value: Option<&std::ffi::OsStr>) -> bool {
+    match value.map(|v| v.to_str()) {
+        None => false,
+        // Set, but not UTF-8: set.
+        Some(None) => true,
+        Some(Some(v)) => {
+            let v = v.trim();
+            !(v.is_empty() || v == "0" || v.eq_ignore_ascii_case("false"))
+        }
+    }
+}
+
+/// The one way a test skips for want of something from its environment
+/// (root, cgroups, a tool, an SDK): under CI that is a failure, because CI
+/// is where everything must run; elsewhere the test goes on to return
+/// early, and says so loudly. `test` names the test, `why` what is missing
+/// and which host has it.
+///
+/// The notice goes to a duplicate of file descriptor 2, past the test
+/// harness's capture of `eprintln!` (which shows a passing test's output
+/// never), so a skip is seen even when the test "passes".
+pub fn skip_or_fail(test: &str, why: &str) {
+    if under_ci() {
+        panic!("{test} cannot run under CI: {why}");
+    }
+    let bar = "!".repeat(76);
+    write_to_real_stderr(&format!(
+        "\n{bar}\n!! SKIPPED {test}:\n!! {why}\n!! (Under CI, with CI=1, this is a failure.)\n{bar}\n"
+    ));
+}
+
+/// Writes `text` to what file descriptor 2 is (a dup of it), bypassing
+/// any capture the test harness puts on `std::io::stderr`.
+pub fn write_to_real_stderr(text: &str) {
+    use std::os::fd::FromRawFd;
+    #[allow(unsafe_code)]
+    // SAFETY: dup(2) takes an integer; a result >= 0 is a new descriptor
+    // that nothing else owns, so the File below may own and close it.
+    let fd = unsafe { libc::dup(2) };
+    if fd < 0 {
+        eprint!("{text}");
+        return;
+    }
+    #[allow(unsafe_code)]
+    // SAFETY: `fd` is a fresh descriptor owned by nothing else (above).
+    let mut real = unsafe { std::fs::File::from_raw_fd(fd) };
+    let _ = real.write_all(text.as_bytes());
+}
+
+/// True when this test runs as root; otherwise `skip_or_fail` (a failure
+/// under CI) with what root is needed for, and false.
+pub fn root_or_skip(test: &str, needs: &str) -> bool {
+    #[allow(unsafe_code)]
+    // SAFETY: geteuid(2) cannot fail and touches no memory.
+    let euid = unsafe { libc::geteuid() };
+    if euid == 0 {
+        return true;
+    }
+    skip_or_fail(
+        test,
+        &format!("needs root (euid 0; this is euid {euid}) to {needs}: run it as root, as CI does"),
+    );
+    false
+}
+
+/// What a test does when what it needs from outside cannot be had:
+/// `skip_or_fail`. Returns the value, or None to skip.
 pub fn needed<T>(what: &str, test: &str, got: Result<T, String>) -> Option<T> {
     match got {
         Ok(v) => Some(v),
-        Err(e) if std::env::var_os("CI").is_some() => panic!("cannot get {what} under CI: {e}"),
         Err(e) => {
-            eprintln!(
-                "\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n\
-                 !! SKIPPED {test}: {what} could not be had.\n\
-                 !! (Under CI this is a failure.) Reason:\n{e}\n\
-                 !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n"
-            );
+            skip_or_fail(test, &format!("{what} could not be had: {e}"));
             None
         }
     }
 }
+
+/// The `isolation=` of agentd's ready line (`agentd.ready`), waited for.
+pub fn isolation(d: &Daemon) -> String {
+    let mut found = None;
+    assert!(
+        wait_for(Duration::from_secs(10), || {
+            found = d
+                .log_text()
+                .lines()
+                .filter(|l| l.contains("agentd.ready"))
+                .find_map(|l| {
+                    l.split_whitespace()
+                        .find_map(|w| w.strip_prefix("isolation="))
+                        .map(String::from)
+                });
+            found.is_some()
+        }),
+        "agentd logged no agentd.ready line with isolation= within 10 s:\n{}",
+        d.log_text()
+    );
+    found.unwrap_or_default()
+}
+
+/// What a host needs for agentd to make task cgroups, for skip notices.
+pub const CGROUP_HOST: &str = "a host where agentd may create cgroups: root with a writable cgroup v2 \
+     hierarchy (pure v2 or hybrid), or a delegated cgroup v2 subtree";
 
 /// Where the VM test keeps its tools and builds (`$AGENTD_VM_DIR`, or
 /// `target/vm` in the repo).

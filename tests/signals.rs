@@ -1,0 +1,266 @@
+//! The daemon's signals as SIGNALS in the manual promises them: SIGHUP is
+//! ignored and logged (its default action would kill), SIGINT drains as
+//! SIGTERM does, a second SIGTERM or SIGINT kills every task at once, and
+//! the drain waits at most tasks.cancel_grace_ms + tasks.term_grace_ms +
+//! 2 s for the tasks before it kills what is left.
+
+mod common;
+
+use std::io::Write;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{alive, signal, user_message, wait_for, Daemon, TempDir};
+use serde_json::json;
+
+const CARD: &str = "/.well-known/agent-card.json";
+
+/// A program that ignores SIGTERM, writes its pid to `pid_file`, and runs
+/// until SIGKILL.
+fn stubborn(tmp: &TempDir) -> (String, std::path::PathBuf) {
+    let pid_file = tmp.0.join("pid");
+    let prog = common::script(
+        &tmp.0,
+        "stubborn.sh",
+        &format!(
+            "trap '' TERM\necho $$ > {pid}.tmp && mv {pid}.tmp {pid}\nwhile :; do sleep 0.05; done",
+            pid = pid_file.display()
+        ),
+    );
+    (prog.to_str().unwrap().to_string(), pid_file)
+}
+
+fn program_pid(pid_file: &std::path::Path) -> i32 {
+    common::read_when_ready(pid_file, Duration::from_secs(10))
+        .trim()
+        .parse()
+        .expect("a pid")
+}
+
+/// Waits (bounded) for the daemon to exit; returns its exit code and how
+/// long after `since` it exited.
+fn wait_exit(d: &mut Daemon, since: Instant, within: Duration) -> (Option<i32>, Duration) {
+    let mut child = d.child.take().expect("a running daemon");
+    let status = common::wait_child(&mut child, within);
+    let took = since.elapsed();
+    let status = status.unwrap_or_else(|| panic!("agentd did not exit within {within:?}; log:\n{}", d.log_text()));
+    (status.code(), took)
+}
+
+/// A blocking SendMessage on its own connection, answered on the thread.
+fn blocked_send(d: &Daemon) -> std::thread::JoinHandle<Option<serde_json::Value>> {
+    let body = json!({"jsonrpc": "2.0", "id": 9, "method": "SendMessage", "params": {"message": user_message("x")}})
+        .to_string();
+    let mut conn = d.connect();
+    std::thread::spawn(move || {
+        write!(
+            conn,
+            "POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nA2A-Version: 1.0\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .ok()?;
+        common::read_response(&mut std::io::BufReader::new(conn))
+            .ok()
+            .map(|r| r.json())
+    })
+}
+
+#[test]
+fn sighup_is_ignored_and_logged() {
+    let mut d = Daemon::start(&["--exec", "sleep 30"]);
+    let id = d.send_async("x");
+    assert!(wait_for(Duration::from_secs(10), || d.ok("GetTask", json!({"id": id}))
+        ["status"]["state"]
+        == "TASK_STATE_WORKING"));
+    signal(d.pid(), libc::SIGHUP);
+    assert!(
+        wait_for(Duration::from_secs(10), || d.log_text().contains("agentd.sighup")),
+        "SIGHUP was not logged as agentd.sighup:\n{}",
+        d.log_text()
+    );
+    // Still serving, the task untouched, nothing stopping.
+    assert!(alive(d.pid()), "SIGHUP killed agentd");
+    assert_eq!(d.get(CARD).status, 200);
+    assert_eq!(
+        d.ok("GetTask", json!({"id": id}))["status"]["state"],
+        "TASK_STATE_WORKING"
+    );
+    assert!(!d.log_text().contains("agentd.stopping"), "{}", d.log_text());
+    assert_eq!(d.stop(), Some(0), "a SIGTERM after the SIGHUP still stops cleanly");
+}
+
+#[test]
+fn sigint_drains_as_sigterm_does() {
+    let tmp = TempDir::new("int");
+    let (prog, pid_file) = stubborn(&tmp);
+    let mut d = Daemon::start(&[
+        "--exec",
+        &prog,
+        "--set",
+        "tasks.cancel_grace_ms=100",
+        "--set",
+        "tasks.term_grace_ms=200",
+    ]);
+    let socket = d.socket.clone();
+    let blocked = blocked_send(&d);
+    let program = program_pid(&pid_file);
+    let sent = Instant::now();
+    signal(d.pid(), libc::SIGINT);
+    let (code, _) = wait_exit(&mut d, sent, Duration::from_secs(20));
+    assert_eq!(code, Some(0), "SIGINT is a clean stop; log:\n{}", d.log_text());
+    let answer = blocked.join().unwrap().expect("the blocked client got an answer");
+    let task = &answer["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_CANCELED", "{answer}");
+    assert_eq!(common::terminal_cause(task), "shutdown");
+    assert!(!alive(program), "the program survived the drain");
+    assert!(!socket.exists(), "the socket is removed on a SIGINT stop");
+    assert!(
+        d.log_text().contains("agentd.stopping signal=SIGINT"),
+        "{}",
+        d.log_text()
+    );
+}
+
+#[test]
+fn a_second_sigterm_or_sigint_kills_every_task_at_once() {
+    // The ladder would take a minute (30 s of cancel grace, 30 s of term
+    // grace, a program that ignores SIGTERM); the second signal ends it.
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        let name = if sig == libc::SIGTERM { "SIGTERM" } else { "SIGINT" };
+        let tmp = TempDir::new("second");
+        let (prog, pid_file) = stubborn(&tmp);
+        let mut d = Daemon::start(&[
+            "--exec",
+            &prog,
+            "--set",
+            "tasks.cancel_grace_ms=30000",
+            "--set",
+            "tasks.term_grace_ms=30000",
+        ]);
+        let id = d.send_async("x");
+        let program = program_pid(&pid_file);
+        signal(d.pid(), sig);
+        assert!(
+            wait_for(Duration::from_secs(10), || d.log_text().contains("procman.shutdown")),
+            "{name}: the drain did not start the ladder:\n{}",
+            d.log_text()
+        );
+        // The first signal is draining: the daemon and the program wait
+        // out the cancel grace.
+        assert!(
+            alive(d.pid()) && alive(program),
+            "{name}: gone before the second signal"
+        );
+        let second = Instant::now();
+        signal(d.pid(), sig);
+        let (code, took) = wait_exit(&mut d, second, Duration::from_secs(20));
+        assert!(
+            took < Duration::from_secs(15),
+            "{name}: {took:?} after the second signal, well into the 30 s grace"
+        );
+        assert_eq!(code, Some(0), "{name}; log:\n{}", d.log_text());
+        assert!(
+            wait_for(Duration::from_secs(5), || !alive(program)),
+            "{name}: the program {program} outlived the second signal"
+        );
+        let log = d.log_text();
+        assert!(log.contains(&format!("agentd.signal second {name}")), "{log}");
+        assert!(
+            !log.contains("rung=SIGTERM"),
+            "{name}: the ladder ran on instead: {log}"
+        );
+        eprintln!("second {name}: agentd exited {took:?} after it (task {id})");
+    }
+}
+
+#[test]
+fn the_drain_runs_the_ladder_and_waits_no_longer_than_its_bound() {
+    // A program that ignores SIGTERM dies at the ladder's SIGKILL, after
+    // cancel grace + term grace: the drain waits that long, and exits
+    // within its bound (+ 2 s, + 2 s for answers).
+    const CANCEL: Duration = Duration::from_millis(500);
+    const TERM: Duration = Duration::from_millis(1000);
+    let tmp = TempDir::new("bound");
+    let (prog, pid_file) = stubborn(&tmp);
+    let mut d = Daemon::start(&[
+        "--exec",
+        &prog,
+        "--set",
+        &format!("tasks.cancel_grace_ms={}", CANCEL.as_millis()),
+        "--set",
+        &format!("tasks.term_grace_ms={}", TERM.as_millis()),
+    ]);
+    d.send_async("x");
+    let program = program_pid(&pid_file);
+    let sent = Instant::now();
+    signal(d.pid(), libc::SIGTERM);
+    let (code, took) = wait_exit(&mut d, sent, Duration::from_secs(30));
+    assert_eq!(code, Some(0), "{}", d.log_text());
+    assert!(!alive(program));
+    let bound = CANCEL + TERM + Duration::from_secs(2) + Duration::from_secs(2);
+    assert!(
+        took >= CANCEL + TERM && took < bound + Duration::from_secs(8),
+        "drained in {took:?}: the ladder takes {:?}, the bound is {bound:?}",
+        CANCEL + TERM
+    );
+    assert!(d.log_text().contains("rung=SIGKILL"), "{}", d.log_text());
+    assert!(!d.log_text().contains("overran"), "{}", d.log_text());
+}
+
+#[test]
+fn a_task_that_outlasts_the_ladder_does_not_hold_up_the_stop() {
+    // A process of this test's own joins the task's process group: the
+    // ladder's SIGTERM kills it, but it stays a zombie (ours, unreaped) so
+    // the group is never empty, as with a process that SIGKILL cannot end.
+    // The drain must give up at cancel grace + term grace + 2 s, kill what
+    // is left, and exit all the same.
+    const CANCEL: Duration = Duration::from_millis(200);
+    const TERM: Duration = Duration::from_millis(300);
+    let mut d = Daemon::start(&[
+        "--exec",
+        "sleep 300",
+        "--set",
+        "tasks.cgroup=off",
+        "--set",
+        &format!("tasks.cancel_grace_ms={}", CANCEL.as_millis()),
+        "--set",
+        &format!("tasks.term_grace_ms={}", TERM.as_millis()),
+    ]);
+    let id = d.send_async("x");
+    let mut workers = Vec::new();
+    assert!(
+        wait_for(Duration::from_secs(10), || {
+            workers = common::task_workers(d.pid());
+            workers.len() == 1
+        }),
+        "one task worker: {workers:?}"
+    );
+    let group = workers[0];
+    let mut lingerer = Command::new("sleep")
+        .arg("300")
+        .process_group(group)
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("a process in the task's group");
+    assert!(common::group_members(group).contains(&(lingerer.id() as i32)));
+    let sent = Instant::now();
+    signal(d.pid(), libc::SIGTERM);
+    let (code, took) = wait_exit(&mut d, sent, Duration::from_secs(30));
+    let waited = CANCEL + TERM + Duration::from_secs(2);
+    // + 2 s after the kill, + 2 s for answers, and room for a loaded machine.
+    let bound = waited + Duration::from_secs(4);
+    let _ = lingerer.kill();
+    let _ = lingerer.wait();
+    assert_eq!(code, Some(0), "{}", d.log_text());
+    assert!(
+        took >= waited && took < bound + Duration::from_secs(6),
+        "stopped {took:?} after SIGTERM: the drain waits {waited:?} at most, then kills (bound {bound:?})"
+    );
+    assert!(
+        d.log_text().contains("agentd.stopping ladder overran"),
+        "{}",
+        d.log_text()
+    );
+    eprintln!("a task that outlasts the ladder (task {id}): agentd stopped {took:?} after SIGTERM");
+}
