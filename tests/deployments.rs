@@ -33,11 +33,7 @@ fn repo() -> PathBuf {
 }
 
 fn skip_or_fail(why: &str) {
-    let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false");
-    if ci {
-        panic!("the deployment tests cannot run in CI: {why}");
-    }
-    eprintln!("\n!!!!!!!!!! SKIPPING the deployment tests: {why}\n!!!!!!!!!! (install podman and runc)\n");
+    common::skip_or_fail("the deployment tests (podman + runc)", why);
 }
 
 /// podman with the test's containers.conf, and names of the test's own

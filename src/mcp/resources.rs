@@ -127,11 +127,7 @@ pub fn subscribe(bridge: &Arc<Bridge>, params: &Value) -> Result<Value, McpError
     let task = client
         .call("GetTask", json!({"id": id, "historyLength": 0}))
         .map_err(|e| rpc_error(&e, &uri))?;
-    let terminal = matches!(
-        task["status"]["state"].as_str(),
-        Some("TASK_STATE_COMPLETED" | "TASK_STATE_FAILED" | "TASK_STATE_CANCELED" | "TASK_STATE_REJECTED")
-    );
-    if terminal {
+    if is_terminal(&task) {
         return Ok(json!({}));
     }
     let stop = Arc::new(AtomicBool::new(false));
@@ -150,6 +146,7 @@ pub fn subscribe(bridge: &Arc<Bridge>, params: &Value) -> Result<Value, McpError
     }
     let b = Arc::clone(bridge);
     let (u, flag) = (uri.clone(), Arc::clone(&stop));
+    let id_again = id.clone();
     let spawned = std::thread::Builder::new()
         .name("mcp-subscription".into())
         .spawn(move || {
@@ -162,6 +159,15 @@ pub fn subscribe(bridge: &Arc<Bridge>, params: &Value) -> Result<Value, McpError
             });
             if let Err(e) = r {
                 log::debug!("mcp.subscription_ended uri={u} error={e}");
+                // The task may have ended between the GetTask above and this
+                // stream (which a finished task refuses): it did change, and
+                // the subscriber is told so once.
+                let ended = client
+                    .call("GetTask", json!({"id": id_again, "historyLength": 0}))
+                    .is_ok_and(|t| is_terminal(&t));
+                if ended && !flag.load(Ordering::SeqCst) {
+                    b.notify("notifications/resources/updated", json!({ "uri": u }));
+                }
             }
             let mut subs = lock(&b.subscriptions.0);
             if subs.get(&u).is_some_and(|s| Arc::ptr_eq(s, &flag)) {
@@ -173,6 +179,13 @@ pub fn subscribe(bridge: &Arc<Bridge>, params: &Value) -> Result<Value, McpError
         return Err(McpError::new(INTERNAL_ERROR, format!("cannot start a thread: {e}")));
     }
     Ok(json!({}))
+}
+
+fn is_terminal(task: &Value) -> bool {
+    matches!(
+        task["status"]["state"].as_str(),
+        Some("TASK_STATE_COMPLETED" | "TASK_STATE_FAILED" | "TASK_STATE_CANCELED" | "TASK_STATE_REJECTED")
+    )
 }
 
 pub fn unsubscribe(bridge: &Bridge, params: &Value) -> Result<Value, McpError> {

@@ -461,7 +461,7 @@ impl<O: Os> Driver<O> {
         let Some(w) = self.workers.get(&pid) else { return };
         let Some((id, _)) = w.life.task() else { return };
         let id = id.to_string();
-        let running = w.life.is_running();
+        let running = w.life.speaks_for_its_task();
         // A status makes the task a task (not a direct reply); an artifact
         // does so itself, and a reply marks the task atomically with the
         // message (a stream waking in between would open as a task).

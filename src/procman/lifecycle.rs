@@ -326,6 +326,20 @@ impl Life {
         matches!(self.phase, Phase::Running { .. })
     }
 
+    /// Whether what it says of its task's progress still counts: while it
+    /// runs, and after it exited without being stopped (frames it wrote
+    /// before it died are read after the exit was reaped).
+    pub fn speaks_for_its_task(&self) -> bool {
+        matches!(
+            self.phase,
+            Phase::Running { .. }
+                | Phase::Draining {
+                    before: Before::Running,
+                    ..
+                }
+        )
+    }
+
     /// Whether it has a task whose `spawn` frame it may not have read yet.
     pub fn may_not_have_taken(&self) -> bool {
         matches!(self.phase, Phase::Running { taken: false, .. })

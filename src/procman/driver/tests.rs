@@ -817,3 +817,49 @@ fn a_cancelled_task_has_a_cost_too() {
     assert_eq!(h.cost(&id)["cpu"]["userUsec"], 5000);
     assert_eq!(h.cost(&id)["wallMs"], 50);
 }
+
+#[test]
+fn status_frames_written_before_the_exit_count_when_read_after_it() {
+    let mut h = Harness::new();
+    h.worker(40, None);
+    let id = h.task_on(40);
+    h.heard(40);
+    // The worker wrote its last progress and its result, then exited; the
+    // exit is reaped before its pipe is read (a loaded procman's order).
+    let frames = [
+        FromWorker::Status {
+            state: Progress::Working,
+            text: Some("step 1".into()),
+        },
+        FromWorker::Status {
+            state: Progress::Working,
+            text: Some("step 2".into()),
+        },
+        FromWorker::Done {
+            outcome: Outcome::Completed,
+            cause: Cause::Completed,
+            text: None,
+        },
+    ];
+    let bytes: Vec<u8> = frames
+        .iter()
+        .flat_map(|f| control::encode(f, FRAME_MAX).unwrap())
+        .collect();
+    let ends = h.ends.get_mut(&40).unwrap();
+    ends.says.as_mut().unwrap().write_all(&bytes).unwrap();
+    ends.says = None;
+    h.exit(40, ExitStatus::Code(0));
+    h.d.read_from(40);
+    assert_eq!(h.verdict(&id).0, TaskState::Completed);
+    let task = h.d.tasks.get(&operator(), &id, None).unwrap();
+    let said: Vec<String> = task
+        .history
+        .iter()
+        .flatten()
+        .filter_map(|m| m.parts.first().and_then(|p| p.as_text()).map(String::from))
+        .collect();
+    assert!(
+        said.iter().any(|t| t == "step 1") && said.iter().any(|t| t == "step 2"),
+        "both steps are in the history: {said:?}"
+    );
+}
