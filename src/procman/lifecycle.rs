@@ -49,6 +49,15 @@ pub struct Timing {
     pub take_within: Duration,
 }
 
+impl Timing {
+    /// When a worker that has said nothing yet is asked whether it read its
+    /// task: at `take_within`, or sooner where pings come sooner (a worker
+    /// is never judged stalled before it was seen to take its task).
+    fn take_check(&self) -> Duration {
+        self.take_within.min(self.ping_every)
+    }
+}
+
 /// What a task ends with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ending {
@@ -359,8 +368,15 @@ impl Life {
                     Some(at) => at + t.stall_after,
                     None => self.heard + t.ping_every,
                 };
-                let take = self.task.as_ref().filter(|_| !taken).map(|(_, at)| *at + t.take_within);
-                [Some(liveness), *deadline, waiting.map(|w| w + t.input_idle), take]
+                // Until it has read its task, only whether it will is asked;
+                // liveness (ping, stall) is judged once it has.
+                let liveness = Some(liveness).filter(|_| *taken);
+                let take = self
+                    .task
+                    .as_ref()
+                    .filter(|_| !taken)
+                    .map(|(_, at)| *at + t.take_check());
+                [liveness, *deadline, waiting.map(|w| w + t.input_idle), take]
                     .into_iter()
                     .flatten()
                     .min()
@@ -593,10 +609,13 @@ impl Life {
             return self.ladder(Stop::new(Cause::Idle), now);
         }
         let running = running(waiting, deadline, taken);
-        let take_due = self.task.as_ref().is_some_and(|(_, at)| now >= *at + t.take_within);
-        if !taken && take_due {
-            // The driver answers at once: Took or Untouched.
-            return (running, vec![Action::CheckTaken]);
+        if !taken {
+            // A worker that has not read its task is not stalled: it is a
+            // helper that failed (stopped, lost), and the task moves. The
+            // driver answers at once: Took or Untouched.
+            let take_due = self.task.as_ref().is_some_and(|(_, at)| now >= *at + t.take_check());
+            let actions = if take_due { vec![Action::CheckTaken] } else { vec![] };
+            return (running, actions);
         }
         match self.ping_sent {
             Some(at) if now >= at + t.stall_after => self.ladder(Stop::new(Cause::Stalled), now),

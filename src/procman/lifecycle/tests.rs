@@ -77,8 +77,13 @@ fn walk_life(script: &[(u64, Event)], deadline_ms: Option<u64>, contained: bool)
             },
             other => other.clone(),
         };
+        let assigned = matches!(ev, Assigned { .. });
         for a in life.step(ev, now) {
             out.push((*ms, a));
+        }
+        if assigned {
+            // The worker read its task (the take path has tests of its own).
+            assert_eq!(life.step(Took, now), vec![]);
         }
     }
     (out, life)
@@ -378,6 +383,7 @@ fn any_frame_is_life() {
     let t0 = Instant::now();
     let mut life = Life::idle(1, false, t0, timing());
     life.step(assigned(), t0);
+    life.step(Took, t0);
     // A busy worker whose pong is late but whose artifacts keep coming
     // is never stalled.
     assert_eq!(life.step(Tick, t0 + 5000 * MS), vec![Action::SendPing]);
@@ -391,6 +397,7 @@ fn any_frame_is_life() {
     // One ping per silence, not one per tick.
     let mut life = Life::idle(1, false, t0, timing());
     life.step(assigned(), t0);
+    life.step(Took, t0);
     assert_eq!(life.step(Tick, t0 + 5000 * MS), vec![Action::SendPing]);
     assert_eq!(life.step(Tick, t0 + 6000 * MS), vec![]);
     assert_eq!(life.next_due(), Some(t0 + 20000 * MS));
@@ -718,4 +725,30 @@ fn unexpected_events_change_nothing() {
         assert_eq!(actions, vec![], "{event:?} in {before:?}");
         assert_eq!(life.phase(), &before, "{event:?} in {before:?}");
     }
+}
+
+#[test]
+fn a_worker_that_has_not_read_its_task_is_never_stalled_only_asked() {
+    // Pings and stalls faster than take_within (as the chaos soak runs):
+    // the take check comes at the ping interval, and no stall is judged.
+    let mut t = timing();
+    t.take_within = 1000 * MS;
+    t.ping_every = 500 * MS;
+    t.stall_after = 1000 * MS;
+    let t0 = Instant::now();
+    let mut life = Life::idle(7, false, t0, t);
+    life.step(assigned(), t0);
+    assert_eq!(life.next_due(), Some(t0 + 500 * MS));
+    assert_eq!(life.step(Tick, t0 + 500 * MS), vec![Action::CheckTaken]);
+    for ms in [1500, 2000, 5000] {
+        let actions = life.step(Tick, t0 + ms * MS);
+        assert!(
+            !actions.contains(&Action::SendCancel) && !actions.contains(&Action::SendPing),
+            "{ms} ms: {actions:?}"
+        );
+    }
+    assert_eq!(
+        life.step(Untouched, t0 + 5000 * MS),
+        vec![Action::Requeue("t".into()), Action::Kill]
+    );
 }
