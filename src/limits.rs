@@ -124,6 +124,9 @@ pub const PRESPAWN_DEMAND_WINDOW_MS: u64 = 250;
 /// Most idle workers procman asks for per turn of its loop, so refilling
 /// the pool never holds up frames that are waiting.
 pub const PRESPAWN_PER_TURN: usize = 2;
+/// After poll(2) failed (more fds than RLIMIT_NOFILE allows), how long
+/// procman waits before it tries every descriptor anyway.
+pub const PROCMAN_POLL_RETRY_MS: u64 = 10;
 /// procman's one buffer every control pipe is read through.
 pub const PROCMAN_READ_BUFFER_BYTES: usize = 64 * 1024;
 /// Most bytes procman reads from one worker per turn of its loop, so a

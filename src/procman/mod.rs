@@ -149,6 +149,30 @@ struct Loop {
     /// in buffers kept from the last.
     poll_set: (Vec<libc::pollfd>, Vec<(i32, bool)>),
     shutdown: Option<Sender<()>>,
+    poll_failures: PollFailures,
+}
+
+/// poll(2) failing, logged once per `limits::LOG_REPEAT_INTERVAL_MS` with
+/// how many times it failed meanwhile.
+#[derive(Default)]
+struct PollFailures {
+    since_log: u64,
+    logged_at: Option<Instant>,
+}
+
+impl PollFailures {
+    fn note(&mut self, e: &std::io::Error) {
+        self.since_log += 1;
+        let quiet = Duration::from_millis(limits::LOG_REPEAT_INTERVAL_MS);
+        if self.logged_at.is_none_or(|at| at.elapsed() >= quiet) {
+            log::error!(
+                "procman.poll error={e} times={}; going on without it (every descriptor tried each turn)",
+                self.since_log
+            );
+            self.since_log = 0;
+            self.logged_at = Some(Instant::now());
+        }
+    }
 }
 
 /// What wakes procman besides its workers' pipes.
@@ -214,6 +238,7 @@ pub fn spawn(
         },
         poll_set: (Vec::new(), Vec::new()),
         shutdown: None,
+        poll_failures: PollFailures::default(),
     };
     let handle = std::thread::Builder::new()
         .name("procman".into())
@@ -250,8 +275,15 @@ impl Loop {
                 pids.push((pid, is_write));
             }
             if let Err(e) = sys::poll(&mut fds, timeout_ms) {
-                log::error!("procman.poll error={e}");
-                std::thread::sleep(Duration::from_millis(10));
+                // EINVAL: more fds than RLIMIT_NOFILE allows (someone lowered
+                // it under us). Every read and write here is non-blocking, so
+                // the turn goes on as if each fd were ready, a little later:
+                // procman keeps reaping, reading and timing without poll.
+                self.poll_failures.note(&e);
+                std::thread::sleep(Duration::from_millis(limits::PROCMAN_POLL_RETRY_MS));
+                for p in fds.iter_mut().filter(|p| p.fd >= 0) {
+                    p.revents = p.events;
+                }
             }
             if fds[0].revents != 0 {
                 sys::eventfd_drain(self.wake.waker.fd.as_raw_fd());
