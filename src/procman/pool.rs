@@ -423,17 +423,21 @@ impl Loop {
         // Into the cgroups it was not born in (v1 limits; v2 after a
         // refused clone3) before it hears `spawn`: everything the task
         // forks is inside from the start.
-        let cgroups = pending
-            .cgroups
-            .and_then(|cg| match isolation.enter(pid, &cg, born_inside) {
-                Ok(()) => Some(cg),
-                Err(e) => {
-                    log::warn!("task.cgroup pid={pid} error={e}; process group only");
-                    cg.kill();
-                    isolation.release(cg);
-                    None
-                }
-            });
+        // A worker that cannot be put where its task is to be contained
+        // never gets one: it is killed, and counts as a worker not had.
+        let mut cgroups = None;
+        if let Some(cg) = pending.cgroups {
+            if let Err(e) = isolation.enter(pid, &cg, born_inside) {
+                log::warn!("task.cgroup pid={pid} error={e}; the worker is killed, not run uncontained");
+                let _ = sys::kill_group(pid, libc::SIGKILL);
+                let _ = sys::kill_pid(pid, libc::SIGKILL);
+                cg.kill();
+                isolation.release(cg);
+                self.no_worker(e);
+                return;
+            }
+            cgroups = Some(cg);
+        }
         let chan = match Channel::new(pending.from_worker, pending.to_worker, self.frame_max()) {
             Ok(c) => c,
             Err(e) => {
