@@ -444,7 +444,13 @@ fn next_due_follows_the_phase() {
     let mut life = Life::idle(1, false, t0, timing());
     assert_eq!(life.next_due(), None);
     life.step(assigned(), t0);
-    assert_eq!(life.next_due(), Some(t0 + 5000 * MS));
+    assert_eq!(
+        life.next_due(),
+        Some(t0 + 1_000_000 * MS),
+        "until it reads: the take check"
+    );
+    life.step(Heard, t0);
+    assert_eq!(life.next_due(), Some(t0 + 5000 * MS), "once it has: the ping");
     let mut life = Life::idle(1, false, t0, timing());
     let deadline = Some(t0 + 100 * MS);
     life.step(
@@ -730,16 +736,20 @@ fn unexpected_events_change_nothing() {
 #[test]
 fn a_worker_that_has_not_read_its_task_is_never_stalled_only_asked() {
     // Pings and stalls faster than take_within (as the chaos soak runs):
-    // the take check comes at the ping interval, and no stall is judged.
+    // the take check still waits for take_within (a worker only slow to be
+    // scheduled is not killed at a 1 ms ping interval), and no stall is judged.
     let mut t = timing();
     t.take_within = 1000 * MS;
-    t.ping_every = 500 * MS;
-    t.stall_after = 1000 * MS;
+    t.ping_every = MS;
+    t.stall_after = MS;
     let t0 = Instant::now();
     let mut life = Life::idle(7, false, t0, t);
     life.step(assigned(), t0);
-    assert_eq!(life.next_due(), Some(t0 + 500 * MS));
-    assert_eq!(life.step(Tick, t0 + 500 * MS), vec![Action::CheckTaken]);
+    assert_eq!(life.next_due(), Some(t0 + 1000 * MS));
+    for ms in [1, 2, 500, 999] {
+        assert_eq!(life.step(Tick, t0 + ms * MS), vec![], "{ms} ms");
+    }
+    assert_eq!(life.step(Tick, t0 + 1000 * MS), vec![Action::CheckTaken]);
     for ms in [1500, 2000, 5000] {
         let actions = life.step(Tick, t0 + ms * MS);
         assert!(
