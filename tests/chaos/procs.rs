@@ -116,9 +116,10 @@ impl Held {
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         // Opened after the check below would race; opened before it, the
         // fd names whatever had the pid then, and the start time says if
-        // that is still the process the scan saw.
+        // that is still the process the scan saw. Its name is checked
+        // again too: an idle worker renames itself when its task arrives.
         let now = stat(p.pid)?;
-        (now.start == p.start && now.state != 'Z').then_some(Held { pid: p.pid, fd })
+        (now.start == p.start && now.comm == p.comm && now.state != 'Z').then_some(Held { pid: p.pid, fd })
     }
 
     pub fn signal(&self, sig: i32) -> io::Result<()> {

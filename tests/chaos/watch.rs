@@ -26,6 +26,9 @@ struct Tick {
     at: Instant,
     zombies: HashSet<(i32, u64)>,
     escapes: HashMap<(i32, u64), String>,
+    /// Fork servers, when more than one (a worker just forked carries the
+    /// fork server's name for a moment).
+    forks: Vec<(i32, u64)>,
 }
 
 pub struct Watch {
@@ -108,6 +111,14 @@ impl Watch {
             .collect();
         self.most_transient_zombies = self.most_transient_zombies.max(zombies.len());
         let escapes = self.escapes(&table, pid);
+        let mut forks: Vec<(i32, u64)> = procs::children(&table, pid)
+            .filter(|p| p.comm == "agentd-fork" && p.state != 'Z')
+            .map(|p| (p.pid, p.start))
+            .collect();
+        forks.sort();
+        if forks.len() < 2 {
+            forks.clear();
+        }
         // Compared with the newest tick at least LINGER old.
         if let Some(old) = self.ticks.iter().rev().find(|t| now - t.at >= LINGER) {
             for z in zombies.intersection(&old.zombies) {
@@ -126,11 +137,21 @@ impl Watch {
                     );
                 }
             }
+            if !forks.is_empty() && forks == old.forks {
+                env.ledger.violation(
+                    "violation.helper_pool",
+                    format!(
+                        "{} fork servers under agentd {pid} for over {LINGER:?}: {forks:?}",
+                        forks.len()
+                    ),
+                );
+            }
         }
         self.ticks.push_back(Tick {
             at: now,
             zombies,
             escapes,
+            forks,
         });
         while self.ticks.len() > 6 {
             self.ticks.pop_front();
@@ -179,14 +200,7 @@ impl Watch {
                 .filter(|p| p.comm == comm && p.state != 'Z')
                 .count()
         };
-        let (forks, idle) = (live("agentd-fork"), live("agentd-idle"));
-        if forks > 1 {
-            self.env.ledger.violation(
-                "violation.helper_pool",
-                format!("{forks} fork servers under agentd {daemon}"),
-            );
-        }
-        if idle > 0 {
+        if live("agentd-idle") > 0 {
             self.no_idle_since = None;
             self.no_idle_reported = false;
             return;
