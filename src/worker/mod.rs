@@ -36,6 +36,8 @@ mod peer;
 mod program;
 mod text;
 
+pub use program::Note;
+
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
