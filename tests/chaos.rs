@@ -715,6 +715,18 @@ impl Report<'_> {
             curve("RSS KiB", &|s| s.rss_kb, self.base.2, self.end.2, self.bounds.rss_kb),
             self.transient_zombies
         ));
+        if self.samples.last().is_some_and(|s| s.t > 120.0) {
+            let mut minutes: BTreeMap<u64, (usize, usize, u64)> = BTreeMap::new();
+            for s in &self.samples {
+                let m = minutes.entry(s.t as u64 / 60).or_default();
+                *m = (m.0.max(s.threads), m.1.max(s.fds), m.2.max(s.rss_kb));
+            }
+            let curve: Vec<String> = minutes
+                .iter()
+                .map(|(m, (t, f, r))| format!("{m}:{t}/{f}/{:.1}", *r as f64 / 1024.0))
+                .collect();
+            line(format!("  per minute (threads/fds/RSS MiB, max): {}", curve.join(" ")));
+        }
         line("  invariants:".into());
         for name in ledger::INVARIANTS {
             line(format!("    {name:<44} {}", c.get(*name).copied().unwrap_or(0)));
