@@ -419,7 +419,7 @@ impl Ledger {
 pub fn allowed(r: &Rec, squeezed: bool) -> Vec<(Outcome, &'static str)> {
     let natural = (r.kind.natural(), "");
     let mut out = match (r.cancel, r.fault.map(|f| f.0)) {
-        (Some(true), _) => vec![(Outcome::new("CANCELED", "cancelled"), "")],
+        (Some(true), _) => vec![(Outcome::new("CANCELED", "canceled"), "")],
         (_, Some(TaskFault::KillWorker)) => vec![(
             Outcome::new("FAILED", "crashed"),
             "the worker ended without a result: killed by signal 9",
