@@ -516,22 +516,20 @@ impl Injector {
             .filter(|p| procs::descends(&table, p.pid, pid))
             .cloned()
             .collect();
-        let mut survivors: Vec<Proc> = Vec::new();
+        let living = |ps: &[Proc]| -> Vec<Proc> {
+            ps.iter()
+                .filter(|p| procs::stat(p.pid).is_some_and(|now| now.start == p.start && now.state != 'Z'))
+                .cloned()
+                .collect()
+        };
+        let mut outlived: Vec<Proc> = Vec::new();
         let killed = env
             .daemon
             .kill_and_restart(|_| {
-                let gone = crate::common::wait_for(Duration::from_secs(5), || {
-                    before
-                        .iter()
-                        .all(|p| procs::stat(p.pid).is_none_or(|now| now.start != p.start || now.state == 'Z'))
-                });
-                if !gone {
-                    survivors = before
-                        .iter()
-                        .filter(|p| procs::stat(p.pid).is_some_and(|now| now.start == p.start && now.state != 'Z'))
-                        .cloned()
-                        .collect();
-                }
+                // Its processes die with it (their parent-death signal), before
+                // any restart could clean up after it.
+                crate::common::wait_for(Duration::from_secs(5), || living(&before).is_empty());
+                outlived = living(&before);
             })
             .map_err(|e| {
                 env.ledger.violation(
@@ -540,16 +538,29 @@ impl Injector {
                 );
                 e
             })?;
-        if !survivors.is_empty() {
+        if !outlived.is_empty() {
             env.ledger.violation(
-                "violation.process_left_after_restart",
+                "violation.process_outlived_daemon",
                 format!(
-                    "5 s after kill -9 of agentd {}, {} of its {} processes live: {survivors:?}",
+                    "5 s after kill -9 of agentd {}, {} of its {} processes live: {outlived:?}",
                     killed.old_pid,
-                    survivors.len(),
+                    outlived.len(),
                     before.len()
                 ),
             );
+            // The restarted daemon kills what is left in the dead one's slots.
+            crate::common::wait_for(Duration::from_secs(5), || living(&outlived).is_empty());
+            let left = living(&outlived);
+            if !left.is_empty() {
+                env.ledger.violation(
+                    "violation.process_left_after_restart",
+                    format!(
+                        "5 s after the restart, {} processes of agentd {} live: {left:?}",
+                        left.len(),
+                        killed.old_pid
+                    ),
+                );
+            }
         }
         let clean = crate::common::wait_for(Duration::from_secs(10), || {
             procs::daemon_cgroups(killed.old_pid).is_empty()
