@@ -287,13 +287,13 @@ pub fn jsonl_lines(data: &[u8]) {
     let mut ends = Vec::new();
     for note in rx.try_iter() {
         match note {
-            Note::Line(l) => {
+            Note::Output(l) => {
                 assert!(ends.is_empty(), "a line after the end");
                 lines.push(l);
             }
             Note::Exhausted => ends.push("exhausted"),
             Note::StdoutEof => ends.push("eof"),
-            Note::LineTooLong => ends.push("too long"),
+            Note::TooLong => ends.push("too long"),
             _ => panic!("read_lines sends only lines, exhausted, too long and EOF"),
         }
     }
