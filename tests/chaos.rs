@@ -88,11 +88,15 @@ use watch::Sample;
 
 /// Faults the default run leaves out: each trips a daemon bug that is still
 /// open and has a failing test of its own. Longer runs keep them.
-// The three it held while it was written — a stopped fork server hanging
-// new tasks, a dying fork server failing the tasks it owed, a stopped idle
-// worker stalling its task — were fixed on main (FORK_ANSWER_MS,
-// WORKER_TAKE_MS); tests/procman.rs and tests/helpers_fail.rs keep them.
-const KNOWN_BUGS: &[(Fault, &str)] = &[];
+// Three it held earlier — a stopped fork server hanging new tasks, a dying
+// fork server failing the tasks it owed, a stopped idle worker stalling its
+// task — were fixed on main (FORK_ANSWER_MS, WORKER_TAKE_MS);
+// tests/procman.rs and tests/helpers_fail.rs keep them.
+const KNOWN_BUGS: &[(Fault, &str)] = &[(
+    Fault::SqueezeNofile,
+    "a worker that cannot enter its v1 cgroup runs uncontained and a setsid()'d process outlives its task: \
+     containment_gaps::a_task_that_could_not_enter_its_cgroup_leaves_no_escapee",
+)];
 
 /// Invariants the default run reports but does not fail on: each broken by
 /// a daemon bug that is still open, rare in a short run, with a failing
@@ -145,7 +149,7 @@ grow() {
   s=zzzzzzzzzzzzzzzz; i=0
   while [ $i -lt 16 ]; do s="$s$s"; i=$((i+1)); done
   i=0
-  while [ $i -lt $1 ]; do s="$s$s"; i=$((i+1)); [ "$2" = slow ] && sleep 0.6; done
+  while [ $i -lt $1 ]; do [ "$2" = slow ] && sleep 0.6; s="$s$s"; i=$((i+1)); done
 }
 case "$cmd" in
 ok) say '{"artifact":{"artifactId":"out","parts":[{"text":"ok"}]},"lastChunk":true}'; finish ok ;;
@@ -302,6 +306,7 @@ fn chaos_soak() {
     )
     .is_empty()));
     let (base_threads, base_fds, base_rss) = procs::threads_fds_rss(pid0).unwrap();
+    let base_cgroup_fds = procs::cgroup_fds(pid0);
 
     let ledger = Arc::new(Ledger::new());
     let env = Arc::new(Env::new(d.clone(), ledger.clone(), pids.clone(), BODY_MAX, memory));
@@ -355,33 +360,49 @@ fn chaos_soak() {
     }
     let (_, pid) = d.current().expect("the daemon is up at the end");
 
-    // Quiet again: no worker, threads and fds back to the idle baseline
-    // (plus the cgroup slots agentd keeps, a few fds each).
-    let slots = procs::daemon_cgroups(pid)
-        .iter()
-        .map(|c| {
-            std::fs::read_dir(c)
-                .map(|r| r.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).count())
-                .unwrap_or(0)
-        })
-        .max()
-        .unwrap_or(0);
+    // Quiet again: no worker, threads back to the idle baseline, and fds
+    // too but for what agentd keeps on purpose: the files of each cgroup
+    // slot it keeps for reuse (a few each: directory, cgroup.kill, the
+    // procs files, counters) and two control pipes per idle worker.
+    let slots = || {
+        procs::daemon_cgroups(pid)
+            .iter()
+            .map(|c| {
+                std::fs::read_dir(c)
+                    .map(|r| r.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).count())
+                    .unwrap_or(0)
+            })
+            .max()
+            .unwrap_or(0)
+    };
+    let rest_bound = || {
+        (
+            base_fds - base_cgroup_fds + 2 * common::idle_workers(pid).len() + 4,
+            8 * slots(),
+        )
+    };
     let quiet = common::wait_for(Duration::from_secs(20), || {
         let Some((t, f, _)) = procs::threads_fds_rss(pid) else {
             return false;
         };
-        common::task_workers(pid).is_empty() && t <= base_threads + 3 && f <= base_fds + 4 * slots + 4
+        let cg = procs::cgroup_fds(pid);
+        let (other_max, cgroup_max) = rest_bound();
+        common::task_workers(pid).is_empty() && t <= base_threads + 3 && f - cg <= other_max && cg <= cgroup_max
     });
     let end = procs::threads_fds_rss(pid).unwrap_or_default();
     if !quiet {
+        let (other_max, cgroup_max) = rest_bound();
         ledger.violation(
             "violation.resource_bound",
             format!(
-                "at rest after the load: {} threads, {} fds, {} workers (idle baseline {base_threads} threads, \
-                 {base_fds} fds; {slots} cgroup slots kept)",
+                "at rest after the load: {} threads, {} fds {:?}, {} workers (idle baseline {base_threads} threads, \
+                 {base_fds} fds; at most {other_max} fds besides cgroup files, {cgroup_max} cgroup files for {} \
+                 slots)",
                 end.0,
                 end.1,
-                common::task_workers(pid).len()
+                procs::fd_kinds(pid),
+                common::task_workers(pid).len(),
+                slots(),
             ),
         );
     }

@@ -12,7 +12,6 @@
 mod common;
 
 use std::io::{BufReader, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use common::{read_response, signal, status_text, wait_for, Daemon};
@@ -22,8 +21,15 @@ use serde_json::{json, Value};
 struct Stopped(i32);
 
 impl Stopped {
+    /// SIGSTOPs `pid` and waits until it is stopped (delivery is not
+    /// immediate: it may run on for a moment on another CPU).
     fn stop(pid: i32) -> Stopped {
         signal(pid, libc::SIGSTOP);
+        assert!(
+            wait_for(Duration::from_secs(5), || common::proc_stat(pid)
+                .is_some_and(|p| p.state == "T")),
+            "{pid} did not stop"
+        );
         Stopped(pid)
     }
 }
@@ -81,59 +87,6 @@ fn wait_terminal(d: &Daemon, id: &str, timeout: Duration) -> Value {
     last
 }
 
-/// Bytes the daemon has sent on its SOCK_SEQPACKET sockets (the fork
-/// server's request socket) that the other end has not read: each socket
-/// of the daemon is copied with pidfd_getfd(2), its type checked, its
-/// SIOCOUTQ read, and the copy closed at once.
-fn unread_requests_bytes(daemon: i32) -> usize {
-    let mut total = 0;
-    #[allow(unsafe_code)]
-    // SAFETY: pidfd_open, pidfd_getfd, getsockopt and ioctl with fds we
-    // own (wrapped to close) and live buffers of the sizes passed.
-    unsafe {
-        let pidfd = libc::syscall(libc::SYS_pidfd_open, daemon, 0) as i32;
-        if pidfd < 0 {
-            return 0;
-        }
-        let pidfd = OwnedFd::from_raw_fd(pidfd);
-        for entry in std::fs::read_dir(format!("/proc/{daemon}/fd"))
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            let is_socket = std::fs::read_link(entry.path()).is_ok_and(|l| l.to_string_lossy().starts_with("socket:"));
-            let Ok(n) = entry.file_name().to_string_lossy().parse::<i32>() else {
-                continue;
-            };
-            if !is_socket {
-                continue;
-            }
-            let fd = libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), n, 0) as i32;
-            if fd < 0 {
-                continue;
-            }
-            let fd = OwnedFd::from_raw_fd(fd);
-            let mut kind: libc::c_int = 0;
-            let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-            let r = libc::getsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_TYPE,
-                (&mut kind as *mut libc::c_int).cast(),
-                &mut len,
-            );
-            if r != 0 || kind != libc::SOCK_SEQPACKET {
-                continue;
-            }
-            let mut out: libc::c_int = 0;
-            if libc::ioctl(fd.as_raw_fd(), libc::TIOCOUTQ, &mut out) == 0 {
-                total += out.max(0) as usize;
-            }
-        }
-    }
-    total
-}
-
 /// Found by the soak (on 9124360): a fork server that dies owing answers
 /// (here: stopped while three tasks asked for workers, then killed) failed
 /// those tasks — each owed answer counted as one more fork failure "in a
@@ -163,12 +116,13 @@ fn tasks_waiting_on_a_killed_fork_server_are_retried_not_failed() {
             one_request * (i + 1) - one_request / 2
         };
         assert!(
-            wait_for(Duration::from_secs(10), || unread_requests_bytes(d.pid()) >= want),
+            wait_for(Duration::from_secs(10), || common::unread_requests_bytes(d.pid())
+                >= want),
             "request {i} was never sent to the fork server ({} bytes unread)",
-            unread_requests_bytes(d.pid())
+            common::unread_requests_bytes(d.pid())
         );
         if i == 0 {
-            one_request = unread_requests_bytes(d.pid());
+            one_request = common::unread_requests_bytes(d.pid());
         }
     }
     signal(server, libc::SIGKILL);

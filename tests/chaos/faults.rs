@@ -261,6 +261,13 @@ impl Injector {
             self.undo_due(false);
             std::thread::sleep(Duration::from_millis(20));
         }
+        // What is held runs its course: a stop or a squeeze cut short
+        // would not do what the ledger says was done.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !self.pending.is_empty() && Instant::now() < deadline {
+            self.undo_due(false);
+            std::thread::sleep(Duration::from_millis(20));
+        }
         self.undo_due(true);
         self.log
     }
@@ -400,7 +407,9 @@ impl Injector {
 
     /// One fault on one running target task, if one fits now.
     fn task_fault(&mut self, table: &HashMap<i32, Proc>, fault: TaskFault, hold: Duration) -> Option<String> {
-        let margin = Duration::from_millis(1200);
+        // A squeeze must come while the task still grows (it doubles its
+        // memory every 0.6 s until 2.4 s in): at least two doublings left.
+        let margin = Duration::from_millis(if fault == TaskFault::SqueezeMemory { 2000 } else { 1200 });
         let mut targets: Vec<(String, Kind)> = self
             .env
             .ledger
@@ -488,11 +497,12 @@ impl Injector {
         }
     }
 
-    /// The daemon's RLIMIT_NOFILE down to what it has open (and 0–2 more).
+    /// The daemon's RLIMIT_NOFILE down to its lowest free fd number (and
+    /// 0–2 more): it can open nothing more, or a fd or two.
     fn squeeze_nofile(&mut self, daemon: i32, hold: Duration) -> Result<String, String> {
         let (_, fds, _) = procs::threads_fds_rss(daemon).ok_or("daemon gone")?;
         let old = procs::nofile(daemon).map_err(|e| e.to_string())?;
-        let soft = fds as u64 + self.rng.range(0, 3);
+        let soft = procs::lowest_free_fd(daemon) + self.rng.range(0, 3);
         self.env.daemon.squeeze_begin();
         if let Err(e) = procs::set_nofile(daemon, soft, old.1) {
             self.env.daemon.squeeze_end();

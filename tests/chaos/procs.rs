@@ -95,6 +95,47 @@ pub fn threads_fds_rss(pid: i32) -> Option<(usize, usize, u64)> {
     ))
 }
 
+/// A process's open fds by kind (pipe, socket, cgroup file, …), for a report.
+pub fn fd_kinds(pid: i32) -> std::collections::BTreeMap<String, usize> {
+    let mut out = std::collections::BTreeMap::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let target = std::fs::read_link(e.path())
+            .map(|t| t.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let kind = if target.starts_with("/sys/fs/cgroup") {
+            "cgroup".to_string()
+        } else if let Some((k, _)) = target.split_once(':') {
+            k.to_string()
+        } else {
+            "file".to_string()
+        };
+        *out.entry(kind).or_default() += 1;
+    }
+    out
+}
+
+/// The lowest fd number a process has free: a soft RLIMIT_NOFILE of it
+/// leaves the process no fd to open (the limit bounds fd numbers, not how
+/// many are open).
+pub fn lowest_free_fd(pid: i32) -> u64 {
+    let used: std::collections::HashSet<u64> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse().ok())
+        .collect();
+    (0..).find(|n| !used.contains(n)).unwrap_or(0)
+}
+
+/// How many of a process's fds are cgroup files.
+pub fn cgroup_fds(pid: i32) -> usize {
+    fd_kinds(pid).get("cgroup").copied().unwrap_or(0)
+}
+
 /// A process held by a pidfd, checked to be the one a scan saw.
 pub struct Held {
     pub pid: i32,
