@@ -94,8 +94,10 @@ use watch::Sample;
 // tests/procman.rs and tests/helpers_fail.rs keep them.
 const KNOWN_BUGS: &[(Fault, &str)] = &[(
     Fault::SqueezeNofile,
-    "a worker that cannot enter its v1 cgroup runs uncontained and a setsid()'d process outlives its task: \
-     containment_gaps::a_task_that_could_not_enter_its_cgroup_leaves_no_escapee",
+    "a worker that cannot enter its v1 cgroup runs uncontained and a setsid()'d process outlives its task \
+     (containment_gaps::a_task_that_could_not_enter_its_cgroup_leaves_no_escapee); under the fds it polls, \
+     procman's poll(2) fails EINVAL and it stops reaping and reading \
+     (fd_squeeze::a_task_ends_and_is_reaped_while_rlimit_nofile_is_squeezed)",
 )];
 
 /// Invariants the default run reports but does not fail on: each broken by

@@ -162,7 +162,8 @@ pub struct Rec {
     pub fault: Option<(TaskFault, Instant)>,
     /// How long it runs when left alone (ms; 0 when short).
     pub budget_ms: u64,
-    /// CancelTask's answer: Some(true) the task, Some(false) not cancelable.
+    /// CancelTask's answer: Some(true) the task CANCELED; Some(false) not
+    /// cancelable, or the task as it ended by itself meanwhile.
     pub cancel: Option<bool>,
     /// The client's last view, once terminal, and when it saw it.
     pub view: Option<View>,

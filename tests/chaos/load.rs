@@ -527,8 +527,14 @@ fn cancel(env: &Env, ctx: &str, epoch: u32, rng: &mut Rng) {
     std::thread::sleep(Duration::from_millis(rng.range(0, 5000)));
     match env.rpc("CancelTask", json!({"id": id}), CALL_TIMEOUT) {
         Ok(task) => {
-            env.ledger.with(ctx, |r| r.cancel = Some(true));
             let v = View::of_task(&task);
+            // The answer is the task once terminal: CANCELED, or — when the
+            // task ended by itself while the ladder ran — how it ended.
+            let canceled = v.state == "CANCELED";
+            if !canceled {
+                env.ledger.count("cancel.raced_the_end");
+            }
+            env.ledger.with(ctx, |r| r.cancel = Some(canceled));
             if v.terminal() {
                 env.finish(ctx, epoch, v);
             } else {
