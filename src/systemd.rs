@@ -195,10 +195,29 @@ pub fn listen_fds() -> Result<Vec<Passed>, String> {
         // Start-up is single-threaded (see Notifier::from_env).
         std::env::remove_var(name);
     }
+    passed_fds(pid.as_deref(), fds.as_deref(), names.as_deref(), std::process::id())?
+        .into_iter()
+        .map(|(fd, name)| {
+            crate::sys::adopt_listening_socket(fd)
+                .map(|fd| Passed { fd, name: name.clone() })
+                .map_err(|e| format!("socket activation: fd {fd} ({name}): {e}"))
+        })
+        .collect()
+}
+
+/// The descriptors and names `LISTEN_PID`/`LISTEN_FDS`/`LISTEN_FDNAMES`
+/// pass to process `own_pid` (none when meant for another): what
+/// [`listen_fds`] adopts, apart so it can be fuzzed without the environment.
+pub fn passed_fds(
+    pid: Option<&str>,
+    fds: Option<&str>,
+    names: Option<&str>,
+    own_pid: u32,
+) -> Result<Vec<(RawFd, String)>, String> {
     let (Some(pid), Some(fds)) = (pid, fds) else {
         return Ok(Vec::new());
     };
-    if pid.trim() != std::process::id().to_string() {
+    if pid.trim() != own_pid.to_string() {
         return Ok(Vec::new()); // meant for another process
     }
     let n: RawFd = fds
@@ -207,16 +226,13 @@ pub fn listen_fds() -> Result<Vec<Passed>, String> {
         .ok()
         .filter(|n| (0..=1024).contains(n))
         .ok_or_else(|| format!("{LISTEN_FDS}=`{fds}` is not a count of descriptors"))?;
-    let names: Vec<&str> = names.as_deref().map(|n| n.split(':').collect()).unwrap_or_default();
-    (0..n)
+    let names: Vec<&str> = names.map(|n| n.split(':').collect()).unwrap_or_default();
+    Ok((0..n)
         .map(|i| {
-            let fd = LISTEN_FDS_START + i;
             let name = names.get(i as usize).copied().unwrap_or("unknown").to_string();
-            crate::sys::adopt_listening_socket(fd)
-                .map(|fd| Passed { fd, name: name.clone() })
-                .map_err(|e| format!("socket activation: fd {fd} ({name}): {e}"))
+            (LISTEN_FDS_START + i, name)
         })
-        .collect()
+        .collect())
 }
 
 #[cfg(test)]

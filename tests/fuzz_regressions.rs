@@ -54,7 +54,11 @@ seeds_pass!(
     http_response,
     jsonrpc,
     control_frame,
-    jsonl_line
+    jsonl_line,
+    jsonl_lines,
+    mcp_line,
+    config_file,
+    systemd_env
 );
 
 /// The seeds are valid examples, not just inputs that do not crash: each
@@ -93,6 +97,17 @@ fn seeds_are_valid_examples() {
     let max = agentd::limits::control_frame_max_bytes(agentd::limits::HTTP_BODY_MAX_BYTES);
     for (path, bytes) in seeds("control_frame") {
         let name = path.file_name().unwrap().to_str().unwrap();
+        match name {
+            "seed-fork-request" => {
+                assert!(agentd::control::ForkRequest::decode(&bytes).is_some(), "{name}");
+                continue;
+            }
+            "seed-fork-reply" => {
+                assert!(agentd::control::ForkReply::decode(&bytes).is_some(), "{name}");
+                continue;
+            }
+            _ => {}
+        }
         let used = if name.starts_with("seed-to-") {
             agentd::control::decode::<agentd::control::ToWorker>(&bytes, max).map(|f| f.map(|(_, n)| n))
         } else {
@@ -102,5 +117,40 @@ fn seeds_are_valid_examples() {
     }
     for (path, bytes) in seeds("jsonl_line") {
         assert!(agentd::worker::jsonl::parse_line(&bytes).is_ok(), "{}", path.display());
+    }
+    // Every line of these is one a jsonl program may write.
+    for (path, bytes) in seeds("jsonl_lines") {
+        for line in bytes[2..].split(|b| *b == b'\n') {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            if !line.iter().all(u8::is_ascii_whitespace) {
+                assert!(agentd::worker::jsonl::parse_line(line).is_ok(), "{}", path.display());
+            }
+        }
+    }
+    for (path, bytes) in seeds("mcp_line") {
+        let json_lines = bytes[1..]
+            .split(|b| *b == b'\n')
+            .filter(|l| serde_json::from_slice::<serde_json::Value>(l).is_ok())
+            .count();
+        assert!(json_lines > 0, "{}", path.display());
+    }
+    let mut config = agentd::config::Config::default();
+    let full = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/config_file/seed-every-section"),
+    )
+    .unwrap();
+    config
+        .load_str(&full, "seed")
+        .expect("seed-every-section is a valid config");
+    config.validate().expect("seed-every-section validates");
+    for (path, bytes) in seeds("systemd_env") {
+        let notify = String::from_utf8_lossy(bytes.split(|b| *b == 0).next().unwrap()).into_owned();
+        let valid = !path.ends_with("seed-bad-count");
+        assert_eq!(
+            agentd::systemd::NotifyTarget::parse(&notify).is_ok(),
+            valid,
+            "{}",
+            path.display()
+        );
     }
 }

@@ -7,15 +7,21 @@
 //! byte slices, and must never panic: a panic is either a parser bug or a
 //! broken invariant asserted here.
 
-use agentd::control::{self, FromWorker, ToWorker};
+use std::io::{BufReader, Read};
+
+use agentd::config::{self, Config};
+use agentd::control::{self, ForkReply, ForkRequest, FromWorker, ToWorker};
 use agentd::http::chunked::{ChunkError, Decoder};
 use agentd::http::client::ResponseReader;
 use agentd::http::sse::{Event, Parser, SseError};
 use agentd::http::{write_response, Limits, MemConn, ReadError, Reader};
+use agentd::mcp;
+use agentd::systemd::{self, NotifyTarget};
 use agentd::wire::{
     CancelTaskRequest, GetTaskRequest, ListTasksRequest, Message, Part, SendMessageRequest, SubscribeToTaskRequest,
 };
 use agentd::worker::jsonl::{self, Line};
+use agentd::worker::Note;
 use agentd::{limits, rpc};
 
 /// Requests read from one connection until it closes or is rejected.
@@ -177,24 +183,77 @@ pub fn jsonrpc(data: &[u8]) {
 }
 
 /// Control frames, both directions, decoded one after another; each one
-/// decoded re-encodes to a frame that decodes to the same value.
+/// decoded re-encodes to a frame that decodes to the same value, and
+/// `read_frame` on a pipe that gives a few bytes at a time reads the same
+/// frames (and fails where `decode` does). Then the fork server's request
+/// and reply, which are not JSON: what decodes encodes back.
 pub fn control_frame(data: &[u8]) {
     frames::<ToWorker>(data);
     frames::<FromWorker>(data);
+    if let Some(req) = ForkRequest::decode(data) {
+        assert_eq!(req.encode(), data, "a fork request decodes only from its own encoding");
+        assert!((2..=4).contains(&req.fds()));
+    }
+    if let Some(reply) = ForkReply::decode(data) {
+        assert_eq!(data.len(), ForkReply::LEN);
+        assert_eq!(ForkReply::decode(&reply.encode()), Some(reply), "fork reply round trip");
+    }
 }
 
-fn frames<T>(mut rest: &[u8])
+fn frames<T>(data: &[u8])
 where
     T: serde::Serialize + for<'de> serde::Deserialize<'de> + PartialEq + std::fmt::Debug,
 {
     let max = agentd::limits::control_frame_max_bytes(agentd::limits::HTTP_BODY_MAX_BYTES);
-    while let Ok(Some((frame, used))) = control::decode::<T>(rest, max) {
-        assert!(used >= 4 && used <= rest.len(), "consumed {used} of {}", rest.len());
-        // Re-encoding may grow a frame (numbers): no limit on the way back.
-        let wire = control::encode(&frame, u32::MAX as usize).expect("a decoded frame encodes");
-        let again = control::decode::<T>(&wire, u32::MAX as usize).expect("re-encoded frame decodes");
-        assert_eq!(again, Some((frame, wire.len())));
-        rest = &rest[used..];
+    let mut pipe = Trickle::new(data, 1 + data.len() % 7);
+    let mut rest = data;
+    loop {
+        let decoded = control::decode::<T>(rest, max);
+        let read = control::read_frame::<T>(&mut pipe, max);
+        match (decoded, read) {
+            (Ok(Some((frame, used))), Ok(Some(again))) => {
+                assert!(used >= 4 && used <= rest.len(), "consumed {used} of {}", rest.len());
+                assert_eq!(frame, again, "decode and read_frame disagree");
+                // Re-encoding may grow a frame (numbers): no limit on the way back.
+                let wire = control::encode(&frame, u32::MAX as usize).expect("a decoded frame encodes");
+                let round = control::decode::<T>(&wire, u32::MAX as usize).expect("re-encoded frame decodes");
+                assert_eq!(round, Some((frame, wire.len())));
+                rest = &rest[used..];
+            }
+            // The end, between frames.
+            (Ok(None), Ok(None)) => {
+                assert!(rest.is_empty(), "read_frame saw EOF with {} bytes left", rest.len());
+                return;
+            }
+            // A torn frame at the end: more bytes would be needed.
+            (Ok(None), Err(e)) => {
+                assert!(!rest.is_empty() && e.kind() == std::io::ErrorKind::UnexpectedEof, "{e}");
+                return;
+            }
+            (Err(_), Err(_)) => return,
+            (d, r) => panic!("decode says {d:?}, read_frame {r:?}"),
+        }
+    }
+}
+
+/// A reader that hands out at most `step` bytes a call, as a pipe does.
+struct Trickle<'a> {
+    data: &'a [u8],
+    step: usize,
+}
+
+impl<'a> Trickle<'a> {
+    fn new(data: &'a [u8], step: usize) -> Trickle<'a> {
+        Trickle { data, step }
+    }
+}
+
+impl Read for Trickle<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = buf.len().min(self.step).min(self.data.len());
+        buf[..n].copy_from_slice(&self.data[..n]);
+        self.data = &self.data[n..];
+        Ok(n)
     }
 }
 
@@ -204,5 +263,190 @@ pub fn jsonl_line(data: &[u8]) {
         Ok(Line::Artifact { parts, .. }) | Ok(Line::Reply(parts, _)) => assert!(!parts.is_empty()),
         Ok(_) => {}
         Err(why) => assert!(!why.is_empty()),
+    }
+}
+
+/// A jsonl program's stdout as the worker splits it (`jsonl::read_lines`):
+/// byte 0 sets how much one read of the pipe gives, byte 1 the output
+/// budget (255: none). The lines must be the input split at LF, with one
+/// CR before the LF dropped and blank lines skipped, up to the budget; then
+/// `Exhausted` if it ran out, and `StdoutEof` last.
+pub fn jsonl_lines(data: &[u8]) {
+    let Some(([step, budget], input)) = data.split_first_chunk::<2>() else {
+        return;
+    };
+    let budget = if *budget == 255 {
+        u64::MAX
+    } else {
+        u64::from(*budget) * 16
+    };
+    let (tx, rx) = crossbeam_channel::unbounded();
+    jsonl::read_lines(Trickle::new(input, usize::from(step % 16) + 1), budget, &tx);
+    drop(tx);
+    let mut lines = Vec::new();
+    let mut ends = Vec::new();
+    for note in rx.try_iter() {
+        match note {
+            Note::Output(l) => {
+                assert!(ends.is_empty(), "a line after the end");
+                lines.push(l);
+            }
+            Note::Exhausted => ends.push("exhausted"),
+            Note::StdoutEof => ends.push("eof"),
+            Note::TooLong => ends.push("too long"),
+            _ => panic!("read_lines sends only lines, exhausted, too long and EOF"),
+        }
+    }
+    let mut want = Vec::new();
+    let mut used = 0u64;
+    let mut want_ends = vec!["eof"];
+    for piece in input.split_inclusive(|b| *b == b'\n') {
+        used += piece.len() as u64;
+        if used > budget {
+            want_ends.insert(0, "exhausted");
+            break;
+        }
+        let line = match piece.strip_suffix(b"\n") {
+            Some(l) => l.strip_suffix(b"\r").unwrap_or(l),
+            None => piece,
+        };
+        if !line.iter().all(u8::is_ascii_whitespace) {
+            want.push(line.to_vec());
+        }
+    }
+    assert_eq!(lines, want, "lines");
+    assert_eq!(ends, want_ends, "how it ended");
+}
+
+/// The MCP bridge's stdin: byte 0 sets the reader's buffer size (1–16) and,
+/// with its top bit, a small line bound (32) instead of the real one; the
+/// rest is cut into lines by `mcp::read_line`, which must match a plain
+/// split at LF (a line over the bound is dropped whole), and each line is
+/// parsed by `mcp::parse_message`.
+pub fn mcp_line(data: &[u8]) {
+    let Some((&knob, input)) = data.split_first() else {
+        return;
+    };
+    let max = if knob & 0x80 != 0 {
+        32
+    } else {
+        limits::MCP_LINE_MAX_BYTES
+    };
+    let mut r = BufReader::with_capacity(usize::from(knob & 0x0f) + 1, input);
+    let mut buf = Vec::new();
+    let mut lines: Vec<Option<Vec<u8>>> = Vec::new();
+    for _ in 0..=input.len() {
+        buf.clear();
+        match mcp::read_line(&mut r, &mut buf, max).expect("a slice cannot fail") {
+            mcp::Line::Eof => break,
+            mcp::Line::TooLong => lines.push(None),
+            mcp::Line::Complete => {
+                assert!(buf.len() <= max && !buf.contains(&b'\n'));
+                lines.push(Some(buf.clone()));
+            }
+        }
+    }
+    let mut want: Vec<Option<Vec<u8>>> = input
+        .split(|b| *b == b'\n')
+        .map(|l| (l.len() <= max).then(|| l.to_vec()))
+        .collect();
+    if input.is_empty() || input.ends_with(b"\n") {
+        want.pop();
+    }
+    assert_eq!(lines, want, "read_line and a split at LF disagree");
+    for line in lines.into_iter().flatten() {
+        mcp_message(&line);
+    }
+}
+
+fn mcp_message(line: &[u8]) {
+    let answerable = |id: &serde_json::Value| id.is_string() || id.is_i64() || id.is_u64();
+    match mcp::parse_message(line) {
+        Ok(mcp::Message::Request { id, params, .. }) => {
+            assert!(answerable(&id), "request id {id}");
+            assert!(params.is_object());
+        }
+        Ok(mcp::Message::Notification { params, .. }) => assert!(params.is_object()),
+        Ok(mcp::Message::Response) => {}
+        Err((id, e)) => {
+            assert!(id.is_null() || answerable(&id), "error id {id}");
+            assert!(
+                [rpc::PARSE_ERROR, rpc::INVALID_REQUEST, rpc::INVALID_PARAMS].contains(&e.code),
+                "{e}"
+            );
+            assert!(!e.message.is_empty());
+        }
+    }
+}
+
+/// A config file (lossy UTF-8): loading never panics, an error names a line
+/// that is there, and each line means the same alone as in the file (no
+/// key's error depends on the keys before it). Then the command-line
+/// splitter of `agent.exec`: words it splits, quoted back, split the same.
+pub fn config_file(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let mut whole = Config::default();
+    let result = whole.load_str(&text, "fuzz");
+    let mut first_bad = None;
+    for (n, line) in text.lines().enumerate() {
+        if let Err(e) = Config::default().load_str(line, "fuzz") {
+            first_bad = Some((format!("fuzz:{}", n + 1), e.message));
+            break;
+        }
+    }
+    match (&result, first_bad) {
+        (Ok(()), None) => {
+            let _ = whole.validate();
+            let _ = whole.listeners();
+        }
+        (Err(e), Some((place, message))) => {
+            assert_eq!((&e.place, &e.message), (&place, &message));
+            assert!(!e.message.is_empty());
+        }
+        (r, alone) => panic!("the file gives {r:?}, its lines one by one {alone:?}"),
+    }
+    if let Ok(words) = config::split_command(&text) {
+        let quoted: Vec<String> = words
+            .iter()
+            .map(|w| format!("'{}'", w.replace('\'', "'\\''")))
+            .collect();
+        assert_eq!(config::split_command(&quoted.join(" ")), Ok(words), "quoted back");
+    }
+}
+
+/// systemd's variables, NUL-separated: NOTIFY_SOCKET, then LISTEN_PID,
+/// LISTEN_FDS and LISTEN_FDNAMES (a missing field is unset). A parsed
+/// NOTIFY_SOCKET says what the text said; the passed fds are 3, 4, … for
+/// our pid only (4242 here), at most 1024, named from LISTEN_FDNAMES or
+/// `unknown`.
+pub fn systemd_env(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let mut fields = text.split('\0');
+    let notify = fields.next().unwrap_or("");
+    match NotifyTarget::parse(notify) {
+        Ok(NotifyTarget::Path(p)) => assert!(notify.starts_with('/') && p.as_os_str() == notify),
+        Ok(NotifyTarget::Abstract(name)) => {
+            assert!(!name.is_empty());
+            assert_eq!(notify.as_bytes(), [b"@", &name[..]].concat());
+        }
+        Ok(t @ NotifyTarget::Vsock { cid, port }) => {
+            assert_eq!(NotifyTarget::parse(&format!("vsock:{cid}:{port}")), Ok(t));
+        }
+        Err(e) => assert!(e.contains("NOTIFY_SOCKET"), "{e}"),
+    }
+    const OURS: u32 = 4242;
+    let (pid, fds, names) = (fields.next(), fields.next(), fields.next());
+    let for_us = pid.map(str::trim) == Some("4242") && fds.is_some();
+    match systemd::passed_fds(pid, fds, names, OURS) {
+        Ok(passed) => {
+            assert!(for_us || passed.is_empty(), "fds for another process: {passed:?}");
+            assert!(passed.len() <= 1024);
+            let names: Vec<&str> = names.map(|n| n.split(':').collect()).unwrap_or_default();
+            for (i, (fd, name)) in passed.iter().enumerate() {
+                assert_eq!(*fd, 3 + i as i32);
+                assert_eq!(name, names.get(i).copied().unwrap_or("unknown"));
+            }
+        }
+        Err(e) => assert!(for_us && e.contains("LISTEN_FDS"), "{e}"),
     }
 }

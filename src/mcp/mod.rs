@@ -476,7 +476,7 @@ impl Bridge {
 
 /// What one line of stdin is.
 #[derive(Debug, PartialEq)]
-enum Message {
+pub enum Message {
     Request {
         id: Value,
         method: String,
@@ -492,7 +492,7 @@ enum Message {
 
 /// Parses one line as a JSON-RPC 2.0 message. An error carries the id to
 /// answer with (null when there is none to be had).
-fn parse_message(line: &[u8]) -> Result<Message, (Value, McpError)> {
+pub fn parse_message(line: &[u8]) -> Result<Message, (Value, McpError)> {
     let v: Value = serde_json::from_slice(line)
         .map_err(|e| (Value::Null, McpError::new(PARSE_ERROR, format!("parse error: {e}"))))?;
     let invalid = |id: Value, why: &str| (id, McpError::new(INVALID_REQUEST, format!("invalid request: {why}")));
@@ -539,7 +539,7 @@ fn parse_message(line: &[u8]) -> Result<Message, (Value, McpError)> {
     })
 }
 
-enum Line {
+pub enum Line {
     Complete,
     TooLong,
     Eof,
@@ -548,7 +548,7 @@ enum Line {
 /// Reads one line into `buf` (without its newline), never buffering more
 /// than `max` bytes: a longer line is read through to its newline and
 /// dropped. A last line without a newline still counts.
-fn read_line(r: &mut impl BufRead, buf: &mut Vec<u8>, max: usize) -> io::Result<Line> {
+pub fn read_line(r: &mut impl BufRead, buf: &mut Vec<u8>, max: usize) -> io::Result<Line> {
     let mut too_long = false;
     loop {
         let (done, used) = {

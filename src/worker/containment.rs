@@ -36,38 +36,26 @@ static CGROUP_KILL_FD: AtomicI32 = AtomicI32::new(-1);
 /// The task cgroup's `cgroup.procs` (v1 freezer), open for reading, or -1.
 static CGROUP_PROCS_FD: AtomicI32 = AtomicI32::new(-1);
 
-/// How a worker contains its task, armed at start-up by [`arm`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Containment {
-    /// The task's cgroup (v2): parent death writes its `cgroup.kill`.
-    CgroupKill,
-    /// The task's v1 cgroup: parent death SIGKILLs each pid it lists.
-    CgroupProcs,
-    /// No cgroup: the worker is a child subreaper, so whatever leaves its
-    /// process group is re-parented to it, and parent death kills its
-    /// children until none is left.
-    Subreaper,
-}
-
 /// Arms the parent-death path with the task cgroup's `cgroup.kill` (v2)
 /// or freezer `cgroup.procs` (v1), already open (`kill_fd`, `procs_fd`);
-/// with neither, makes the caller a child subreaper. Then installs the
+/// makes the caller a child subreaper either way. Then installs the
 /// parent-death handler and PDEATHSIG.
-pub fn arm(kill_fd: Option<RawFd>, procs_fd: Option<RawFd>) -> io::Result<Containment> {
-    let how = if let Some(fd) = kill_fd {
+pub fn arm(kill_fd: Option<RawFd>, procs_fd: Option<RawFd>) -> io::Result<()> {
+    // v2: one write kills the whole cgroup; v1 freezer: each pid it lists.
+    if let Some(fd) = kill_fd {
         CGROUP_KILL_FD.store(fd, Ordering::SeqCst);
-        Containment::CgroupKill
     } else if let Some(fd) = procs_fd {
         CGROUP_PROCS_FD.store(fd, Ordering::SeqCst);
-        Containment::CgroupProcs
-    } else {
-        sys::set_child_subreaper()?;
-        Containment::Subreaper
-    };
+    }
+    // Always, cgroup or not: an orphan of the task comes to us, not to
+    // agentd, so what is left is killed before we report (see
+    // kill_children) and nothing of a task outlives its worker, even when
+    // agentd dies before it sweeps the task's cgroup.
+    sys::set_child_subreaper()?;
     // The handler keeps catch_signal's promise: see kill_task.
     sys::catch_signal(PARENT_DEATH_SIGNAL, kill_task_handler)?;
     sys::set_parent_death_signal(PARENT_DEATH_SIGNAL)?;
-    Ok(how)
+    Ok(())
 }
 
 extern "C" fn kill_task_handler(_sig: libc::c_int) {

@@ -325,7 +325,7 @@ fn line_too_long() -> String {
 }
 
 /// Splits stdout into lines (bounded) and counts the output budget.
-fn read_lines(stdout: impl Read, output_max: u64, tx: &Sender<Note>) {
+pub fn read_lines(stdout: impl Read, output_max: u64, tx: &Sender<Note>) {
     let mut reader = BufReader::new(stdout);
     let mut total: u64 = 0;
     let mut line = Vec::new();

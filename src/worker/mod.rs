@@ -10,9 +10,9 @@
 //! 2. stdin is /dev/null, the two control pipes are close-on-exec fds, every
 //!    other inherited fd is closed;
 //! 3. arm containment: keep the task cgroup's `cgroup.kill` (v2) or
-//!    `cgroup.procs` (v1 freezer) that came open with the fork request, or
-//!    — without a cgroup — become a child subreaper, so what leaves our process group
-//!    is still ours; then PDEATHSIG as a caught signal whose handler kills
+//!    `cgroup.procs` (v1 freezer) that came open with the fork request, and
+//!    — cgroup or not — become a child subreaper, so what leaves our process
+//!    group is still ours; then PDEATHSIG as a caught signal whose handler kills
 //!    the whole task that way (containment::arm), so a program's
 //!    descendants die with agentd too, even SIGKILLed ones that `setsid`;
 //! 4. catch SIGTERM (the ladder's SIGTERM is for the program; the worker
@@ -23,7 +23,7 @@
 //!    already reparented and must exit now — this check is what makes
 //!    arming PDEATHSIG after the fork race-free;
 //! 6. read `spawn`, run, (as subreaper) kill what is left of
-//!    the task, say `done`, exit.
+//!    the task, say `done`, exit: nothing of a task outlives its worker.
 //!
 //! A control-channel EOF means the supervisor is gone: kill the task.
 
@@ -36,6 +36,8 @@ mod peer;
 mod program;
 mod text;
 
+pub use program::Note;
+
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -45,7 +47,6 @@ use crossbeam_channel::{Receiver, Sender};
 
 use crate::control::{self, Cause, ExecProtocol, FromWorker, Outcome, RunnerSpec, ToWorker};
 use crate::sys;
-use containment::Containment;
 
 /// Environment variable carrying the supervisor's pid to the fork server.
 pub const SUPERVISOR_PID_ENV: &str = "AGENTD_SUPERVISOR_PID";
@@ -187,13 +188,10 @@ pub fn start(birth: Birth<'_>) -> i32 {
         Some(control::ContainmentFile::Procs) => (None, kept),
         None => (None, None),
     };
-    let containment = match containment::arm(kill_fd, procs_fd) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("agentd worker: cannot arm parent-death containment: {e}");
-            return EXIT_ORPHANED;
-        }
-    };
+    if let Err(e) = containment::arm(kill_fd, procs_fd) {
+        eprintln!("agentd worker: cannot arm parent-death containment: {e}");
+        return EXIT_ORPHANED;
+    }
     if let Err(e) = sys::outlast_sigterm() {
         eprintln!("agentd worker: cannot catch SIGTERM: {e}");
     }
@@ -202,7 +200,7 @@ pub fn start(birth: Birth<'_>) -> i32 {
     if sys::getppid() != birth.supervisor {
         return EXIT_ORPHANED;
     }
-    match run(reader, writer, containment, birth.frame_max) {
+    match run(reader, writer, birth.frame_max) {
         Ok(()) => 0,
         Err(e) => {
             log::error!("worker.failed pid={} error={e}", sys::getpid());
@@ -211,7 +209,7 @@ pub fn start(birth: Birth<'_>) -> i32 {
     }
 }
 
-fn run(mut reader: File, writer: File, containment: Containment, frame_max: usize) -> io::Result<()> {
+fn run(mut reader: File, writer: File, frame_max: usize) -> io::Result<()> {
     let link = Link::new(writer, frame_max);
     let Some(ToWorker::Spawn {
         task_id,
@@ -281,11 +279,11 @@ fn run(mut reader: File, writer: File, containment: Containment, frame_max: usiz
             }
         }
     };
-    if containment == Containment::Subreaper {
-        // Nothing of a task outlives it: what left our process group (setsid)
-        // was re-parented to us; procman can see only the group.
-        containment::kill_children();
-    }
+    // Nothing of a task outlives it: what left our process group (setsid)
+    // or its parent (a double fork) was re-parented to us. With a cgroup
+    // procman would sweep it too, but only after our exit, and not at all
+    // if agentd dies in between.
+    containment::kill_children();
     let sent = link.send(&FromWorker::Done {
         outcome: done.outcome,
         cause: done.cause,

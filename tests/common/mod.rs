@@ -1174,3 +1174,57 @@ pub fn static_agentd() -> PathBuf {
     assert!(kind.contains("static"), "not a static binary: {kind}");
     bin
 }
+
+/// Bytes the daemon has sent on its SOCK_SEQPACKET sockets (the fork
+/// server's request socket) that the other end has not read: each socket
+/// of the daemon is copied with pidfd_getfd(2), its type checked, its
+/// SIOCOUTQ read, and the copy closed at once.
+pub fn unread_requests_bytes(daemon: i32) -> usize {
+    let mut total = 0;
+    #[allow(unsafe_code)]
+    // SAFETY: pidfd_open, pidfd_getfd, getsockopt and ioctl with fds we
+    // own (wrapped to close) and live buffers of the sizes passed.
+    unsafe {
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, daemon, 0) as i32;
+        if pidfd < 0 {
+            return 0;
+        }
+        let pidfd = OwnedFd::from_raw_fd(pidfd);
+        for entry in std::fs::read_dir(format!("/proc/{daemon}/fd"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let is_socket = std::fs::read_link(entry.path()).is_ok_and(|l| l.to_string_lossy().starts_with("socket:"));
+            let Ok(n) = entry.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            if !is_socket {
+                continue;
+            }
+            let fd = libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), n, 0) as i32;
+            if fd < 0 {
+                continue;
+            }
+            let fd = OwnedFd::from_raw_fd(fd);
+            let mut kind: libc::c_int = 0;
+            let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+            let r = libc::getsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_TYPE,
+                (&mut kind as *mut libc::c_int).cast(),
+                &mut len,
+            );
+            if r != 0 || kind != libc::SOCK_SEQPACKET {
+                continue;
+            }
+            let mut out: libc::c_int = 0;
+            if libc::ioctl(fd.as_raw_fd(), libc::TIOCOUTQ, &mut out) == 0 {
+                total += out.max(0) as usize;
+            }
+        }
+    }
+    total
+}

@@ -1,0 +1,446 @@
+//! What the soak knows: every task a client sent (keyed by the contextId
+//! the client chose, known before the daemon answers), what was done to it,
+//! what the client last saw; and the named counters of the report, the
+//! invariants among them.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use serde_json::Value;
+
+/// What the agent is asked to do (the first word of the message).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    Ok,
+    Fail,
+    Reject,
+    Sleep,
+    /// Sleeps with a setsid'd escapee in the background.
+    Child,
+    Flood,
+    Ask,
+    AskIdle,
+    Hang,
+    Big,
+    Grow,
+    Hog,
+}
+
+impl Kind {
+    /// The (state, cause) a task of this kind ends in when nothing is done to it.
+    pub fn natural(self) -> Outcome {
+        match self {
+            Kind::Fail => Outcome::new("FAILED", "failed"),
+            Kind::Reject => Outcome::new("REJECTED", "refused"),
+            Kind::AskIdle => Outcome::new("FAILED", "idle"),
+            Kind::Hang => Outcome::new("FAILED", "deadline"),
+            Kind::Hog => Outcome::new("FAILED", "exhausted"),
+            _ => Outcome::new("COMPLETED", "completed"),
+        }
+    }
+}
+
+/// How the client drove the task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Via {
+    Blocking,
+    Streaming,
+    Resubscribe,
+    Cancel,
+    MultiTurn,
+    VanishCall,
+    VanishStream,
+    SlowReader,
+    NearLimit,
+    Mcp,
+    Probe,
+}
+
+/// What the injector did to one task's processes (one fault per task).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskFault {
+    KillWorker,
+    KillProgram,
+    KillChild,
+    StopWorker { long: bool },
+    StopProgram,
+    StopChild,
+    SqueezeMemory,
+}
+
+/// A terminal state (without `TASK_STATE_`) and its `agentd.dev/terminal`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Outcome {
+    pub state: String,
+    pub cause: String,
+}
+
+impl Outcome {
+    pub fn new(state: &str, cause: &str) -> Outcome {
+        Outcome {
+            state: state.into(),
+            cause: cause.into(),
+        }
+    }
+
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.state, self.cause)
+    }
+}
+
+/// A task as a client saw it last (or as GetTask shows it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct View {
+    pub state: String,
+    pub cause: String,
+    pub text: String,
+    /// (artifactId, the text of its parts joined), sorted by id.
+    pub artifacts: Vec<(String, String)>,
+}
+
+pub fn short_state(s: &str) -> &str {
+    s.strip_prefix("TASK_STATE_").unwrap_or(s)
+}
+
+pub fn is_terminal(state: &str) -> bool {
+    matches!(short_state(state), "COMPLETED" | "FAILED" | "CANCELED" | "REJECTED")
+}
+
+impl View {
+    /// From an A2A Task object.
+    pub fn of_task(task: &Value) -> View {
+        let mut artifacts: Vec<(String, String)> = task["artifacts"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|art| {
+                        (
+                            art["artifactId"].as_str().unwrap_or("").to_string(),
+                            parts_text(&art["parts"]),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        artifacts.sort();
+        View {
+            state: short_state(task["status"]["state"].as_str().unwrap_or("")).to_string(),
+            cause: task["status"]["message"]["metadata"]["agentd.dev/terminal"]
+                .as_str()
+                .unwrap_or("")
+                .to_string(),
+            text: parts_text(&task["status"]["message"]["parts"]),
+            artifacts,
+        }
+    }
+
+    pub fn outcome(&self) -> Outcome {
+        Outcome::new(&self.state, &self.cause)
+    }
+
+    pub fn terminal(&self) -> bool {
+        is_terminal(&self.state)
+    }
+}
+
+pub fn parts_text(parts: &Value) -> String {
+    parts
+        .as_array()
+        .map(|ps| ps.iter().filter_map(|p| p["text"].as_str()).collect::<String>())
+        .unwrap_or_default()
+}
+
+pub struct Rec {
+    pub kind: Kind,
+    pub via: Via,
+    pub epoch: u32,
+    pub sent: Instant,
+    pub task: Option<String>,
+    /// The injector may pick it.
+    pub target: bool,
+    pub fault: Option<(TaskFault, Instant)>,
+    /// How long it runs when left alone (ms; 0 when short).
+    pub budget_ms: u64,
+    /// CancelTask's answer: Some(true) the task CANCELED; Some(false) not
+    /// cancelable, or the task as it ended by itself meanwhile.
+    pub cancel: Option<bool>,
+    /// The client's last view, once terminal, and when it saw it.
+    pub view: Option<View>,
+    pub ended: Option<Instant>,
+    /// GetTask was compared with the view.
+    pub checked: bool,
+    /// The daemon said it created nothing (413, a refusal).
+    pub unaccepted: bool,
+}
+
+/// The invariants, each a counter that must stay 0.
+pub const INVARIANTS: &[&str] = &[
+    "violation.unexpected_outcome",
+    "violation.not_terminal",
+    "violation.two_terminal_states",
+    "violation.view_differs_from_GetTask",
+    "violation.stream_protocol",
+    "violation.client_error",
+    "violation.survived_restart",
+    "violation.process_outlived_daemon",
+    "violation.process_left_after_restart",
+    "violation.cgroup_slot_left_after_restart",
+    "violation.escaped_process",
+    "violation.zombie",
+    "violation.resource_bound",
+    "violation.resource_growth",
+    "violation.probe_p99",
+    "violation.probe_timeout",
+    "violation.metrics_undercount",
+    "violation.metrics_mismatch",
+    "violation.daemon_died",
+    "violation.unknown_task",
+    "violation.helper_pool",
+];
+
+#[derive(Default)]
+struct Counters {
+    n: BTreeMap<String, u64>,
+    examples: BTreeMap<String, Vec<String>>,
+}
+
+pub struct Ledger {
+    pub start: Instant,
+    recs: Mutex<HashMap<String, Rec>>,
+    counters: Mutex<Counters>,
+}
+
+impl Ledger {
+    pub fn new() -> Ledger {
+        let mut c = Counters::default();
+        for name in INVARIANTS {
+            c.n.insert(name.to_string(), 0);
+        }
+        Ledger {
+            start: Instant::now(),
+            recs: Mutex::new(HashMap::new()),
+            counters: Mutex::new(c),
+        }
+    }
+
+    /// Seconds since the run began, for log lines.
+    pub fn t(&self) -> f64 {
+        self.start.elapsed().as_secs_f64()
+    }
+
+    pub fn count(&self, name: &str) {
+        self.add(name, 1);
+    }
+
+    pub fn add(&self, name: &str, n: u64) {
+        *self.counters.lock().unwrap().n.entry(name.to_string()).or_default() += n;
+    }
+
+    /// Counts a broken invariant and keeps its first examples. `name` is
+    /// one of INVARIANTS.
+    pub fn violation(&self, name: &str, detail: String) {
+        debug_assert!(INVARIANTS.contains(&name), "{name}");
+        let line = format!("t={:.1}s {detail}", self.t());
+        eprintln!("chaos: {name}: {line}");
+        let mut c = self.counters.lock().unwrap();
+        *c.n.entry(name.to_string()).or_default() += 1;
+        let ex = c.examples.entry(name.to_string()).or_default();
+        if ex.len() < 8 {
+            ex.push(line);
+        }
+    }
+
+    pub fn counters(&self) -> BTreeMap<String, u64> {
+        self.counters.lock().unwrap().n.clone()
+    }
+
+    pub fn examples(&self) -> BTreeMap<String, Vec<String>> {
+        self.counters.lock().unwrap().examples.clone()
+    }
+
+    /// Violations of every invariant but those `excused`.
+    pub fn violations(&self, excused: &[&str]) -> u64 {
+        let c = self.counters.lock().unwrap();
+        INVARIANTS
+            .iter()
+            .filter(|n| !excused.contains(n))
+            .map(|n| c.n.get(*n).copied().unwrap_or(0))
+            .sum()
+    }
+
+    /// A task about to be sent; `budget_ms` > 0 makes it a target of the
+    /// injector.
+    pub fn register(&self, ctx: &str, kind: Kind, via: Via, epoch: u32, budget_ms: u64) {
+        self.recs.lock().unwrap().insert(
+            ctx.to_string(),
+            Rec {
+                kind,
+                via,
+                epoch,
+                sent: Instant::now(),
+                task: None,
+                target: budget_ms > 0,
+                fault: None,
+                budget_ms,
+                cancel: None,
+                view: None,
+                ended: None,
+                checked: false,
+                unaccepted: false,
+            },
+        );
+    }
+
+    pub fn with<R>(&self, ctx: &str, f: impl FnOnce(&mut Rec) -> R) -> Option<R> {
+        self.recs.lock().unwrap().get_mut(ctx).map(f)
+    }
+
+    pub fn set_task(&self, ctx: &str, id: &str) {
+        self.with(ctx, |r| r.task = Some(id.to_string()));
+    }
+
+    /// The daemon created nothing for it: the record goes.
+    pub fn unaccepted(&self, ctx: &str) {
+        self.with(ctx, |r| r.unaccepted = true);
+    }
+
+    /// The injector claims a task for `fault`: only a target still running,
+    /// once.
+    pub fn claim(&self, ctx: &str, fault: TaskFault) -> bool {
+        self.with(ctx, |r| {
+            let free = r.target && r.fault.is_none() && r.view.is_none();
+            if free {
+                r.fault = Some((fault, Instant::now()));
+            }
+            free
+        })
+        .unwrap_or(false)
+    }
+
+    /// The signal could not be sent (the process was gone): no fault.
+    pub fn unclaim(&self, ctx: &str) {
+        self.with(ctx, |r| r.fault = None);
+    }
+
+    /// Targets still running with at least `margin` of their budget left:
+    /// (ctx, kind).
+    pub fn open_targets(&self, margin: std::time::Duration) -> Vec<(String, Kind)> {
+        self.recs
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, r)| {
+                r.target
+                    && r.fault.is_none()
+                    && r.view.is_none()
+                    && r.sent.elapsed() + margin < std::time::Duration::from_millis(r.budget_ms)
+            })
+            .map(|(c, r)| (c.clone(), r.kind))
+            .collect()
+    }
+
+    /// A client saw the task terminal. A second, different terminal view of
+    /// the same task breaks "exactly one terminal state".
+    pub fn terminal(&self, ctx: &str, view: View) {
+        let clash = self.with(ctx, |r| {
+            let clash = r.view.as_ref().filter(|v| v.outcome() != view.outcome()).cloned();
+            if r.view.is_none() {
+                r.ended = Some(Instant::now());
+            }
+            r.view = Some(view.clone());
+            clash
+        });
+        if let Some(Some(before)) = clash {
+            self.violation(
+                "violation.two_terminal_states",
+                format!("ctx={ctx}: first {before:?}, then {view:?}"),
+            );
+        }
+    }
+
+    /// GetTask's view after the client's: they must be equal.
+    pub fn compare(&self, ctx: &str, got: &View) {
+        let mine = self.with(ctx, |r| {
+            r.checked = true;
+            (r.view.clone(), r.task.clone())
+        });
+        if let Some((Some(mine), task)) = mine {
+            if &mine != got {
+                self.violation(
+                    "violation.view_differs_from_GetTask",
+                    format!("ctx={ctx} task={task:?}: client saw {mine:?}, GetTask {got:?}"),
+                );
+            }
+        }
+    }
+
+    /// Terminal views per outcome in `epoch`, as clients have seen them so far.
+    pub fn seen_in_epoch(&self, epoch: u32) -> BTreeMap<String, u64> {
+        let mut out = BTreeMap::new();
+        for r in self.recs.lock().unwrap().values() {
+            if r.epoch == epoch && !r.unaccepted {
+                if let Some(v) = r.view.as_ref().filter(|v| v.terminal()) {
+                    *out.entry(v.outcome().key()).or_default() += 1;
+                }
+            }
+        }
+        out
+    }
+
+    /// Tasks of `epoch` that are not terminal as far as any client knows:
+    /// (ctx, task id).
+    pub fn open_in_epoch(&self, epoch: u32) -> Vec<(String, Option<String>)> {
+        self.recs
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, r)| r.epoch == epoch && !r.unaccepted && r.view.is_none())
+            .map(|(c, r)| (c.clone(), r.task.clone()))
+            .collect()
+    }
+
+    /// Every record, for the final judgement.
+    pub fn drain(&self) -> Vec<(String, Rec)> {
+        self.recs.lock().unwrap().drain().collect()
+    }
+
+    pub fn task_ids(&self) -> HashMap<String, String> {
+        self.recs
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|(c, r)| Some((r.task.clone()?, c.clone())))
+            .collect()
+    }
+
+    /// A task whose end the client saw more than `grace` ago (for the escape
+    /// check), by contextId.
+    pub fn ended_before(&self, ctx: &str, before: Instant) -> bool {
+        self.with(ctx, |r| r.ended.is_some_and(|e| e < before)).unwrap_or(false)
+    }
+}
+
+/// What a record may end in, given what was done to it. `squeezed`: its
+/// life overlapped an fd squeeze, when a worker may not be had.
+pub fn allowed(r: &Rec, squeezed: bool) -> Vec<(Outcome, &'static str)> {
+    let natural = (r.kind.natural(), "");
+    let mut out = match (r.cancel, r.fault.map(|f| f.0)) {
+        (Some(true), _) => vec![(Outcome::new("CANCELED", "canceled"), "")],
+        (_, Some(TaskFault::KillWorker)) => vec![(
+            Outcome::new("FAILED", "crashed"),
+            "the worker ended without a result: killed by signal 9",
+        )],
+        (_, Some(TaskFault::KillProgram)) => {
+            vec![(Outcome::new("FAILED", "crashed"), "the program was killed by signal 9")]
+        }
+        (_, Some(TaskFault::KillChild)) => vec![(Outcome::new("FAILED", "failed"), "child ended 137")],
+        (_, Some(TaskFault::StopWorker { long: true })) => vec![(Outcome::new("FAILED", "stalled"), "")],
+        (_, Some(TaskFault::SqueezeMemory)) => vec![(Outcome::new("FAILED", "exhausted"), "out of memory")],
+        _ => vec![natural],
+    };
+    if squeezed {
+        out.push((Outcome::new("FAILED", "crashed"), "could not start a worker"));
+    }
+    out
+}
