@@ -27,9 +27,11 @@
 
 use std::time::{Duration, Instant};
 
-use crate::control::{Cause, Outcome};
+use crate::control::Cause;
 use crate::sys::ExitStatus;
-use crate::wire::TaskState;
+
+mod verdict;
+pub use verdict::{Before, Counters, Ending, Stop};
 
 /// The clocks of a lifecycle, from config.
 #[derive(Debug, Clone, Copy)]
@@ -60,93 +62,12 @@ impl Timing {
     }
 }
 
-/// What a task ends with.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Ending {
-    pub state: TaskState,
-    pub cause: Cause,
-    pub text: Option<String>,
-}
-
-impl Ending {
-    /// The verdict a worker reports in its `done` frame.
-    pub fn reported(outcome: Outcome, cause: Cause, text: Option<String>) -> Ending {
-        let state = match outcome {
-            Outcome::Completed => TaskState::Completed,
-            Outcome::Failed => TaskState::Failed,
-            Outcome::Rejected => TaskState::Rejected,
-            Outcome::Canceled => TaskState::Canceled,
-        };
-        Ending { state, cause, text }
-    }
-
-    fn exhausted(text: String) -> Ending {
-        Ending {
-            state: TaskState::Failed,
-            cause: Cause::Exhausted,
-            text: Some(text),
-        }
-    }
-}
-
-/// Why procman stops a worker, and the readable reason when it has one.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Stop {
-    pub cause: Cause,
-    pub why: Option<String>,
-}
-
-impl Stop {
-    pub fn new(cause: Cause) -> Stop {
-        Stop { cause, why: None }
-    }
-
-    fn ending(&self, status: ExitStatus) -> Ending {
-        let state = match self.cause {
-            Cause::Cancelled | Cause::Shutdown => TaskState::Canceled,
-            _ => TaskState::Failed,
-        };
-        let text = match (&self.why, self.cause) {
-            (Some(why), _) => Some(why.clone()),
-            (None, Cause::Crashed) => Some(crashed_text(status)),
-            (None, _) => None,
-        };
-        Ending {
-            state,
-            cause: self.cause,
-            text,
-        }
-    }
-}
-
 fn running(waiting: Option<Instant>, deadline: Option<Instant>, taken: bool) -> Phase {
     Phase::Running {
         waiting,
         deadline,
         taken,
     }
-}
-
-fn crashed_text(status: ExitStatus) -> String {
-    format!("the worker ended without a result: {status}")
-}
-
-fn fork_bomb_text(c: &Counters) -> String {
-    format!(
-        "the task hit tasks.pids_max ({} processes) {} time(s): a fork bomb?",
-        c.pids_max, c.pids_refused
-    )
-}
-
-/// What a task's cgroup counted since the task began.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Counters {
-    /// Forks refused at pids.max.
-    pub pids_refused: u64,
-    /// The pids.max those forks hit.
-    pub pids_max: u64,
-    /// The OOM killer (or the memory limit) struck.
-    pub out_of_memory: bool,
 }
 
 /// The rungs of the kill ladder.
@@ -158,30 +79,6 @@ pub enum Rung {
     Terminated,
     /// SIGKILL went out; again every group_poll until the worker is reaped.
     Killed,
-}
-
-/// What came before the exit: it decides the task's verdict.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Before {
-    Idle,
-    Running,
-    Reported(Ending),
-    Stopping(Stop),
-}
-
-impl Before {
-    fn ending(&self, status: ExitStatus) -> Option<Ending> {
-        match self {
-            Before::Idle => None,
-            Before::Running => Some(Ending {
-                state: TaskState::Failed,
-                cause: Cause::Crashed,
-                text: Some(crashed_text(status)),
-            }),
-            Before::Reported(v) => Some(v.clone()),
-            Before::Stopping(stop) => Some(stop.ending(status)),
-        }
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -426,7 +323,7 @@ impl Life {
             (Phase::Running { .. }, Event::Counters(c)) if c.pids_refused > 0 => self.ladder(
                 Stop {
                     cause: Cause::Exhausted,
-                    why: Some(fork_bomb_text(&c)),
+                    why: Some(verdict::fork_bomb_text(&c)),
                 },
                 now,
             ),
@@ -565,7 +462,7 @@ impl Life {
                 vec![Action::Kill],
             ),
             (Phase::Emptying { ending, exit, .. }, Event::Swept { left: false, counters }) => {
-                let ending = ending.map(|e| Self::counted(e, counters));
+                let ending = ending.map(|e| verdict::counted(e, counters));
                 (Phase::Finished, vec![Action::Finish { ending, exit }])
             }
             (Phase::Emptying { ending, exit, due }, Event::Tick) if now >= due => {
@@ -698,19 +595,6 @@ impl Life {
         Action::Sweep {
             adopted: !self.contained && exit == ExitStatus::Signal(libc::SIGKILL),
         }
-    }
-
-    /// What the cgroup counted overrides the ending: forks refused at
-    /// pids.max (unless the task was cancelled), the OOM killer (always).
-    fn counted(ending: Ending, counters: Option<Counters>) -> Ending {
-        let Some(c) = counters else { return ending };
-        if c.out_of_memory {
-            return Ending::exhausted("out of memory: the task went over tasks.memory_max_bytes".into());
-        }
-        if c.pids_refused > 0 && ending.state != TaskState::Canceled {
-            return Ending::exhausted(fork_bomb_text(&c));
-        }
-        ending
     }
 }
 

@@ -2,6 +2,8 @@
 //! of (ms, event), without a process.
 
 use super::*;
+use crate::control::Outcome;
+use crate::wire::TaskState;
 
 const MS: Duration = Duration::from_millis(1);
 
