@@ -88,26 +88,20 @@ use watch::Sample;
 
 /// Faults the default run leaves out: each trips a daemon bug that is still
 /// open and has a failing test of its own. Longer runs keep them.
-// Three it held earlier — a stopped fork server hanging new tasks, a dying
-// fork server failing the tasks it owed, a stopped idle worker stalling its
-// task — were fixed on main (FORK_ANSWER_MS, WORKER_TAKE_MS);
-// tests/procman.rs and tests/helpers_fail.rs keep them.
-const KNOWN_BUGS: &[(Fault, &str)] = &[(
-    Fault::SqueezeNofile,
-    "a worker that cannot enter its v1 cgroup runs uncontained and a setsid()'d process outlives its task \
-     (containment_gaps::a_task_that_could_not_enter_its_cgroup_leaves_no_escapee); under the fds it polls, \
-     procman's poll(2) fails EINVAL and it stops reaping and reading \
-     (fd_squeeze::a_task_ends_and_is_reaped_while_rlimit_nofile_is_squeezed)",
-)];
+// Every one it held was fixed on main and keeps its own test: a stopped
+// fork server (FORK_ANSWER_MS) and a dying one failing the tasks it owed
+// (tests/procman.rs, tests/helpers_fail.rs), a stopped idle worker
+// stalling its task (WORKER_TAKE_MS), and under the NOFILE squeeze a
+// worker run outside its v1 cgroup (containment_gaps) and poll(2) failing
+// EINVAL (fd_squeeze).
+const KNOWN_BUGS: &[(Fault, &str)] = &[];
 
 /// Invariants the default run reports but does not fail on: each broken by
 /// a daemon bug that is still open, rare in a short run, with a failing
 /// test of its own. Longer runs fail on them.
-const KNOWN_BUG_INVARIANTS: &[(&str, &str)] = &[(
-    "violation.process_outlived_daemon",
-    "a task process adopted by agentd outlives its kill -9 when the worker had already exited: \
-     containment_gaps::an_orphan_waiting_for_its_sweep_dies_with_agentd",
-)];
+// The one it held (an orphan adopted by agentd outliving its kill -9) was
+// fixed: every worker is its task's subreaper (containment_gaps).
+const KNOWN_BUG_INVARIANTS: &[(&str, &str)] = &[];
 
 const PING_MS: u64 = 500;
 const STALL_MS: u64 = 1500;
