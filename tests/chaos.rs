@@ -405,6 +405,7 @@ fn chaos_soak() {
     watch_stop.store(true, Ordering::SeqCst);
     let (samples, transient_zombies) = watcher.join().expect("the monitor panicked");
 
+    adopt_late(&env, final_epoch);
     // /metrics of the last daemon equals what clients saw in its life.
     let seen = ledger.seen_in_epoch(final_epoch);
     let metrics = http::get(&d.socket, "/metrics", Duration::from_secs(10))
@@ -499,6 +500,55 @@ fn chaos_soak() {
         std::mem::forget(dir);
         eprintln!("chaos: the daemon's logs are kept in {}", kept.display());
         assert_eq!(failed, 0, "{failed} invariant violation(s) (seed {:#x})", s.seed);
+    }
+}
+
+/// A client whose call broke (an fd squeeze) before it learned its task's
+/// id may have looked for the task by its contextId before the daemon got
+/// to the request, and concluded nothing was made. The task is still the
+/// one it sent: found by that contextId, it is the client's, and its end
+/// is what the client sees now.
+fn adopt_late(env: &Env, epoch: u32) {
+    let known = env.ledger.task_ids();
+    let mut tasks = Vec::new();
+    let mut token = String::new();
+    loop {
+        let Ok(page) = http::rpc(
+            &env.daemon.socket,
+            "ListTasks",
+            json!({"pageSize": 100, "pageToken": token, "historyLength": 0}),
+            Duration::from_secs(10),
+        ) else {
+            return; // audit_list reports it
+        };
+        tasks.extend(page["tasks"].as_array().cloned().unwrap_or_default());
+        token = page["nextPageToken"].as_str().unwrap_or("").to_string();
+        if token.is_empty() {
+            break;
+        }
+    }
+    for t in &tasks {
+        let (Some(id), Some(ctx)) = (t["id"].as_str(), t["contextId"].as_str()) else {
+            continue;
+        };
+        if known.contains_key(id) {
+            continue;
+        }
+        let adopted = env.ledger.with(ctx, |r| {
+            let lost = r.task.is_none() && r.epoch == epoch;
+            if lost {
+                r.task = Some(id.to_string());
+                r.unaccepted = false;
+            }
+            lost
+        });
+        if adopted == Some(true) {
+            env.ledger.count("calls.task_found_after_the_client_gave_up");
+            let view = ledger::View::of_task(t);
+            if view.terminal() {
+                env.ledger.terminal(ctx, view);
+            }
+        }
     }
 }
 

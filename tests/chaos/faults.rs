@@ -501,16 +501,32 @@ impl Injector {
     /// 0–2 more): it can open nothing more, or a fd or two.
     fn squeeze_nofile(&mut self, daemon: i32, hold: Duration) -> Result<String, String> {
         let (_, fds, _) = procs::threads_fds_rss(daemon).ok_or("daemon gone")?;
-        let old = procs::nofile(daemon).map_err(|e| e.to_string())?;
+        // A squeeze that comes while one is held takes it over: the limit to
+        // restore is the one from before the first (the daemon's limit now is
+        // the squeezed one, and restoring that would squeeze it for good), and
+        // it is restored once, when the later of the two ends.
+        let mut until = Instant::now() + hold;
+        let held = self
+            .pending
+            .iter()
+            .position(|(_, u)| matches!(u, Undo::Nofile { pid, .. } if *pid == daemon));
+        let old = match held.map(|i| self.pending.remove(i)) {
+            Some((at, Undo::Nofile { old, .. })) => {
+                until = until.max(at);
+                self.env.daemon.squeeze_end();
+                old
+            }
+            _ => procs::nofile(daemon).map_err(|e| e.to_string())?,
+        };
         let soft = procs::lowest_free_fd(daemon) + self.rng.range(0, 3);
         self.env.daemon.squeeze_begin();
         if let Err(e) = procs::set_nofile(daemon, soft, old.1) {
+            let _ = procs::set_nofile(daemon, old.0, old.1);
             self.env.daemon.squeeze_end();
             return Err(format!("prlimit: {e}"));
         }
-        self.pending
-            .push((Instant::now() + hold, Undo::Nofile { pid: daemon, old }));
-        Ok(format!("RLIMIT_NOFILE {} → {soft} ({fds} open) for {hold:?}", old.0))
+        self.pending.push((until, Undo::Nofile { pid: daemon, old }));
+        Ok(format!("RLIMIT_NOFILE {} → {soft} ({fds} open) until {:?} from now", old.0, until - Instant::now()))
     }
 
     /// kill -9 of the daemon; then every process it had must be gone, and
