@@ -77,20 +77,34 @@ impl Channel {
     }
 
     /// Starts counting what goes to the worker from here (its task's
-    /// `spawn` frame is next), for [`untouched`](Self::untouched).
+    /// `spawn` frame is next), for [`take_back`](Self::take_back).
     pub fn mark(&mut self) {
         self.into_pipe_since_mark = 0;
     }
 
-    /// Whether the worker has read nothing of what was sent since the
-    /// mark: every byte written to the pipe since is still in it
-    /// (FIONREAD on our end), or none has reached the pipe yet.
-    pub fn untouched(&self) -> bool {
+    /// Takes back what was sent since the mark if the worker has read none
+    /// of it, so that it never can: true when the worker cannot have all of
+    /// it (the task was never started, and never will be by this worker).
+    /// FIONREAD alone would race a worker that reads right after it looked;
+    /// so what is still in the pipe is read out through a read end of our
+    /// own (the pipe opened anew through /proc, non-blocking, for this one
+    /// read): whoever reads first has the bytes, and if we got any, the
+    /// worker lacks at least the frame's last. Without /proc, FIONREAD's
+    /// word stands.
+    pub fn take_back(&self) -> bool {
         let queued = self.outbox.len() - self.written;
         if self.into_pipe_since_mark == 0 {
-            return queued > 0;
+            return queued > 0; // none of it reached the pipe
         }
-        crate::sys::pipe_unread(self.tx.as_raw_fd()).is_ok_and(|unread| unread == self.into_pipe_since_mark)
+        let untouched =
+            crate::sys::pipe_unread(self.tx.as_raw_fd()).is_ok_and(|unread| unread == self.into_pipe_since_mark);
+        if !untouched {
+            return false;
+        }
+        match read_out(self.tx.as_raw_fd(), self.into_pipe_since_mark) {
+            Ok(n) => n > 0,
+            Err(_) => true,
+        }
     }
 
     /// What to poll for frames (POLLIN).
@@ -214,6 +228,32 @@ impl Channel {
     }
 }
 
+/// Reads up to `max` bytes out of the pipe whose write end is `write_end`,
+/// through a read end opened for it alone (opening a pipe through /proc
+/// makes a new open file, so O_NONBLOCK here leaves the worker's end
+/// blocking). Returns how many it got; 0 when the pipe was already empty.
+fn read_out(write_end: RawFd, max: usize) -> io::Result<usize> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut end = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(format!("/proc/self/fd/{write_end}"))?;
+    let mut buf = vec![0u8; max.min(1 << 16)];
+    let mut got = 0;
+    while got < max {
+        let want = buf.len().min(max - got);
+        match end.read(&mut buf[..want]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if got == 0 => return Err(e),
+            Err(_) => break,
+        }
+    }
+    Ok(got)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -294,17 +334,40 @@ mod tests {
     }
 
     #[test]
-    fn untouched_until_the_worker_reads_a_byte_of_what_followed_the_mark() {
+    fn taken_back_until_the_worker_reads_a_byte_of_what_followed_the_mark() {
         let (mut ch, _worker, mut reads) = pair();
-        assert!(!ch.untouched(), "nothing sent: nothing to touch");
+        assert!(!ch.take_back(), "nothing sent: nothing to take back");
         assert_eq!(ch.send(&ToWorker::Ping), Queued::Ok);
         let mut ping = vec![0u8; control::encode(&ToWorker::Ping, 1 << 20).unwrap().len()];
         reads.read_exact(&mut ping).unwrap();
         ch.mark();
         assert_eq!(ch.send(&ToWorker::Cancel), Queued::Ok);
-        assert!(ch.untouched(), "the frame after the mark is all in the pipe");
         reads.read_exact(&mut [0u8; 1]).unwrap();
-        assert!(!ch.untouched(), "one byte of it was read");
+        assert!(!ch.take_back(), "one byte of it was read: it is the worker's");
+        assert!(
+            crate::sys::pipe_unread(reads.as_raw_fd()).unwrap() > 0,
+            "and the rest is left to it"
+        );
+    }
+
+    #[test]
+    fn a_frame_taken_back_is_gone_from_the_workers_pipe() {
+        let (mut ch, _worker, reads) = pair();
+        ch.mark();
+        assert_eq!(ch.send(&ToWorker::Cancel), Queued::Ok);
+        assert!(crate::sys::pipe_unread(reads.as_raw_fd()).unwrap() > 0);
+        assert!(ch.take_back(), "the frame after the mark was all in the pipe");
+        assert_eq!(
+            crate::sys::pipe_unread(reads.as_raw_fd()).unwrap(),
+            0,
+            "the worker can read none of it now"
+        );
+        // The worker's end is still blocking: the read end we opened had a
+        // file of its own.
+        let flags = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", reads.as_raw_fd())).unwrap();
+        let flags = flags.lines().find(|l| l.starts_with("flags:")).unwrap();
+        let bits = u32::from_str_radix(flags.split_whitespace().nth(1).unwrap(), 8).unwrap();
+        assert_eq!(bits & libc::O_NONBLOCK as u32, 0, "{flags}");
     }
 
     #[test]

@@ -350,7 +350,7 @@ impl<O: Os> Driver<O> {
             }
             Action::Sweep { adopted } => self.sweep(pid, adopted),
             Action::CheckTaken => {
-                let event = if w.chan.untouched() {
+                let event = if w.chan.take_back() {
                     Event::Untouched
                 } else {
                     Event::Took
@@ -430,7 +430,7 @@ impl<O: Os> Driver<O> {
     /// its to end.
     fn before_loss(&mut self, pid: i32) {
         let Some(w) = self.workers.get(&pid) else { return };
-        if w.life.may_not_have_taken() && w.chan.untouched() {
+        if w.life.may_not_have_taken() && w.chan.take_back() {
             self.event(pid, Event::Untouched);
         }
     }

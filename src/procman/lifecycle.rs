@@ -140,7 +140,8 @@ pub enum Event {
     Exited(ExitStatus),
     /// It has read its `spawn` frame.
     Took,
-    /// Its `spawn` frame is still unread, all of it.
+    /// Its `spawn` frame was still unread, all of it, and is taken back
+    /// out of its pipe: it can never start the task.
     Untouched,
     /// Its cgroup's counters while it runs (read now and then).
     Counters(Counters),
@@ -167,8 +168,8 @@ pub enum Action {
     Sweep {
         adopted: bool,
     },
-    /// Look whether the worker has read its `spawn` frame; answer `Took`
-    /// or `Untouched`.
+    /// Look whether the worker has read its `spawn` frame, taking it back
+    /// if not; answer `Took` or `Untouched`.
     CheckTaken,
     /// The task goes back to the queue, to start on a fresh worker.
     Requeue(String),

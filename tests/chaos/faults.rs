@@ -526,7 +526,11 @@ impl Injector {
             return Err(format!("prlimit: {e}"));
         }
         self.pending.push((until, Undo::Nofile { pid: daemon, old }));
-        Ok(format!("RLIMIT_NOFILE {} → {soft} ({fds} open) until {:?} from now", old.0, until - Instant::now()))
+        Ok(format!(
+            "RLIMIT_NOFILE {} → {soft} ({fds} open) until {:?} from now",
+            old.0,
+            until - Instant::now()
+        ))
     }
 
     /// kill -9 of the daemon; then every process it had must be gone, and
