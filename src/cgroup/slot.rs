@@ -31,7 +31,6 @@ use crate::cost::{CpuTimes, MEMORY_CGROUP1, MEMORY_CGROUP2};
 pub(super) struct Counters {
     pids_max_hits: u64,
     oom_kills: u64,
-    mem_failcnt: u64,
 }
 
 /// A slot's files agentd keeps open. Whatever could not be opened is
@@ -206,13 +205,12 @@ impl TaskCgroups {
                     }
                 }
                 Kind::V1Pids => c.pids_max_hits += counter(&d.join("pids.events"), "max"),
-                Kind::V1Memory => {
-                    c.oom_kills += counter(&d.join("memory.oom_control"), "oom_kill");
-                    c.mem_failcnt += fs::read_to_string(d.join("memory.failcnt"))
-                        .ok()
-                        .and_then(|s| s.trim().parse::<u64>().ok())
-                        .unwrap_or(0);
-                }
+                // Not memory.failcnt: it counts every charge that met the
+                // limit, also those reclaim then satisfied, and a reused
+                // slot still carries the page cache of the task before, so
+                // a task of 1 MiB after a 64 MiB one "hit" the limit (the
+                // chaos hour: 19 tasks wrongly failed `exhausted`).
+                Kind::V1Memory => c.oom_kills += counter(&d.join("memory.oom_control"), "oom_kill"),
                 Kind::V1Freezer => {}
             }
         }
@@ -229,7 +227,7 @@ impl TaskCgroups {
     /// Whether the OOM killer (or the memory limit) struck in this task.
     pub fn out_of_memory(&self) -> bool {
         let now = self.counters();
-        now.oom_kills > self.baseline.oom_kills || now.mem_failcnt > self.baseline.mem_failcnt
+        now.oom_kills > self.baseline.oom_kills
     }
 
     /// The task's cost counters, once it is gone and the slot empty: one
@@ -291,6 +289,29 @@ mod tests {
         assert_eq!(counter(&dir.join("memory.events"), "oom_kill"), 1);
         assert_eq!(counter(&dir.join("memory.events"), "missing"), 0);
         assert_eq!(counter(&dir.join("nope"), "max"), 0);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_limit_met_and_reclaimed_is_not_out_of_memory_only_a_kill_is() {
+        let dir = std::env::temp_dir().join(format!("agentd-cg-{}", crate::ids::new_id()));
+        fs::create_dir_all(&dir).unwrap();
+        let oom = |kills: u64| {
+            let text = format!("oom_kill_disable 0\nunder_oom 0\noom_kill {kills}\n");
+            fs::write(dir.join("memory.oom_control"), text).unwrap();
+        };
+        oom(2);
+        fs::write(dir.join("memory.failcnt"), "10\n").unwrap();
+        let mut task = TaskCgroups {
+            dirs: vec![(Kind::V1Memory, dir.clone())],
+            ..TaskCgroups::default()
+        };
+        task.baseline = task.counters();
+        // The previous task's page cache met the limit and was reclaimed.
+        fs::write(dir.join("memory.failcnt"), "57\n").unwrap();
+        assert!(!task.out_of_memory(), "failcnt alone is not an OOM");
+        oom(3);
+        assert!(task.out_of_memory(), "an OOM kill in this task is");
         fs::remove_dir_all(&dir).unwrap();
     }
 
