@@ -164,16 +164,26 @@ pub fn jsonrpc(data: &[u8]) {
             return;
         }
     };
-    assert!(!req.method.is_empty() && req.params.get().starts_with('{'), "params is an object");
+    assert!(
+        !req.method.is_empty() && req.params.get().starts_with('{'),
+        "params is an object"
+    );
     let params: serde_json::Value = match serde_json::from_str(req.params.get()) {
         Ok(params) => params,
         Err(e) => {
-            // JSON that a Value cannot hold (a number past f64's range, as
-            // RFC 8259 lets a parser refuse): decode keeps params as text, and
-            // the handlers read it straight into their types, which refuse it
-            // where it matters and skip it where it does not. Anything else
-            // is a decode that let bad JSON through.
-            assert!(e.to_string().starts_with("number out of range"), "params is JSON: {e}");
+            // JSON that a Value cannot hold, as RFC 8259 lets a parser
+            // refuse: a number past f64's range, a lone UTF-16 surrogate
+            // escape (no Rust string holds one). decode keeps params as
+            // text, and the handlers read it straight into their types,
+            // which refuse it where it matters and skip it where it does
+            // not. Anything else is a decode that let bad JSON through.
+            let why = e.to_string();
+            assert!(
+                why.starts_with("number out of range")
+                    || why.starts_with("lone leading surrogate")
+                    || why.starts_with("invalid unicode code point"),
+                "params is JSON: {e}"
+            );
             let _ = serde_json::from_str::<SendMessageRequest>(req.params.get());
             let _ = serde_json::from_str::<ListTasksRequest>(req.params.get());
             return;
