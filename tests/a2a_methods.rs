@@ -323,3 +323,30 @@ fn ids_keep_their_type_and_extensions_are_ignored_not_refused() {
     let body = json!({"jsonrpc": "2.0", "id": 12.5, "method": "ListTasks"}).to_string();
     assert_eq!(d.post(&body, &[("A2A-Version", "1.0.3")]).json()["id"], 12.5);
 }
+
+/// JSON that no serde_json::Value holds but RFC 8259 lets a parser refuse —
+/// a number past f64's range, a lone UTF-16 surrogate escape (found by the
+/// jsonrpc fuzz target): where a member is read it is invalid params with an
+/// ErrorInfo, where it is not it is ignored, in the id it is a parse error.
+/// Never a panic, and the daemon serves on.
+#[test]
+fn json_a_value_cannot_hold_is_refused_where_it_is_read() {
+    let d = Daemon::start(&[]);
+    let post = |body: &str| d.post(body, &[("A2A-Version", "1.0")]).json();
+    let bad_text = r#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":
+        {"role":"ROLE_USER","messageId":"m1","parts":[{"text":"a\uD800b"}]}}}"#;
+    assert_error(&post(bad_text)["error"], -32602, "INVALID_PARAMS");
+    let bad_size = r#"{"jsonrpc":"2.0","id":2,"method":"ListTasks","params":{"pageSize":1e4325}}"#;
+    assert_error(&post(bad_size)["error"], -32602, "INVALID_PARAMS");
+    for unread in [r#"{"x":1e4325}"#, r#"{"x":"\uDC00"}"#] {
+        let body = format!(r#"{{"jsonrpc":"2.0","id":3,"method":"ListTasks","params":{unread}}}"#);
+        let v = post(&body);
+        assert!(v["result"]["tasks"].is_array(), "a member nobody reads is ignored: {v}");
+    }
+    let bad_id = r#"{"jsonrpc":"2.0","id":1e4325,"method":"ListTasks","params":{}}"#;
+    let v = post(bad_id);
+    assert_error(&v["error"], -32700, "PARSE_ERROR");
+    assert!(v["id"].is_null(), "{v}");
+    let ok = d.ok("SendMessage", json!({"message": user_message("still here")}));
+    assert_eq!(ok["task"]["status"]["state"], "TASK_STATE_COMPLETED", "{ok}");
+}
