@@ -31,11 +31,12 @@ pub const FD_RESERVE_BASE: u64 = 64;
 /// ... and for each worker there may be at once (`tasks.max_running`, plus
 /// the idle pool: `tasks.prespawn`, or `PRESPAWN_AUTO_MAX`): procman's ends
 /// of its two control pipes, its cgroup slot's kept files (the directory to
-/// fork into, `cgroup.kill`, `cgroup.procs`, `cpu.stat`, a peak counter; a
-/// v1 slot one `cgroup.procs` more) and the two pipe ends an ask for it
-/// holds a moment. Connections get the rest of RLIMIT_NOFILE, so a task
-/// never fails because clients used the fds.
-pub const FD_RESERVE_PER_TASK: u64 = 10;
+/// fork into, `cgroup.kill`, `cgroup.procs`, `cpu.stat`, a peak counter,
+/// the pids and OOM counters a limit makes meaningful; a v1 slot one
+/// `cgroup.procs` more) and the two pipe ends an ask for it holds a moment.
+/// Connections get the rest of RLIMIT_NOFILE, so a task never fails
+/// because clients used the fds.
+pub const FD_RESERVE_PER_TASK: u64 = 12;
 /// A condition that repeats (accept failing with EMFILE, say) is logged at
 /// most once per this interval, with the count of what was not logged.
 pub const LOG_REPEAT_INTERVAL_MS: u64 = 10_000;

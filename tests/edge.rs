@@ -422,15 +422,15 @@ fn the_card_has_last_modified_and_honours_if_modified_since() {
 #[test]
 fn a_low_fd_limit_means_503_never_silence_and_tasks_unharmed() {
     use std::os::unix::process::CommandExt;
-    const LIMIT: u64 = 256;
+    const LIMIT: u64 = 288;
     let dir = common::TempDir::new("nofile");
     let socket = dir.0.join("a.sock");
     let log = dir.0.join("agentd.log");
     let mut cmd = std::process::Command::new(common::BIN);
     cmd.args(["serve", "--listen", &format!("unix://{}", socket.display())])
         .args(["--exec", "sh -c 'sleep 0.3; cat'"])
-        // 8 running + 8 idle workers: a reserve of 64 + 10 × 16 fds, and
-        // 32 connections in what is left of 256.
+        // 8 running + 8 idle workers: a reserve of 64 + 12 × 16 fds, and
+        // 32 connections in what is left of 288.
         .args(["--set", "tasks.max_running=8", "--set", "tasks.prespawn=8"])
         .env("RUST_LOG", "debug")
         .stdin(std::process::Stdio::null())

@@ -201,7 +201,7 @@ impl Isolation {
         let files = self
             .slot_files
             .entry(slot)
-            .or_insert_with(|| Arc::new(SlotFiles::open(&dirs)))
+            .or_insert_with(|| Arc::new(SlotFiles::open(&dirs, self.limits)))
             .clone();
         let mut task = TaskCgroups {
             slot,

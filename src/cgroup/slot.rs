@@ -54,10 +54,29 @@ pub(super) struct SlotFiles {
     /// the kernel resets it per fd, else v1 `memory.max_usage_in_bytes`
     /// where a memory limit made a v1 slot.
     peak: Option<(fs::File, &'static str)>,
+    /// Each hierarchy's counter files that the limits make meaningful (its
+    /// pids.max hits, its OOM kills), in the order of `TaskCgroups::dirs`:
+    /// kept open so that a verdict read under an fd squeeze still sees an
+    /// OOM kill (opened then, the file would read as "none", and the kill
+    /// pass for a crash: the chaos hour saw it).
+    events: Vec<[Option<fs::File>; 2]>,
+}
+
+/// Which counter file of a hierarchy, and the key in it.
+fn event_files(kind: Kind, limits: Limits) -> [Option<(&'static str, &'static str)>; 2] {
+    match kind {
+        Kind::V2 => [
+            (limits.pids_max > 0).then_some(("pids.events", "max")),
+            (limits.memory_max_bytes > 0).then_some(("memory.events", "oom_kill")),
+        ],
+        Kind::V1Pids => [Some(("pids.events", "max")), None],
+        Kind::V1Memory => [None, Some(("memory.oom_control", "oom_kill"))],
+        Kind::V1Freezer => [None, None],
+    }
 }
 
 impl SlotFiles {
-    pub(super) fn open(dirs: &[(Kind, PathBuf)]) -> SlotFiles {
+    pub(super) fn open(dirs: &[(Kind, PathBuf)], limits: Limits) -> SlotFiles {
         let v2 = dirs.iter().find(|(k, _)| *k == Kind::V2).map(|(_, d)| d);
         let v1_memory = dirs.iter().find(|(k, _)| *k == Kind::V1Memory).map(|(_, d)| d);
         let cpu_stat = v2.and_then(|d| fs::File::open(d.join("cpu.stat")).ok());
@@ -79,6 +98,12 @@ impl SlotFiles {
             cpu_stat,
             cpu_seen: [AtomicU64::new(seen.user_usec), AtomicU64::new(seen.system_usec)],
             peak,
+            events: dirs
+                .iter()
+                .map(|(kind, d)| {
+                    event_files(*kind, limits).map(|f| f.and_then(|(name, _)| fs::File::open(d.join(name)).ok()))
+                })
+                .collect(),
         }
     }
 }
@@ -192,26 +217,24 @@ impl TaskCgroups {
             })
     }
 
+    // Not memory.failcnt for v1: it counts every charge that met the limit,
+    // also those reclaim then satisfied, and a reused slot still carries the
+    // page cache of the task before, so a task of 1 MiB after a 64 MiB one
+    // "hit" the limit (the chaos hour: 19 tasks wrongly failed `exhausted`).
     pub(super) fn counters(&self) -> Counters {
         let mut c = Counters::default();
-        for (kind, d) in &self.dirs {
-            match kind {
-                Kind::V2 => {
-                    if self.limits.pids_max > 0 {
-                        c.pids_max_hits += counter(&d.join("pids.events"), "max");
-                    }
-                    if self.limits.memory_max_bytes > 0 {
-                        c.oom_kills += counter(&d.join("memory.events"), "oom_kill");
-                    }
+        for (i, (kind, d)) in self.dirs.iter().enumerate() {
+            for (which, wanted) in event_files(*kind, self.limits).into_iter().enumerate() {
+                let Some((name, key)) = wanted else { continue };
+                let kept = self.files.events.get(i).and_then(|f| f[which].as_ref());
+                let n = match kept {
+                    Some(f) => kept_counter(f, key),
+                    None => counter(&d.join(name), key),
+                };
+                match which {
+                    0 => c.pids_max_hits += n,
+                    _ => c.oom_kills += n,
                 }
-                Kind::V1Pids => c.pids_max_hits += counter(&d.join("pids.events"), "max"),
-                // Not memory.failcnt: it counts every charge that met the
-                // limit, also those reclaim then satisfied, and a reused
-                // slot still carries the page cache of the task before, so
-                // a task of 1 MiB after a 64 MiB one "hit" the limit (the
-                // chaos hour: 19 tasks wrongly failed `exhausted`).
-                Kind::V1Memory => c.oom_kills += counter(&d.join("memory.oom_control"), "oom_kill"),
-                Kind::V1Freezer => {}
             }
         }
         c
@@ -264,10 +287,20 @@ pub(super) fn procs(dir: &Path) -> Vec<i32> {
 }
 
 /// The value of `key N` in a flat-keyed cgroup file.
+/// `key`'s number in a flat-keyed counter file kept open: one pread.
+fn kept_counter(f: &fs::File, key: &str) -> u64 {
+    let mut buf = [0u8; 512];
+    let n = f.read_at(&mut buf, 0).unwrap_or(0);
+    keyed(&String::from_utf8_lossy(&buf[..n]), key)
+}
+
+/// `key`'s number in a flat-keyed counter file, opened for the read.
 fn counter(file: &Path, key: &str) -> u64 {
-    fs::read_to_string(file)
-        .unwrap_or_default()
-        .lines()
+    keyed(&fs::read_to_string(file).unwrap_or_default(), key)
+}
+
+fn keyed(text: &str, key: &str) -> u64 {
+    text.lines()
         .find_map(|l| {
             let (k, v) = l.split_once(' ')?;
             (k == key).then(|| v.trim().parse().ok())?
@@ -313,6 +346,37 @@ mod tests {
         oom(3);
         assert!(task.out_of_memory(), "an OOM kill in this task is");
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_oom_kill_is_read_through_the_kept_file_when_no_file_can_be_opened() {
+        let base = std::env::temp_dir().join(format!("agentd-cg-{}", crate::ids::new_id()));
+        let dir = base.join("slot-1");
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(
+            dir.join("memory.oom_control"),
+            "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n",
+        )
+        .unwrap();
+        let dirs = vec![(Kind::V1Memory, dir.clone())];
+        let files = Arc::new(SlotFiles::open(&dirs, Limits::default()));
+        let mut task = TaskCgroups {
+            dirs,
+            files,
+            ..TaskCgroups::default()
+        };
+        task.baseline = task.counters();
+        // The kernel counts the kill in the file agentd holds; the path can
+        // no longer be opened (as under an fd squeeze: here it is gone).
+        fs::write(
+            dir.join("memory.oom_control"),
+            "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n",
+        )
+        .unwrap();
+        let moved = base.join("elsewhere");
+        fs::rename(&dir, &moved).unwrap();
+        assert!(task.out_of_memory(), "the kept file still says what the kernel counted");
+        fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]
