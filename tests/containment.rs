@@ -142,7 +142,7 @@ fn kill9_leaves_no_escapee_with_cgroups() {
 fn kill9_leaves_no_escapee_and_a_restart_removes_the_slots() {
     let test = "kill9_leaves_no_escapee_and_a_restart_removes_the_slots";
     // In a cgroup tree of our own: no other daemon removes the slots first.
-    let Some(base) = PrivateBase::new() else {
+    let Ok(base) = common::PrivateCgroup::new("agentd-test") else {
         return common::skip_or_fail(
             test,
             &format!(
@@ -167,63 +167,12 @@ fn kill9_leaves_no_escapee_without_cgroups() {
     }
 }
 
-/// Our own cgroup in each hierarchy named (`""` for v2, else a v1
-/// controller), joined to its mount: where agentd, our child, makes its own.
-fn own_cgroup(controller: &str) -> Option<PathBuf> {
-    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
-    let path = own.lines().find_map(|l| {
-        let mut f = l.splitn(3, ':');
-        let (_, c, p) = (f.next()?, f.next()?, f.next()?);
-        (c == controller).then(|| p.trim_start_matches('/').to_string())
-    })?;
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let mount = mountinfo.lines().find_map(|l| {
-        let (pre, post) = l.split_once(" - ")?;
-        let mut post = post.split_whitespace();
-        let fstype = post.next()?;
-        let options = post.nth(1).unwrap_or("");
-        let ours = if controller.is_empty() {
-            fstype == "cgroup2"
-        } else {
-            fstype == "cgroup" && options.split(',').any(|o| o == controller)
-        };
-        ours.then(|| PathBuf::from(pre.split_whitespace().nth(4).unwrap()))
-    })?;
-    Some(mount.join(path))
-}
-
-/// A cgroup v2 directory of this test's own (`tasks.cgroup=PATH`), so no
-/// other daemon on the machine cleans up in it; removed on drop.
-struct PrivateBase(PathBuf);
-
-impl PrivateBase {
-    fn new() -> Option<PrivateBase> {
-        let dir = own_cgroup("")?.join(format!("agentd-test-{}", common::new_id()));
-        std::fs::create_dir(&dir).ok()?;
-        Some(PrivateBase(dir))
-    }
-}
-
-impl Drop for PrivateBase {
-    fn drop(&mut self) {
-        fn rmdir_tree(dir: &Path) {
-            if let Ok(entries) = std::fs::read_dir(dir) {
-                for e in entries.flatten().filter(|e| e.path().is_dir()) {
-                    rmdir_tree(&e.path());
-                }
-            }
-            let _ = std::fs::remove_dir(dir);
-        }
-        rmdir_tree(&self.0);
-    }
-}
-
 #[test]
 fn a_restart_kills_and_removes_a_dead_daemons_slots() {
     // What a SIGKILLed agentd whose workers could not clean up leaves
     // behind: `agentd-PID/slot-N` cgroups, PID gone, processes inside —
     // made here by hand, in a cgroup tree of this test's own.
-    let Some(base) = PrivateBase::new() else {
+    let Ok(base) = common::PrivateCgroup::new("agentd-test") else {
         return common::skip_or_fail(
             "a_restart_kills_and_removes_a_dead_daemons_slots",
             &format!(

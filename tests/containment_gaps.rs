@@ -6,55 +6,9 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::{alive, processes_with_parent, signal, wait_for, Daemon, TempDir};
-
-/// Our own cgroup v2 directory, joined to its mount.
-fn own_v2_cgroup() -> Option<PathBuf> {
-    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let path = own
-        .lines()
-        .find_map(|l| l.strip_prefix("0::"))?
-        .trim_start_matches('/')
-        .to_string();
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let mount = mountinfo.lines().find_map(|l| {
-        let (pre, post) = l.split_once(" - ")?;
-        (post.split_whitespace().next()? == "cgroup2").then(|| PathBuf::from(pre.split_whitespace().nth(4).unwrap()))
-    })?;
-    Some(mount.join(path))
-}
-
-/// A cgroup v2 directory of this test's own (`tasks.cgroup=PATH`): no other
-/// agentd on the machine cleans up in it, so what is left there after a
-/// kill -9 stays until the test looks. Removed on drop.
-struct PrivateBase(PathBuf);
-
-impl PrivateBase {
-    fn new() -> Result<PrivateBase, String> {
-        let dir = own_v2_cgroup()
-            .ok_or("no cgroup v2 here")?
-            .join(format!("agentd-gap-{}", common::new_id()));
-        std::fs::create_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        Ok(PrivateBase(dir))
-    }
-}
-
-impl Drop for PrivateBase {
-    fn drop(&mut self) {
-        fn rmdir_tree(dir: &Path) {
-            if let Ok(entries) = std::fs::read_dir(dir) {
-                for e in entries.flatten().filter(|e| e.path().is_dir()) {
-                    rmdir_tree(&e.path());
-                }
-            }
-            let _ = std::fs::remove_dir(dir);
-        }
-        rmdir_tree(&self.0);
-    }
-}
 
 /// SIGKILLs a process on drop (the orphan, should the test fail).
 struct KillOnDrop(i32);
@@ -77,7 +31,11 @@ impl Drop for KillOnDrop {
 #[test]
 fn an_orphan_waiting_for_its_sweep_dies_with_agentd() {
     let test = "an_orphan_waiting_for_its_sweep_dies_with_agentd";
-    let Some(base) = common::needed("a cgroup v2 directory of our own", test, PrivateBase::new()) else {
+    let Some(base) = common::needed(
+        "a cgroup v2 directory of our own",
+        test,
+        common::PrivateCgroup::new("agentd-gap"),
+    ) else {
         return;
     };
     let tmp = TempDir::new("gap");
@@ -127,38 +85,6 @@ fn an_orphan_waiting_for_its_sweep_dies_with_agentd() {
             .find(|l| l.starts_with("0::"))
             .unwrap_or("")
     );
-}
-
-/// The lowest fd number `pid` has free: as its soft RLIMIT_NOFILE it can
-/// open nothing more (the limit bounds fd numbers, not how many are open).
-fn lowest_free_fd(pid: i32) -> u64 {
-    let used: std::collections::HashSet<u64> = std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| e.file_name().to_string_lossy().parse().ok())
-        .collect();
-    (0..).find(|n| !used.contains(n)).unwrap_or(0)
-}
-
-/// Sets the soft RLIMIT_NOFILE of `pid`; returns the old (soft, hard).
-fn set_soft_nofile(pid: i32, soft: u64) -> libc::rlimit {
-    let mut old = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    #[allow(unsafe_code)]
-    // SAFETY: prlimit(2) on a process we started, with owned structs.
-    let r = unsafe {
-        libc::prlimit(pid, libc::RLIMIT_NOFILE, std::ptr::null(), &mut old);
-        let new = libc::rlimit {
-            rlim_cur: soft,
-            rlim_max: old.rlim_max,
-        };
-        libc::prlimit(pid, libc::RLIMIT_NOFILE, &new, std::ptr::null_mut())
-    };
-    assert_eq!(r, 0, "prlimit: {}", std::io::Error::last_os_error());
-    old
 }
 
 /// Found by the soak: when agentd cannot move a new worker into its task's
@@ -221,15 +147,11 @@ fn a_task_that_could_not_enter_its_cgroup_leaves_no_escapee() {
         .is_some_and(|p| p.state == "T")));
     let id = d.send_async("escape");
     let queued = wait_for(Duration::from_secs(5), || common::unread_requests_bytes(pid) > 0);
-    let old = set_soft_nofile(pid, lowest_free_fd(pid));
+    let squeeze = common::NofileSqueeze::new(pid, common::lowest_free_fd(pid));
     signal(server[0], libc::SIGCONT);
     assert!(queued, "the fork request never reached the fork server");
     let refused = wait_for(Duration::from_secs(5), || d.log_text().contains("not run uncontained"));
-    #[allow(unsafe_code)]
-    // SAFETY: as in set_soft_nofile.
-    unsafe {
-        libc::prlimit(pid, libc::RLIMIT_NOFILE, &old, std::ptr::null_mut());
-    }
+    drop(squeeze);
     assert!(
         refused,
         "the move into the cgroup did not fail under the squeeze:\n{}",

@@ -12,39 +12,6 @@ use std::time::{Duration, Instant};
 
 use common::{processes_with_parent, wait_for, Daemon};
 
-/// Sets the soft RLIMIT_NOFILE of `pid`; returns what it was.
-fn set_soft_nofile(pid: i32, soft: u64) -> libc::rlimit {
-    let mut old = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    #[allow(unsafe_code)]
-    // SAFETY: prlimit(2) on a process we started, with owned structs.
-    let r = unsafe {
-        libc::prlimit(pid, libc::RLIMIT_NOFILE, std::ptr::null(), &mut old);
-        let new = libc::rlimit {
-            rlim_cur: soft,
-            rlim_max: old.rlim_max,
-        };
-        libc::prlimit(pid, libc::RLIMIT_NOFILE, &new, std::ptr::null_mut())
-    };
-    assert_eq!(r, 0, "prlimit: {}", std::io::Error::last_os_error());
-    old
-}
-
-/// Restores a limit on drop, so a failing test leaves the daemon whole.
-struct Restore(i32, libc::rlimit);
-
-impl Drop for Restore {
-    fn drop(&mut self) {
-        #[allow(unsafe_code)]
-        // SAFETY: as in set_soft_nofile.
-        unsafe {
-            libc::prlimit(self.0, libc::RLIMIT_NOFILE, &self.1, std::ptr::null_mut());
-        }
-    }
-}
-
 /// Found by the soak: with the soft RLIMIT_NOFILE below the number of fds
 /// procman polls (its wake fds and two pipes per worker), poll(2) fails
 /// with EINVAL ("nfds exceeds RLIMIT_NOFILE"): procman logs
@@ -69,7 +36,7 @@ fn a_task_ends_and_is_reaped_while_rlimit_nofile_is_squeezed() {
     // Three: the daemon can open nothing (0–2 are taken), and procman's
     // poll set (wake fds, signals, the fork server, the worker's pipes) is
     // larger than that.
-    let _restore = Restore(pid, set_soft_nofile(pid, 3));
+    let _squeeze = common::NofileSqueeze::new(pid, 3);
     let squeezed = Instant::now();
     let exited = wait_for(Duration::from_secs(5), || {
         processes_with_parent(pid)

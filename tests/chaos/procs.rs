@@ -118,18 +118,7 @@ pub fn fd_kinds(pid: i32) -> std::collections::BTreeMap<String, usize> {
     out
 }
 
-/// The lowest fd number a process has free: a soft RLIMIT_NOFILE of it
-/// leaves the process no fd to open (the limit bounds fd numbers, not how
-/// many are open).
-pub fn lowest_free_fd(pid: i32) -> u64 {
-    let used: std::collections::HashSet<u64> = std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| e.file_name().to_string_lossy().parse().ok())
-        .collect();
-    (0..).find(|n| !used.contains(n)).unwrap_or(0)
-}
+pub use crate::common::lowest_free_fd;
 
 /// How many of a process's fds are cgroup files.
 pub fn cgroup_fds(pid: i32) -> usize {

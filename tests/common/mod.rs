@@ -1228,3 +1228,108 @@ pub fn unread_requests_bytes(daemon: i32) -> usize {
     }
     total
 }
+
+/// The lowest fd number `pid` has free: as its soft RLIMIT_NOFILE it can
+/// open nothing more (the limit bounds fd numbers, not how many are open).
+pub fn lowest_free_fd(pid: i32) -> u64 {
+    let used: std::collections::HashSet<u64> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse().ok())
+        .collect();
+    (0..).find(|n| !used.contains(n)).unwrap_or(0)
+}
+
+/// A process's soft RLIMIT_NOFILE squeezed to `soft` (its hard limit kept)
+/// until dropped, so a failing test leaves the daemon whole.
+pub struct NofileSqueeze {
+    pid: i32,
+    old: libc::rlimit,
+}
+
+impl NofileSqueeze {
+    pub fn new(pid: i32, soft: u64) -> NofileSqueeze {
+        let mut old = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        #[allow(unsafe_code)]
+        // SAFETY: prlimit(2) on a process we started, with owned structs.
+        let r = unsafe {
+            libc::prlimit(pid, libc::RLIMIT_NOFILE, std::ptr::null(), &mut old);
+            let new = libc::rlimit {
+                rlim_cur: soft,
+                rlim_max: old.rlim_max,
+            };
+            libc::prlimit(pid, libc::RLIMIT_NOFILE, &new, std::ptr::null_mut())
+        };
+        assert_eq!(r, 0, "prlimit: {}", std::io::Error::last_os_error());
+        NofileSqueeze { pid, old }
+    }
+}
+
+impl Drop for NofileSqueeze {
+    fn drop(&mut self) {
+        #[allow(unsafe_code)]
+        // SAFETY: prlimit(2) setting a limit from an owned struct.
+        unsafe {
+            libc::prlimit(self.pid, libc::RLIMIT_NOFILE, &self.old, std::ptr::null_mut());
+        }
+    }
+}
+
+/// Our own cgroup in each hierarchy named (`""` for v2, else a v1
+/// controller), joined to its mount: where agentd, our child, makes its own.
+pub fn own_cgroup(controller: &str) -> Option<PathBuf> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let path = own.lines().find_map(|l| {
+        let mut f = l.splitn(3, ':');
+        let (_, c, p) = (f.next()?, f.next()?, f.next()?);
+        (c == controller).then(|| p.trim_start_matches('/').to_string())
+    })?;
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let mount = mountinfo.lines().find_map(|l| {
+        let (pre, post) = l.split_once(" - ")?;
+        let mut post = post.split_whitespace();
+        let fstype = post.next()?;
+        let options = post.nth(1).unwrap_or("");
+        let ours = if controller.is_empty() {
+            fstype == "cgroup2"
+        } else {
+            fstype == "cgroup" && options.split(',').any(|o| o == controller)
+        };
+        ours.then(|| PathBuf::from(pre.split_whitespace().nth(4).unwrap()))
+    })?;
+    Some(mount.join(path))
+}
+
+/// A cgroup v2 directory of this test's own (`tasks.cgroup=PATH`), beside
+/// the test's cgroup: no other agentd on the machine cleans up in it, so
+/// what is left there after a kill -9 stays until the test looks. Removed
+/// on drop.
+pub struct PrivateCgroup(pub PathBuf);
+
+impl PrivateCgroup {
+    pub fn new(prefix: &str) -> Result<PrivateCgroup, String> {
+        let dir = own_cgroup("")
+            .ok_or("no cgroup v2 here")?
+            .join(format!("{prefix}-{}", new_id()));
+        std::fs::create_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        Ok(PrivateCgroup(dir))
+    }
+}
+
+impl Drop for PrivateCgroup {
+    fn drop(&mut self) {
+        fn rmdir_tree(dir: &Path) {
+            if let Ok(entries) = std::fs::read_dir(dir) {
+                for e in entries.flatten().filter(|e| e.path().is_dir()) {
+                    rmdir_tree(&e.path());
+                }
+            }
+            let _ = std::fs::remove_dir(dir);
+        }
+        rmdir_tree(&self.0);
+    }
+}
