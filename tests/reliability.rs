@@ -589,35 +589,7 @@ esac"#,
 /// `agentd-PID` directory (found up to four levels below each cgroup mount),
 /// whatever agentd names them (`slot-N`, as the manual says).
 fn task_cgroups(daemon: i32) -> Vec<PathBuf> {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let mounts: Vec<PathBuf> = mountinfo
-        .lines()
-        .filter_map(|l| {
-            let (pre, post) = l.split_once(" - ")?;
-            let fstype = post.split_whitespace().next()?;
-            let mount_point = pre.split_whitespace().nth(4)?;
-            matches!(fstype, "cgroup" | "cgroup2").then(|| PathBuf::from(mount_point))
-        })
-        .collect();
-    let name = format!("agentd-{daemon}");
-    let mut parents = Vec::new();
-    fn walk(dir: &Path, name: &str, depth: usize, out: &mut Vec<PathBuf>) {
-        let Ok(rd) = std::fs::read_dir(dir) else { return };
-        for e in rd.flatten() {
-            if !e.file_type().is_ok_and(|t| t.is_dir()) {
-                continue;
-            }
-            if e.file_name().to_string_lossy() == name {
-                out.push(e.path());
-            } else if depth > 0 {
-                walk(&e.path(), name, depth - 1, out);
-            }
-        }
-    }
-    for m in &mounts {
-        walk(m, &name, 4, &mut parents);
-    }
-    parents
+    common::daemon_cgroups(daemon)
         .iter()
         .flat_map(|p| std::fs::read_dir(p).into_iter().flatten().flatten())
         .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))

@@ -1333,3 +1333,41 @@ impl Drop for PrivateCgroup {
         rmdir_tree(&self.0);
     }
 }
+
+/// Cgroup mount points (v1 and v2) from /proc/self/mountinfo.
+pub fn cgroup_mounts() -> Vec<PathBuf> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    mountinfo
+        .lines()
+        .filter_map(|l| {
+            let (pre, post) = l.split_once(" - ")?;
+            let fstype = post.split_whitespace().next()?;
+            let mount_point = pre.split_whitespace().nth(4)?;
+            matches!(fstype, "cgroup" | "cgroup2").then(|| PathBuf::from(mount_point))
+        })
+        .collect()
+}
+
+/// The `agentd-PID` directories of one daemon, found up to four levels
+/// below each cgroup mount.
+pub fn daemon_cgroups(daemon: i32) -> Vec<PathBuf> {
+    fn walk(dir: &Path, name: &str, depth: usize, out: &mut Vec<PathBuf>) {
+        let Ok(rd) = std::fs::read_dir(dir) else { return };
+        for e in rd.flatten() {
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            if e.file_name().to_string_lossy() == name {
+                out.push(e.path());
+            } else if depth > 0 {
+                walk(&e.path(), name, depth - 1, out);
+            }
+        }
+    }
+    let name = format!("agentd-{daemon}");
+    let mut out = Vec::new();
+    for m in cgroup_mounts() {
+        walk(&m, &name, 4, &mut out);
+    }
+    out
+}
