@@ -41,9 +41,10 @@
 //! default 6 for the short run, 16 otherwise), `AGENTD_CHAOS_BIN` (the
 //! agentd to run; default the one cargo built for this test, so
 //! `cargo test --release` runs the release build), `AGENTD_CHAOS_LOG`
-//! (the daemon's RUST_LOG; default info). The daemon's logs are kept when
-//! the run fails or `AGENTD_CHAOS_KEEP` is set (the report names the
-//! directory).
+//! (the daemon's RUST_LOG; default info, and no coarser: the judge reads
+//! its `task.start` lines to know which workers a task had). The daemon's
+//! logs are kept when the run fails or `AGENTD_CHAOS_KEEP` is set (the
+//! report names the directory).
 //!
 //! The default run leaves out the faults that trip a daemon bug still open
 //! (`KNOWN_BUGS`) and does not fail on the invariants such a bug breaks
@@ -607,6 +608,7 @@ struct Tally {
 /// Every task against what was done to it.
 fn judge_tasks(env: &Env, d: &Daemon, recs: Vec<(String, Rec)>, final_epoch: u32) -> Tally {
     let mut t = Tally::default();
+    let workers = task_workers(d);
     for (ctx, r) in recs {
         if r.unaccepted {
             t.not_created += 1;
@@ -641,15 +643,22 @@ fn judge_tasks(env: &Env, d: &Daemon, recs: Vec<(String, Rec)>, final_epoch: u32
         t.ended += 1;
         let key = view.outcome().key();
         *t.outcomes.entry(key.clone()).or_default() += 1;
-        let what = match (r.fault, r.cancel) {
-            (Some((f, _)), _) => format!("{f:?}"),
-            (None, Some(true)) => "CancelTask".to_string(),
+        let ended = r.ended.unwrap_or_else(Instant::now);
+        let pids = r
+            .task
+            .as_ref()
+            .and_then(|id| workers.get(id))
+            .map_or(&[][..], |p| &p[..]);
+        let idle = env.ledger.idle_fault_on(pids, r.sent, ended);
+        let what = match (r.fault, r.cancel, idle) {
+            (Some((f, _)), _, _) => format!("{f:?}"),
+            (None, Some(true), _) => "CancelTask".to_string(),
+            (None, _, Some(f)) => format!("{f:?} on an idle worker that had just taken it"),
             _ => "nothing".to_string(),
         };
         *t.by_fault.entry(what.clone()).or_default().entry(key).or_default() += 1;
-        let ended = r.ended.unwrap_or_else(Instant::now);
         let squeezed = d.squeezed_between(r.sent, ended, Duration::from_secs(1));
-        let ok = allowed(&r, squeezed)
+        let ok = allowed(&r, squeezed, idle)
             .iter()
             .any(|(o, text)| *o == view.outcome() && view.text.contains(text));
         if !ok {
@@ -662,7 +671,7 @@ fn judge_tasks(env: &Env, d: &Daemon, recs: Vec<(String, Rec)>, final_epoch: u32
                     r.via,
                     view.outcome().key(),
                     view.text,
-                    allowed(&r, squeezed)
+                    allowed(&r, squeezed, idle)
                         .iter()
                         .map(|(o, t)| format!("{} {t:?}", o.key()))
                         .collect::<Vec<_>>()
@@ -671,6 +680,23 @@ fn judge_tasks(env: &Env, d: &Daemon, recs: Vec<(String, Rec)>, final_epoch: u32
         }
     }
     t
+}
+
+/// Which workers each task was given to (more than one when a worker never
+/// read it and it moved on), from the daemons' `task.start task=… pid=…`
+/// lines.
+fn task_workers(d: &Daemon) -> std::collections::HashMap<String, Vec<i32>> {
+    let mut out: std::collections::HashMap<String, Vec<i32>> = std::collections::HashMap::new();
+    for log in d.log_paths() {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        for line in text.lines().filter(|l| l.contains("task.start ")) {
+            let field = |k: &str| line.split_whitespace().find_map(|w| w.strip_prefix(k));
+            if let (Some(task), Some(pid)) = (field("task="), field("pid=").and_then(|p| p.parse().ok())) {
+                out.entry(task.to_string()).or_default().push(pid);
+            }
+        }
+    }
+    out
 }
 
 /// One figure of a sample.

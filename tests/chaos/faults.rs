@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::ledger::{Kind, TaskFault};
+use crate::ledger::{IdleFault, Kind, TaskFault};
 use crate::load::Env;
 use crate::procs::{self, Held, Proc};
 use crate::rng::Rng;
@@ -391,6 +391,14 @@ impl Injector {
         let p = *self.rng.pick(&found);
         let held = Held::open(p)?;
         held.signal(sig).ok()?;
+        if comm == "agentd-idle" && (sig == libc::SIGKILL || long) {
+            let what = if sig == libc::SIGKILL {
+                IdleFault::Kill
+            } else {
+                IdleFault::StopLong
+            };
+            self.env.ledger.idle_worker_fault(p.pid, what);
+        }
         let what = if sig == libc::SIGSTOP {
             let resume = Undo::Resume {
                 held,

@@ -69,6 +69,13 @@ pub enum TaskFault {
     SqueezeMemory,
 }
 
+/// A fault aimed at an idle worker that may have landed on a task's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdleFault {
+    Kill,
+    StopLong,
+}
+
 /// A terminal state (without `TASK_STATE_`) and its `agentd.dev/terminal`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Outcome {
@@ -209,6 +216,11 @@ pub struct Ledger {
     pub start: Instant,
     recs: Mutex<HashMap<String, Rec>>,
     counters: Mutex<Counters>,
+    /// Idle workers the injector SIGKILLed or stopped for long: (pid, when,
+    /// what). One may have been handed a task a moment before (a worker is
+    /// named `agentd-idle` until it has read its spawn frame), and that
+    /// task's worker is then the one killed or stopped.
+    idle_faults: Mutex<Vec<(i32, Instant, IdleFault)>>,
 }
 
 impl Ledger {
@@ -221,7 +233,24 @@ impl Ledger {
             start: Instant::now(),
             recs: Mutex::new(HashMap::new()),
             counters: Mutex::new(c),
+            idle_faults: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The injector SIGKILLed an idle worker, or stopped one for long.
+    pub fn idle_worker_fault(&self, pid: i32, what: IdleFault) {
+        self.idle_faults.lock().unwrap().push((pid, Instant::now(), what));
+    }
+
+    /// What the injector did, as to an idle worker, to one of `pids` (the
+    /// workers a task was given to) between `from` and `to`.
+    pub fn idle_fault_on(&self, pids: &[i32], from: Instant, to: Instant) -> Option<IdleFault> {
+        self.idle_faults
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|(pid, at, _)| pids.contains(pid) && from <= *at && *at <= to)
+            .map(|(_, _, what)| *what)
     }
 
     /// Seconds since the run began, for log lines.
@@ -423,7 +452,11 @@ impl Ledger {
 
 /// What a record may end in, given what was done to it. `squeezed`: its
 /// life overlapped an fd squeeze, when a worker may not be had.
-pub fn allowed(r: &Rec, squeezed: bool) -> Vec<(Outcome, &'static str)> {
+/// `idle`: a worker it was given to was SIGKILLed or stopped for long by
+/// the injector as an idle one (after the worker read its task, before it
+/// took the name `agentd-task`): the task's worker was killed or stopped.
+/// (Before the read, agentd moves the task to a fresh worker: no trace.)
+pub fn allowed(r: &Rec, squeezed: bool, idle: Option<IdleFault>) -> Vec<(Outcome, &'static str)> {
     let natural = (r.kind.natural(), "");
     let mut out = match (r.cancel, r.fault.map(|f| f.0)) {
         (Some(true), _) => vec![(Outcome::new("CANCELED", "canceled"), "")],
@@ -441,6 +474,14 @@ pub fn allowed(r: &Rec, squeezed: bool) -> Vec<(Outcome, &'static str)> {
     };
     if squeezed {
         out.push((Outcome::new("FAILED", "crashed"), "could not start a worker"));
+    }
+    match idle {
+        Some(IdleFault::Kill) => out.push((
+            Outcome::new("FAILED", "crashed"),
+            "the worker ended without a result: killed by signal 9",
+        )),
+        Some(IdleFault::StopLong) => out.push((Outcome::new("FAILED", "stalled"), "")),
+        None => {}
     }
     out
 }
