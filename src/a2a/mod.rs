@@ -22,7 +22,7 @@ use crate::ext;
 use crate::principal::Principal;
 use crate::procman::Procman;
 use crate::rpc::{self, RpcError};
-use crate::tasks::{ContinueError, CreateError, ListQuery, TaskTable, Watch};
+use crate::tasks::{ContinueError, CreateError, ListQuery, Snapshot, TaskTable, Watch};
 use crate::wire::{
     CancelTaskRequest, GetTaskRequest, ListTasksRequest, Role, SendMessageRequest, StreamResponse,
     SubscribeToTaskRequest, Task, TaskState,
@@ -259,14 +259,14 @@ impl Agent {
                     ),
                 })?;
                 if let Some(trace) = &call.trace {
-                    self.tasks.set_trace(&task.id, trace.clone());
+                    self.tasks.set_trace(task.id(), trace.clone());
                 }
                 let watch = if watch {
-                    self.tasks.watch(principal, &task.id)
+                    self.tasks.watch(principal, task.id())
                 } else {
                     None
                 };
-                self.procman.start(&task.id);
+                self.procman.start(task.id());
                 Ok(Begun {
                     task,
                     seq: 0,
@@ -286,10 +286,13 @@ impl Agent {
         let Begun { task, config, .. } = self.begin_send(call, req, false)?;
         let history_length = history_length(config.history_length, "configuration.historyLength")?;
         if config.return_immediately {
-            let task = self.tasks.get(principal, &task.id, history_length).unwrap_or(task);
+            let task = match self.tasks.get(principal, task.id(), history_length) {
+                Some(now) => now,
+                None => task.render(),
+            };
             return Ok(StreamResponse::Task(task));
         }
-        let task = self.wait_for_turn(call, &task.id, history_length)?;
+        let task = self.wait_for_turn(call, task.id(), history_length)?;
         Ok(match self.tasks.direct_reply(&task.id) {
             Some(m) => StreamResponse::Message(m),
             None => StreamResponse::Task(task),
@@ -337,12 +340,13 @@ impl Agent {
             });
         }
         let Begun {
-            mut task,
+            task,
             seq,
             is_new,
             config,
             watch,
         } = self.begin_send(call, req, true)?;
+        let mut task = task.render();
         if let Some(n) = history_length(config.history_length, "configuration.historyLength")? {
             let history = task.history.take().unwrap_or_default();
             let keep = history.len().min(n);
@@ -511,7 +515,7 @@ impl Agent {
 
 /// What a send produced (see `Agent::begin_send`).
 struct Begun {
-    task: Task,
+    task: Snapshot,
     seq: u64,
     is_new: bool,
     config: crate::wire::SendMessageConfiguration,

@@ -19,7 +19,7 @@ use std::time::Duration;
 use serde_json::{json, Map, Value};
 
 use crate::principal::Principal;
-use crate::tasks::{Notice, Observer};
+use crate::tasks::{About, Notice, Observer};
 use crate::wire::TaskState;
 
 /// What an SSE stream writes next (the task streams of `a2a::stream` and
@@ -144,10 +144,10 @@ impl Feed {
 
     /// Appends one record for `notice`, stamped with the next sequence and
     /// the time.
-    fn publish(&self, principal: &str, notice: &Notice<'_>) {
+    fn publish(&self, about: About<'_>, notice: &Notice<'_>) {
         let mut inner = self.lock();
-        let fact = Fact::from_notice(notice, &mut inner.names);
-        let principal = inner.names.get(principal);
+        let fact = Fact::from_notice(notice, about, &mut inner.names);
+        let principal = about.principal.clone();
         inner.seq += 1;
         let seq = inner.seq;
         inner.ring.push_back(Record {
@@ -210,13 +210,14 @@ impl Feed {
 
 /// The feed subscribes to the task table: each notice becomes one record.
 impl Observer for Feed {
-    fn notice(&self, principal: &str, notice: &Notice<'_>) {
-        self.publish(principal, notice);
+    fn notice(&self, about: About<'_>, notice: &Notice<'_>) {
+        self.publish(about, notice);
     }
 }
 
-/// The strings of the last few records, shared by the next ones that
-/// carry the same (a task's ids, the principal, the common causes).
+/// The strings of the last few records that are not a task's own names
+/// (artifact ids, exits, causes), shared by the next ones that carry the
+/// same: a streamed artifact's id comes round chunk after chunk.
 #[derive(Default)]
 struct Names {
     recent: [Option<Arc<str>>; 8],
@@ -236,58 +237,45 @@ impl Names {
 }
 
 impl Fact {
-    fn from_notice(notice: &Notice<'_>, names: &mut Names) -> Fact {
+    /// The notice, owned: the task's ids are the table's shared strings
+    /// (`about`), the rest through `names`.
+    fn from_notice(notice: &Notice<'_>, about: About<'_>, names: &mut Names) -> Fact {
         let mut n = |s: &str| names.get(s);
+        let (task_id, context_id) = (about.task_id.clone(), about.context_id.clone());
         match *notice {
-            Notice::Created { task_id, context_id } => Fact::Created {
-                task_id: n(task_id),
-                context_id: n(context_id),
-            },
-            Notice::State {
+            Notice::Created { .. } => Fact::Created { task_id, context_id },
+            Notice::State { state, .. } => Fact::State {
                 task_id,
                 context_id,
                 state,
-            } => Fact::State {
-                task_id: n(task_id),
-                context_id: n(context_id),
-                state,
             },
-            Notice::Terminal {
+            Notice::Terminal { state, cause, .. } => Fact::Terminal {
                 task_id,
                 context_id,
-                state,
-                cause,
-            } => Fact::Terminal {
-                task_id: n(task_id),
-                context_id: n(context_id),
                 state,
                 cause: cause.map(&mut n),
             },
             Notice::Artifact {
-                task_id,
-                context_id,
                 artifact_id,
                 append,
                 last_chunk,
+                ..
             } => Fact::Artifact {
-                task_id: n(task_id),
-                context_id: n(context_id),
+                task_id,
+                context_id,
                 artifact_id: n(artifact_id),
                 append,
                 last_chunk,
             },
-            Notice::WorkerSpawn { task_id, pid } => Fact::WorkerSpawn {
-                task_id: n(task_id),
-                pid,
-            },
+            Notice::WorkerSpawn { pid, .. } => Fact::WorkerSpawn { task_id, pid },
             Notice::WorkerExit {
-                task_id,
                 pid,
                 exit_code,
                 exit,
                 cause,
+                ..
             } => Fact::WorkerExit {
-                task_id: n(task_id),
+                task_id,
                 pid,
                 exit_code,
                 exit: n(exit),
@@ -422,6 +410,31 @@ mod tests {
         Principal::Unix { uid: 0, pid: 1 }
     }
 
+    /// Tells the feed as the task table would: `principal`'s task, the
+    /// notice's ids.
+    fn tell(feed: &Feed, principal: &str, notice: &Notice<'_>) {
+        let (task_id, context_id) = match *notice {
+            Notice::Created { task_id, context_id }
+            | Notice::State {
+                task_id, context_id, ..
+            }
+            | Notice::Terminal {
+                task_id, context_id, ..
+            }
+            | Notice::Artifact {
+                task_id, context_id, ..
+            } => (task_id, context_id),
+            Notice::WorkerSpawn { task_id, .. } | Notice::WorkerExit { task_id, .. } => (task_id, ""),
+        };
+        let (p, t, c): (Arc<str>, Arc<str>, Arc<str>) = (principal.into(), task_id.into(), context_id.into());
+        let about = About {
+            principal: &p,
+            task_id: &t,
+            context_id: &c,
+        };
+        feed.notice(about, notice);
+    }
+
     fn created(task_id: &str) -> Notice<'_> {
         Notice::Created {
             task_id,
@@ -432,7 +445,8 @@ mod tests {
     #[test]
     fn a_record_is_rendered_when_read() {
         let feed = Feed::new(4);
-        feed.notice(
+        tell(
+            &feed,
             "p",
             &Notice::Terminal {
                 task_id: "t",
@@ -463,7 +477,7 @@ mod tests {
     fn resumes_without_gaps_and_resyncs_when_behind() {
         let feed = Feed::new(3);
         for i in 0..5 {
-            feed.notice("p", &created(&i.to_string()));
+            tell(&feed, "p", &created(&i.to_string()));
         }
         assert_eq!(feed.position(), (5, 3));
         match feed.next(3, Duration::ZERO) {
@@ -480,7 +494,7 @@ mod tests {
     fn pump_says_hello_resyncs_and_goodbye() {
         let feed = Feed::new(2);
         for _ in 0..4 {
-            feed.notice("unix:uid=0", &created("t"));
+            tell(&feed, "unix:uid=0", &created("t"));
         }
         feed.close();
         let mut seen = Vec::new();
@@ -501,8 +515,8 @@ mod tests {
     #[test]
     fn non_operators_see_only_their_own_records() {
         let feed = Feed::new(10);
-        feed.notice("vsock:cid=3", &created("a"));
-        feed.notice("vsock:cid=4", &created("b"));
+        tell(&feed, "vsock:cid=3", &created("a"));
+        tell(&feed, "vsock:cid=4", &created("b"));
         feed.close();
         let mut ids = Vec::new();
         let me = Principal::Vsock {

@@ -274,15 +274,32 @@ enum ReadOutcome {
     Timeout,
 }
 
+/// A read timeout already set on the connection within this much of the
+/// time left is left as it is: a keep-alive connection's next request
+/// would otherwise cost a `setsockopt` to move its timeout by microseconds.
+/// A phase's deadline then holds to within this much either way.
+const READ_TIMEOUT_SLACK: Duration = Duration::from_millis(5);
+
 /// Reads once into `buf`, with the read timeout set to the time left until
-/// `deadline`. WouldBlock and TimedOut both mean the timeout fired.
-fn read_by<C: Conn>(conn: &mut C, buf: &mut [u8], deadline: Instant) -> Result<ReadOutcome, ReadError> {
+/// `deadline` (`armed`: what the connection's read timeout is now).
+/// WouldBlock and TimedOut both mean the timeout fired.
+fn read_by<C: Conn>(
+    conn: &mut C,
+    buf: &mut [u8],
+    deadline: Instant,
+    armed: &mut Option<Duration>,
+) -> Result<ReadOutcome, ReadError> {
     loop {
         let now = Instant::now();
         if now >= deadline {
             return Ok(ReadOutcome::Timeout);
         }
-        conn.set_read_timeout(Some(deadline - now)).map_err(ReadError::Io)?;
+        let left = deadline - now;
+        let close_enough = armed.is_some_and(|a| a.abs_diff(left) <= READ_TIMEOUT_SLACK);
+        if !close_enough {
+            conn.set_read_timeout(Some(left)).map_err(ReadError::Io)?;
+            *armed = Some(left);
+        }
         match conn.read(buf) {
             Ok(0) => return Ok(ReadOutcome::Eof),
             Ok(n) => return Ok(ReadOutcome::Data(n)),
@@ -312,6 +329,8 @@ pub struct Reader {
     /// Unconsumed bytes are `buf[start..end]`.
     start: usize,
     end: usize,
+    /// The read timeout this reader last set on the connection.
+    armed: Option<Duration>,
 }
 
 impl fmt::Debug for Reader {
@@ -331,6 +350,7 @@ impl Reader {
             buf,
             start: 0,
             end: 0,
+            armed: None,
         }
     }
 
@@ -345,7 +365,7 @@ impl Reader {
 
         if self.end == 0 {
             let deadline = Instant::now() + self.limits.idle_timeout;
-            match read_by(conn, &mut self.buf, deadline)? {
+            match read_by(conn, &mut self.buf, deadline, &mut self.armed)? {
                 ReadOutcome::Data(n) => self.end = n,
                 ReadOutcome::Eof => return Err(ReadError::Closed),
                 ReadOutcome::Timeout => return Err(ReadError::Idle),
@@ -420,7 +440,7 @@ impl Reader {
             if self.end == self.buf.len() {
                 return Err(ReadError::reject(431, "request head is too large"));
             }
-            match read_by(conn, &mut self.buf[self.end..], deadline)? {
+            match read_by(conn, &mut self.buf[self.end..], deadline, &mut self.armed)? {
                 ReadOutcome::Data(n) => self.end += n,
                 ReadOutcome::Eof => return Err(ReadError::reject(400, "connection closed mid-request")),
                 ReadOutcome::Timeout => return Err(ReadError::reject(408, "request head timed out")),
@@ -439,7 +459,7 @@ impl Reader {
             let have = body.len();
             let want = (len - have).min(limits::HTTP_BODY_READ_CHUNK_BYTES);
             body.resize(have + want, 0);
-            let outcome = read_by(conn, &mut body[have..], deadline);
+            let outcome = read_by(conn, &mut body[have..], deadline, &mut self.armed);
             match outcome? {
                 ReadOutcome::Data(n) => body.truncate(have + n),
                 ReadOutcome::Eof => return Err(ReadError::reject(400, "connection closed mid-body")),
@@ -470,7 +490,7 @@ impl Reader {
             // The decoder consumed everything buffered; refill from the start.
             self.start = 0;
             self.end = 0;
-            match read_by(conn, &mut self.buf, deadline)? {
+            match read_by(conn, &mut self.buf, deadline, &mut self.armed)? {
                 ReadOutcome::Data(n) => self.end = n,
                 ReadOutcome::Eof => return Err(ReadError::reject(400, "connection closed mid-body")),
                 ReadOutcome::Timeout => return Err(ReadError::reject(408, "request body timed out")),

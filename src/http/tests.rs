@@ -734,6 +734,33 @@ fn keep_alive_waits_idle_between_requests() {
 }
 
 #[test]
+fn keep_alive_requests_do_not_rearm_a_timeout_that_still_fits() {
+    let mut conn = Script::new(vec![
+        Data(b"GET /1 HTTP/1.1\r\n\r\n".to_vec()),
+        Data(b"GET /2 HTTP/1.1\r\n\r\n".to_vec()),
+        Data(b"GET /3 HTTP/1.1\r\n\r\n".to_vec()),
+    ]);
+    let mut reader = Reader::new(Limits::default());
+    for path in ["/1", "/2", "/3"] {
+        assert_eq!(reader.read_request(&mut conn).unwrap().path, path);
+    }
+    // One idle timeout armed for all three: each would have moved it by
+    // microseconds only.
+    let armed = conn.timeouts.borrow().clone();
+    assert_eq!(armed.len(), 1, "{armed:?}");
+    let idle = Limits::default().idle_timeout;
+    assert!(armed[0].is_some_and(|a| idle - a < READ_TIMEOUT_SLACK), "{armed:?}");
+    // A phase with another deadline re-arms.
+    let mut conn = Script::new(vec![
+        Data(b"POST / HTTP/1.1\r\nContent-Length: 4\r\n\r\n".to_vec()),
+        Data(b"body".to_vec()),
+    ]);
+    let mut reader = Reader::new(Limits::default());
+    assert_eq!(reader.read_request(&mut conn).unwrap().body, b"body");
+    assert_eq!(conn.timeouts.borrow().len(), 2, "idle, then the body's deadline");
+}
+
+#[test]
 fn query_param_decoding() {
     let req = |q: &str| Request {
         method: "GET".into(),

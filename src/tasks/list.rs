@@ -37,7 +37,7 @@ impl TaskTable {
             .collect();
         let mut rows: Vec<(u64, Arc<Slot>)> = slots
             .into_iter()
-            .filter(|s| q.context_id.as_ref().is_none_or(|c| *c == s.context_id))
+            .filter(|s| q.context_id.as_ref().is_none_or(|c| **c == *s.context_id))
             .filter_map(|s| {
                 let e = s.lock();
                 let keep = q.status.is_none_or(|st| st == e.state())
@@ -57,7 +57,7 @@ impl TaskTable {
             // place by their new timestamp, none is skipped or repeated.
             Some((ms, id)) => rows
                 .iter()
-                .position(|(at, s)| *at < *ms || (*at == *ms && s.id > *id))
+                .position(|(at, s)| *at < *ms || (*at == *ms && *s.id > **id))
                 .unwrap_or(total),
         };
         let page = &rows[start.min(total)..(start + q.page_size).min(total)];

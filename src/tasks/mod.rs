@@ -74,7 +74,16 @@ pub struct TableLimits {
 /// extension's feed). Called with the task's own lock held, so notices of
 /// one task arrive in order: it must be quick and must not call the table.
 pub trait Observer: Send + Sync {
-    fn notice(&self, principal: &str, notice: &Notice<'_>);
+    fn notice(&self, about: About<'_>, notice: &Notice<'_>);
+}
+
+/// Whose task a notice is about, and its ids: the table's own shared
+/// strings, which an observer keeps by reference count (no copy).
+#[derive(Debug, Clone, Copy)]
+pub struct About<'a> {
+    pub principal: &'a Arc<str>,
+    pub task_id: &'a Arc<str>,
+    pub context_id: &'a Arc<str>,
 }
 
 /// One change, as an observer hears it.
@@ -135,6 +144,31 @@ pub enum ContinueError {
     ContextMismatch { task_context: String },
 }
 
+/// A task as it was at one moment, not yet copied for the wire: its ids
+/// and reference counts only. A caller that needs only the id (a blocking
+/// send, which answers with the task as it ends) never pays for the copy.
+pub struct Snapshot {
+    slot: Arc<Slot>,
+    view: entry::View,
+}
+
+impl std::fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Snapshot({})", self.slot.id)
+    }
+}
+
+impl Snapshot {
+    pub fn id(&self) -> &str {
+        &self.slot.id
+    }
+
+    /// The task for the wire (the deep copy).
+    pub fn render(self) -> Task {
+        self.slot.render(self.view)
+    }
+}
+
 pub struct TaskTable {
     index: Mutex<Index>,
     limits: TableLimits,
@@ -170,9 +204,9 @@ impl TaskTable {
         self.find(id).filter(|s| s.may_see(principal))
     }
 
-    fn tell(&self, principal: &str, notice: &Notice<'_>) {
+    fn tell(&self, about: About<'_>, notice: &Notice<'_>) {
         for o in &self.observers {
-            o.notice(principal, notice);
+            o.notice(about, notice);
         }
     }
 
@@ -243,7 +277,7 @@ impl TaskTable {
             },
             now,
         );
-        let (task_id, context_id) = (slot.id.as_str(), slot.context_id.as_str());
+        let (task_id, context_id) = (&*slot.id, &*slot.context_id);
         let notice = if state.is_terminal() {
             Notice::Terminal {
                 task_id,
@@ -258,7 +292,7 @@ impl TaskTable {
                 state,
             }
         };
-        self.tell(&slot.principal, &notice);
+        self.tell(slot.about(), &notice);
     }
 
     /// Creates a task in SUBMITTED for `message`, filling in its ids. The
@@ -268,7 +302,7 @@ impl TaskTable {
         principal: &Principal,
         mut message: Message,
         metadata: Option<Map<String, Value>>,
-    ) -> Result<Task, CreateError> {
+    ) -> Result<Snapshot, CreateError> {
         let id = crate::ids::new_id();
         let context_id = message.context_id.clone().unwrap_or_else(crate::ids::new_id);
         message.task_id = Some(id.clone());
@@ -281,7 +315,7 @@ impl TaskTable {
         };
         let queued_bytes = entry::message_bytes(&message);
         let entry = Entry::new(status, now, message, metadata);
-        let slot = Arc::new(Slot::new(id.clone(), context_id, principal.name(), queued_bytes, entry));
+        let slot = Arc::new(Slot::new(id, context_id, &principal.name(), queued_bytes, entry));
         let view = slot.lock().view(None, true);
         {
             let mut ix = self.index();
@@ -300,16 +334,16 @@ impl TaskTable {
                 });
             }
             ix.enter(Stage::Queued, &slot, 0, now);
-            ix.tasks.insert(id, slot.clone());
+            ix.tasks.insert(slot.id.clone(), slot.clone());
         }
         self.tell(
-            &slot.principal,
+            slot.about(),
             &Notice::Created {
                 task_id: &slot.id,
                 context_id: &slot.context_id,
             },
         );
-        Ok(slot.render(view))
+        Ok(Snapshot { slot, view })
     }
 
     /// Checks that `message` may continue task `id` (interrupted, same
@@ -321,10 +355,10 @@ impl TaskTable {
         principal: &Principal,
         id: &str,
         message: &mut Message,
-    ) -> Result<(Task, u64), ContinueError> {
+    ) -> Result<(Snapshot, u64), ContinueError> {
         let slot = self.visible(principal, id).ok_or(ContinueError::NotFound)?;
-        let same_context = message.context_id.as_ref().is_none_or(|c| *c == slot.context_id);
-        message.context_id = Some(slot.context_id.clone());
+        let same_context = message.context_id.as_ref().is_none_or(|c| **c == *slot.context_id);
+        message.context_id = Some(slot.context_id.to_string());
         message.task_id = Some(id.to_string());
         // The copy for the history is made here, not under the task's lock.
         let stored = Arc::new(message.clone());
@@ -338,11 +372,11 @@ impl TaskTable {
                 Refusal::Ended(state) => ContinueError::Terminal(state),
                 Refusal::Busy(state) => ContinueError::Busy(state),
                 Refusal::ContextMismatch => ContinueError::ContextMismatch {
-                    task_context: slot.context_id.clone(),
+                    task_context: slot.context_id.to_string(),
                 },
                 _ => ContinueError::NotFound,
             })?;
-        Ok((slot.render(view), seq))
+        Ok((Snapshot { slot, view }, seq))
     }
 
     /// The task as `principal` may see it, or `None` (absent and not
@@ -361,7 +395,7 @@ impl TaskTable {
     pub fn start_info(&self, id: &str) -> Option<(String, Message)> {
         let slot = self.find(id)?;
         let first = slot.lock().first_message()?;
-        Some((slot.context_id.clone(), Message::clone(&first)))
+        Some((slot.context_id.to_string(), Message::clone(&first)))
     }
 
     /// Waits until `done(state)` holds for task `id` (or the agent replied
@@ -460,7 +494,7 @@ impl TaskTable {
         let artifact = Arc::new(artifact);
         let _ = self.apply(&slot, Change::Artifact, |e, _| {
             self.tell(
-                &slot.principal,
+                slot.about(),
                 &Notice::Artifact {
                     task_id: &slot.id,
                     context_id: &slot.context_id,
@@ -483,7 +517,7 @@ impl TaskTable {
     /// The agent answered with a Message instead of working on a task.
     pub fn set_direct_reply(&self, id: &str, mut message: Message) {
         let Some(slot) = self.find(id) else { return };
-        message.context_id = Some(slot.context_id.clone());
+        message.context_id = Some(slot.context_id.to_string());
         message.task_id = None;
         message.role = crate::wire::Role::Agent;
         if message.message_id.is_empty() {
@@ -518,11 +552,6 @@ impl TaskTable {
         self.max_running.store(n.max(1), Ordering::SeqCst);
     }
 
-    /// Who created task `id` (for records about it), if it exists.
-    pub fn principal_of(&self, id: &str) -> Option<String> {
-        Some(self.find(id)?.principal.clone())
-    }
-
     /// Records the trace context a task was created under.
     pub fn set_trace(&self, id: &str, trace: TraceContext) {
         if let Some(slot) = self.find(id) {
@@ -545,8 +574,19 @@ impl TaskTable {
                 return;
             }
         };
-        let principal = self.principal_of(task_id).unwrap_or_default();
-        self.tell(&principal, notice);
+        match self.find(task_id) {
+            Some(slot) => self.tell(slot.about(), notice),
+            None => {
+                // The task is gone: no principal, and names of its own.
+                let (nobody, id): (Arc<str>, Arc<str>) = (Arc::from(""), Arc::from(*task_id));
+                let about = About {
+                    principal: &nobody,
+                    task_id: &id,
+                    context_id: &nobody,
+                };
+                self.tell(about, notice);
+            }
+        }
     }
 
     /// Changes task `id`'s metadata with `f` (the annotations extension's
@@ -583,7 +623,7 @@ impl TaskTable {
         slots
             .into_iter()
             .filter(|s| !s.lock().state().is_terminal())
-            .map(|s| s.id.clone())
+            .map(|s| s.id.to_string())
             .collect()
     }
 }

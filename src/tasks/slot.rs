@@ -3,17 +3,19 @@
 //! condvars its waiters sleep on.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
 use super::entry::{Entry, View};
+use super::About;
 use crate::trace::TraceContext;
 use crate::wire::Task;
 
 pub(super) struct Slot {
-    pub id: String,
-    pub context_id: String,
-    pub principal: String,
+    /// Shared, not copied: every record of the events feed names them.
+    pub id: Arc<str>,
+    pub context_id: Arc<str>,
+    pub principal: Arc<str>,
     /// Bytes of the first message, counted against queued_max_bytes while
     /// the task waits in SUBMITTED.
     pub queued_bytes: usize,
@@ -41,11 +43,11 @@ pub(super) enum Interest {
 }
 
 impl Slot {
-    pub fn new(id: String, context_id: String, principal: String, queued_bytes: usize, entry: Entry) -> Slot {
+    pub fn new(id: String, context_id: String, principal: &str, queued_bytes: usize, entry: Entry) -> Slot {
         Slot {
-            id,
-            context_id,
-            principal,
+            id: id.into(),
+            context_id: context_id.into(),
+            principal: principal.into(),
             queued_bytes,
             trace: OnceLock::new(),
             entry: Mutex::new(entry),
@@ -86,7 +88,16 @@ impl Slot {
     }
 
     pub fn may_see(&self, principal: &crate::principal::Principal) -> bool {
-        principal.is_operator() || self.principal == principal.name()
+        principal.is_operator() || *self.principal == *principal.name()
+    }
+
+    /// Its names, as observers get them.
+    pub fn about(&self) -> About<'_> {
+        About {
+            principal: &self.principal,
+            task_id: &self.id,
+            context_id: &self.context_id,
+        }
     }
 
     /// Waits on this task's condvar for `interest` until `ready` returns

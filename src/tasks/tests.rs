@@ -47,7 +47,7 @@ fn chunk(id: &str, text: &str) -> Artifact {
 
 /// A task whose worker has started (artifacts come from a worker).
 fn started(t: &TaskTable) -> String {
-    let id = t.create(&op(), msg("x"), None).unwrap().id;
+    let id = t.create(&op(), msg("x"), None).unwrap().id().to_string();
     t.set_progress(&id, TaskState::Working, None);
     id
 }
@@ -64,7 +64,16 @@ fn finished(t: &TaskTable, artifact_text: &str) -> String {
 struct Recorder(Mutex<Vec<String>>);
 
 impl Observer for Recorder {
-    fn notice(&self, principal: &str, notice: &Notice<'_>) {
+    fn notice(&self, about: About<'_>, notice: &Notice<'_>) {
+        let principal = about.principal;
+        // The shared names are the task's own.
+        if let Notice::Created { task_id, context_id }
+        | Notice::State {
+            task_id, context_id, ..
+        } = notice
+        {
+            assert_eq!((&**about.task_id, &**about.context_id), (*task_id, *context_id));
+        }
         let line = match notice {
             Notice::Created { .. } => "created".to_string(),
             Notice::State { state, .. } => format!("state {}", state.short_name()),
@@ -85,7 +94,10 @@ fn queue_cap_refuses_without_creating() {
     for _ in 0..3 {
         t.create(&op(), msg("x"), None).unwrap();
     }
-    assert_eq!(t.create(&op(), msg("x"), None), Err(CreateError::QueueFull { max: 3 }));
+    assert_eq!(
+        t.create(&op(), msg("x"), None).err(),
+        Some(CreateError::QueueFull { max: 3 })
+    );
     assert_eq!(t.counts(), (3, 0, 0));
 }
 
@@ -98,27 +110,35 @@ fn queued_bytes_are_bounded_and_freed_when_a_task_starts() {
     });
     let big = "b".repeat(6_000);
     // One message alone always fits, whatever its size.
-    let first = t.create(&op(), msg(&"h".repeat(20_000)), None).unwrap().id;
+    let first = t
+        .create(&op(), msg(&"h".repeat(20_000)), None)
+        .unwrap()
+        .id()
+        .to_string();
     assert_eq!(
-        t.create(&op(), msg(&big), None),
-        Err(CreateError::QueueBytes { max_bytes: 10_000 })
+        t.create(&op(), msg(&big), None).err(),
+        Some(CreateError::QueueBytes { max_bytes: 10_000 })
     );
     assert_eq!(t.counts(), (1, 0, 0), "nothing was created");
     t.set_progress(&first, TaskState::Working, None);
-    let second = t.create(&op(), msg(&big), None).unwrap().id;
+    let second = t.create(&op(), msg(&big), None).unwrap().id().to_string();
     assert!(
         t.create(&op(), msg(&big), None).is_err(),
         "6,000 + 6,000 bytes > 10,000"
     );
     t.finish(&second, TaskState::Canceled, Cause::Cancelled, None);
-    t.create(&op(), msg(&big), None)
-        .expect("a cancelled queued task frees its bytes");
+    assert!(
+        t.create(&op(), msg(&big), None).is_ok(),
+        "a cancelled queued task frees its bytes"
+    );
 }
 
 #[test]
 fn finish_is_final_and_retention_is_bounded() {
     let t = table(2);
-    let ids: Vec<String> = (0..3).map(|_| t.create(&op(), msg("x"), None).unwrap().id).collect();
+    let ids: Vec<String> = (0..3)
+        .map(|_| t.create(&op(), msg("x"), None).unwrap().id().to_string())
+        .collect();
     for id in &ids {
         t.set_progress(id, TaskState::Working, None);
         t.finish(id, TaskState::Completed, Cause::Completed, None);
@@ -215,7 +235,7 @@ fn a_snapshot_taken_before_an_append_does_not_see_it() {
 #[test]
 fn finished_log_keeps_only_the_final_status() {
     let t = table(10);
-    let id = t.create(&op(), msg("x"), None).unwrap().id;
+    let id = t.create(&op(), msg("x"), None).unwrap().id().to_string();
     t.set_progress(&id, TaskState::Working, None);
     for n in 0..10 {
         t.add_artifact(&id, chunk("a", &n.to_string()), n > 0, n == 9);
@@ -247,7 +267,7 @@ fn finished_log_keeps_only_the_final_status() {
 #[test]
 fn a_watched_task_keeps_its_log_until_the_stream_ends() {
     let t = table(10);
-    let id = t.create(&op(), msg("x"), None).unwrap().id;
+    let id = t.create(&op(), msg("x"), None).unwrap().id().to_string();
     let w = t.watch(&op(), &id).unwrap();
     t.set_progress(&id, TaskState::Working, None);
     t.add_artifact(&id, chunk("a", "1"), false, true);
@@ -286,7 +306,7 @@ fn a_waiter_gets_its_task_even_if_it_is_evicted_at_once() {
         retain_bytes: 1,
         ..limits()
     }));
-    let id = t.create(&op(), msg("x"), None).unwrap().id;
+    let id = t.create(&op(), msg("x"), None).unwrap().id().to_string();
     // `done` runs under the task's lock: once it has, the waiter is
     // waiting (or about to, with the lock held) and sees every change.
     let asked = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -376,7 +396,7 @@ fn observers_hear_every_change_in_order() {
     let rec = Arc::new(Recorder::default());
     let mut t = table(10);
     t.subscribe(rec.clone());
-    let id = t.create(&op(), msg("x"), None).unwrap().id;
+    let id = t.create(&op(), msg("x"), None).unwrap().id().to_string();
     t.worker_notice(&Notice::WorkerSpawn { task_id: &id, pid: 7 });
     t.set_progress(&id, TaskState::Working, None);
     t.add_artifact(&id, chunk("a", "1"), false, false);
@@ -410,8 +430,8 @@ fn observers_hear_every_change_in_order() {
 fn counts_follow_each_task_through_its_life() {
     let t = table(10);
     let (a, b) = (
-        t.create(&op(), msg("a"), None).unwrap().id,
-        t.create(&op(), msg("b"), None).unwrap().id,
+        t.create(&op(), msg("a"), None).unwrap().id().to_string(),
+        t.create(&op(), msg("b"), None).unwrap().id().to_string(),
     );
     assert_eq!(t.counts(), (2, 0, 0));
     t.set_progress(&a, TaskState::Working, None);
@@ -431,7 +451,7 @@ fn counts_follow_each_task_through_its_life() {
 #[test]
 fn a_worker_speaks_only_once_started() {
     let t = table(10);
-    let id = t.create(&op(), msg("x"), None).unwrap().id;
+    let id = t.create(&op(), msg("x"), None).unwrap().id().to_string();
     t.add_artifact(&id, chunk("a", "early"), false, true);
     t.set_direct_reply(&id, msg("early"));
     let task = t.get(&op(), &id, None).unwrap();
@@ -475,6 +495,7 @@ fn follow_ups_are_refused_with_the_reason() {
     );
     let mut m = follow_up(Some(&context));
     let (task, seq) = t.continue_with(&op(), &id, &mut m).unwrap();
+    let task = task.render();
     assert_eq!(task.status.state, TaskState::Working);
     assert_eq!(m.task_id.as_deref(), Some(id.as_str()), "the message names its task");
     assert_eq!(task.history.unwrap().last().map(|m| m.text()), Some("more".into()));
@@ -493,7 +514,7 @@ fn follow_ups_are_refused_with_the_reason() {
 #[test]
 fn metadata_updates_apply_or_leave_it_alone() {
     let t = table(2);
-    let id = t.create(&op(), msg("x"), None).unwrap().id;
+    let id = t.create(&op(), msg("x"), None).unwrap().id().to_string();
     t.update_metadata(&id, |md| {
         md.get_or_insert_with(Map::new).insert("k".into(), Value::from("v"));
         Ok::<(), String>(())
@@ -521,7 +542,9 @@ fn pages_cover_everything_once() {
         max_queued: 100,
         ..limits()
     });
-    let mut ids: Vec<String> = (0..7).map(|_| t.create(&op(), msg("x"), None).unwrap().id).collect();
+    let mut ids: Vec<String> = (0..7)
+        .map(|_| t.create(&op(), msg("x"), None).unwrap().id().to_string())
+        .collect();
     let mut seen = Vec::new();
     let mut cursor = None;
     loop {
@@ -557,7 +580,7 @@ fn list_filters_by_a_metadata_predicate() {
         ..limits()
     });
     let tagged = Map::from_iter([("team".to_string(), Value::from("a"))]);
-    let a = t.create(&op(), msg("x"), Some(tagged)).unwrap().id;
+    let a = t.create(&op(), msg("x"), Some(tagged)).unwrap().id().to_string();
     t.create(&op(), msg("x"), None).unwrap();
     let page = t.list(
         &op(),
@@ -590,7 +613,7 @@ fn the_cost_comes_with_the_verdict_and_only_agentd_writes_its_key() {
         (COST_KEY.to_string(), Value::String("free".into())),
         ("mine".to_string(), Value::Bool(true)),
     ]);
-    let id = t.create(&op(), msg("x"), Some(spoof)).unwrap().id;
+    let id = t.create(&op(), msg("x"), Some(spoof)).unwrap().id().to_string();
     t.set_progress(&id, TaskState::Working, None);
     let working = t.get(&op(), &id, None).unwrap().metadata.unwrap();
     assert_eq!(working.get(COST_KEY), None);
@@ -622,7 +645,7 @@ fn the_cost_comes_with_the_verdict_and_only_agentd_writes_its_key() {
         other => panic!("expected the final status, got {other:?}"),
     }
     // A task that never ran (canceled while queued) has none.
-    let queued = t.create(&op(), msg("y"), None).unwrap().id;
+    let queued = t.create(&op(), msg("y"), None).unwrap().id().to_string();
     t.finish(&queued, TaskState::Canceled, Cause::Cancelled, None);
     assert_eq!(t.get(&op(), &queued, None).unwrap().metadata, None);
 }

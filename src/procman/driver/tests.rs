@@ -218,7 +218,12 @@ impl Harness {
             extensions: vec![],
             reference_task_ids: vec![],
         };
-        let task = self.d.tasks.create(&operator(), message.clone(), None).unwrap();
+        let task = self
+            .d
+            .tasks
+            .create(&operator(), message.clone(), None)
+            .unwrap()
+            .render();
         let spawn = ToWorker::Spawn {
             task_id: task.id.clone(),
             context_id: task.context_id.clone(),
@@ -630,7 +635,7 @@ fn the_deadline_comes_with_the_task_and_stops_it() {
         extensions: vec![],
         reference_task_ids: vec![],
     };
-    let task = h.d.tasks.create(&operator(), message.clone(), None).unwrap();
+    let task = h.d.tasks.create(&operator(), message.clone(), None).unwrap().render();
     let spawn = ToWorker::Spawn {
         task_id: task.id.clone(),
         context_id: task.context_id.clone(),
