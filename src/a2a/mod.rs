@@ -51,6 +51,12 @@ pub enum Answer {
     Task(Box<Task>),
     /// SendMessage's result (a task or a message), likewise.
     Response(Box<StreamResponse>),
+    /// A task as the table holds it, written without a copy: SendMessage's
+    /// result (`{"task": …}`, `in_result`) or GetTask's and CancelTask's.
+    Snapshot {
+        task: Box<Snapshot>,
+        in_result: bool,
+    },
     Stream(Box<stream::Plan>),
     /// The events extension's feed, resuming after this sequence.
     Events(Option<u64>),
@@ -114,22 +120,22 @@ impl Agent {
         }
         let principal = call.principal;
         match method {
-            "SendMessage" => self
-                .send_message(call, parse(params)?)
-                .map(|r| Answer::Response(Box::new(r))),
+            "SendMessage" => self.send_message(call, parse(params)?),
             "SendStreamingMessage" => self
                 .send_streaming(call, parse(params)?)
                 .map(|p| Answer::Stream(Box::new(p))),
             "SubscribeToTask" => self
                 .subscribe(principal, parse(params)?, call.last_event_id)
                 .map(|p| Answer::Stream(Box::new(p))),
-            "GetTask" => self
-                .get_task(principal, parse(params)?)
-                .map(|t| Answer::Task(Box::new(t))),
+            "GetTask" => self.get_task(principal, parse(params)?).map(|t| Answer::Snapshot {
+                task: Box::new(t),
+                in_result: false,
+            }),
             "ListTasks" => self.list_tasks(call, params).map(Answer::Value),
-            "CancelTask" => self
-                .cancel_task(principal, parse(params)?)
-                .map(|t| Answer::Task(Box::new(t))),
+            "CancelTask" => self.cancel_task(principal, parse(params)?).map(|t| Answer::Snapshot {
+                task: Box::new(t),
+                in_result: false,
+            }),
             ext::EVENTS_METHOD if call.active.has(ext::EVENTS) => {
                 let params: Value = parse(params)?;
                 let from = match params.get("fromSeq").or_else(|| params.get("from_seq")) {
@@ -278,24 +284,25 @@ impl Agent {
         }
     }
 
-    fn send_message(&self, call: &Call<'_>, req: SendMessageRequest) -> Result<StreamResponse, RpcError> {
+    fn send_message(&self, call: &Call<'_>, req: SendMessageRequest) -> Result<Answer, RpcError> {
+        let sent_task = |task: Snapshot| Answer::Snapshot {
+            task: Box::new(task),
+            in_result: true,
+        };
         if let Some(reply) = self.command(call, &req)? {
-            return Ok(StreamResponse::Message(reply));
+            return Ok(Answer::Response(Box::new(StreamResponse::Message(reply))));
         }
         let principal = call.principal;
         let Begun { task, config, .. } = self.begin_send(call, req, false)?;
         let history_length = history_length(config.history_length, "configuration.historyLength")?;
         if config.return_immediately {
-            let task = match self.tasks.get(principal, task.id(), history_length) {
-                Some(now) => now,
-                None => task.render(),
-            };
-            return Ok(StreamResponse::Task(task));
+            let now = self.tasks.peek(principal, task.id(), history_length);
+            return Ok(sent_task(now.unwrap_or(task)));
         }
         let task = self.wait_for_turn(call, task.id(), history_length)?;
-        Ok(match self.tasks.direct_reply(&task.id) {
-            Some(m) => StreamResponse::Message(m),
-            None => StreamResponse::Task(task),
+        Ok(match self.tasks.direct_reply(task.id()) {
+            Some(m) => Answer::Response(Box::new(StreamResponse::Message(m))),
+            None => sent_task(task),
         })
     }
 
@@ -303,7 +310,7 @@ impl Agent {
     /// direct reply), in slices, looking between them whether the client
     /// is still there. A client that hung up gets [`CLIENT_GONE`]; the task
     /// goes on as if it had been sent with `returnImmediately`.
-    fn wait_for_turn(&self, call: &Call<'_>, id: &str, history_length: Option<usize>) -> Result<Task, RpcError> {
+    fn wait_for_turn(&self, call: &Call<'_>, id: &str, history_length: Option<usize>) -> Result<Snapshot, RpcError> {
         let turn_over = |s: TaskState| s.is_terminal() || s.is_interrupted();
         let slice = Duration::from_millis(crate::limits::BLOCKING_WAIT_SLICE_MS);
         loop {
@@ -312,7 +319,7 @@ impl Agent {
                 .tasks
                 .wait_until(call.principal, id, history_length, Some(slice), turn_over)
                 .ok_or_else(|| RpcError::task_not_found(id))?;
-            if turn_over(now.status.state) || self.tasks.direct_reply(id).is_some() {
+            if turn_over(now.state()) || self.tasks.direct_reply(id).is_some() {
                 return Ok(now);
             }
             if (call.peer_gone)() {
@@ -422,12 +429,12 @@ impl Agent {
             && self.cfg.exec_protocol == crate::control::ExecProtocol::Jsonl
     }
 
-    fn get_task(&self, principal: &Principal, req: GetTaskRequest) -> Result<Task, RpcError> {
+    fn get_task(&self, principal: &Principal, req: GetTaskRequest) -> Result<Snapshot, RpcError> {
         require_id(&req.id)?;
         let history_length = history_length(req.history_length, "historyLength")?;
         let task = self
             .tasks
-            .get(principal, &req.id, history_length)
+            .peek(principal, &req.id, history_length)
             .ok_or_else(|| RpcError::task_not_found(&req.id))?;
         Ok(task)
     }
@@ -481,23 +488,19 @@ impl Agent {
         to_value(&self.tasks.list(principal, &query))
     }
 
-    fn cancel_task(&self, principal: &Principal, req: CancelTaskRequest) -> Result<Task, RpcError> {
+    fn cancel_task(&self, principal: &Principal, req: CancelTaskRequest) -> Result<Snapshot, RpcError> {
         require_id(&req.id)?;
         let task = self
             .tasks
-            .get(principal, &req.id, Some(0))
+            .peek(principal, &req.id, Some(0))
             .ok_or_else(|| RpcError::task_not_found(&req.id))?;
-        if task.status.state.is_terminal() {
+        if task.state().is_terminal() {
             return Err(RpcError::with_reason(
                 rpc::TASK_NOT_CANCELABLE,
                 "TASK_NOT_CANCELABLE",
                 rpc::A2A_DOMAIN,
-                format!(
-                    "Task {} is already finished ({})",
-                    req.id,
-                    task.status.state.wire_name()
-                ),
-                &[("taskId", &req.id), ("state", task.status.state.wire_name())],
+                format!("Task {} is already finished ({})", req.id, task.state().wire_name()),
+                &[("taskId", &req.id), ("state", task.state().wire_name())],
             ));
         }
         self.procman.cancel(&req.id);

@@ -153,6 +153,16 @@ fn rpc_response(req: &Request, principal: &Principal, shared: &Shared, peer_gone
             }
             full(200, rpc::success(&call.id, &task))
         }
+        Ok(Answer::Snapshot { task, in_result }) => {
+            // Written from the snapshot, unless labels must come out first
+            // (a client that did not activate the extension never sees them).
+            if !active.has(ext::ANNOTATIONS) && task.mentions(ext::ANNOTATIONS) {
+                let mut task = task.render();
+                ext::annotations::strip_task(&mut task);
+                return full(200, answer_task(&call.id, &task, in_result));
+            }
+            full(200, answer_task(&call.id, &task.json(), in_result))
+        }
         Ok(Answer::Response(mut response)) => {
             if !active.has(ext::ANNOTATIONS) {
                 ext::annotations::strip_response(&mut response);
@@ -179,6 +189,20 @@ fn rpc_response(req: &Request, principal: &Principal, shared: &Shared, peer_gone
             );
             full(err.http_status(), rpc::failure(&call.id, &err))
         }
+    }
+}
+
+/// A task as a call's result: SendMessage's `{"task": …}` (`in_result`),
+/// or the task itself.
+fn answer_task<T: serde::Serialize>(id: &rpc::Id, task: &T, in_result: bool) -> Vec<u8> {
+    #[derive(serde::Serialize)]
+    struct InResult<'a, T> {
+        task: &'a T,
+    }
+    if in_result {
+        rpc::success(id, &InResult { task })
+    } else {
+        rpc::success(id, task)
     }
 }
 

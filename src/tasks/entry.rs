@@ -28,8 +28,8 @@ use crate::wire::{
 /// One artifact: its first chunk (name, description, metadata and first
 /// parts) and the chunks appended to it, joined only when rendered.
 #[derive(Clone)]
-struct Stored {
-    chunks: Vec<Arc<Artifact>>,
+pub(super) struct Stored {
+    pub chunks: Vec<Arc<Artifact>>,
     bytes: usize,
 }
 
@@ -99,11 +99,11 @@ pub(super) struct Entry {
 
 /// What a reader takes under the lock: reference counts only.
 pub(super) struct View {
-    status: Arc<TaskStatus>,
-    metadata: Option<Arc<Map<String, Value>>>,
-    cost: Option<Cost>,
-    history: Vec<Arc<Message>>,
-    artifacts: Vec<Arc<Stored>>,
+    pub status: Arc<TaskStatus>,
+    pub metadata: Option<Arc<Map<String, Value>>>,
+    pub cost: Option<Cost>,
+    pub history: Vec<Arc<Message>>,
+    pub artifacts: Vec<Arc<Stored>>,
 }
 
 impl View {
@@ -147,7 +147,8 @@ impl Stored {
         }
     }
 
-    fn render(&self) -> Artifact {
+    /// The artifact, its chunks joined (a copy).
+    pub fn render(&self) -> Artifact {
         let mut chunks = self.chunks.iter();
         let mut out = chunks.next().map(|c| Artifact::clone(c)).unwrap_or_else(|| Artifact {
             artifact_id: String::new(),

@@ -27,6 +27,7 @@
 
 mod entry;
 mod index;
+mod json;
 mod life;
 mod list;
 mod slot;
@@ -166,6 +167,26 @@ impl Snapshot {
     /// The task for the wire (the deep copy).
     pub fn render(self) -> Task {
         self.slot.render(self.view)
+    }
+
+    /// The task's JSON, written from the snapshot itself: what
+    /// [`render`](Self::render) would give, without the copy.
+    pub fn json(&self) -> impl serde::Serialize + '_ {
+        json::TaskJson {
+            id: &self.slot.id,
+            context_id: &self.slot.context_id,
+            view: &self.view,
+        }
+    }
+
+    /// Whether any metadata map of the task holds `key` (a caller that
+    /// must leave a key out renders the task and strips it).
+    pub fn mentions(&self, key: &str) -> bool {
+        json::mentions(&self.view, key)
+    }
+
+    pub fn state(&self) -> TaskState {
+        self.view.status.state
     }
 }
 
@@ -382,9 +403,14 @@ impl TaskTable {
     /// The task as `principal` may see it, or `None` (absent and not
     /// visible are the same answer: no existence leaks).
     pub fn get(&self, principal: &Principal, id: &str, history_length: Option<usize>) -> Option<Task> {
+        Some(self.peek(principal, id, history_length)?.render())
+    }
+
+    /// [`get`](Self::get), not yet copied for the wire (a [`Snapshot`]).
+    pub fn peek(&self, principal: &Principal, id: &str, history_length: Option<usize>) -> Option<Snapshot> {
         let slot = self.visible(principal, id)?;
         let view = slot.lock().view(history_length, true);
-        Some(slot.render(view))
+        Some(Snapshot { slot, view })
     }
 
     pub fn state(&self, id: &str) -> Option<TaskState> {
@@ -410,7 +436,7 @@ impl TaskTable {
         history_length: Option<usize>,
         timeout: Option<Duration>,
         done: impl Fn(TaskState) -> bool,
-    ) -> Option<Task> {
+    ) -> Option<Snapshot> {
         let slot = self.visible(principal, id)?;
         let deadline = timeout.map(|t| Instant::now() + t);
         let view = slot.wait(
@@ -427,7 +453,7 @@ impl TaskTable {
             },
             |e| Some(e.view(history_length, true)),
         )?;
-        Some(slot.render(view))
+        Some(Snapshot { slot, view })
     }
 
     /// Moves a task to a non-terminal state (WORKING, INPUT_REQUIRED, …),

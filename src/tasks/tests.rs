@@ -326,7 +326,11 @@ fn a_waiter_gets_its_task_even_if_it_is_evicted_at_once() {
     t.add_artifact(&id, chunk("a", "result"), false, true);
     t.finish(&id, TaskState::Completed, Cause::Completed, None);
     assert!(t.get(&op(), &id, None).is_none(), "over a 1-byte budget: evicted");
-    let task = waiter.join().unwrap().expect("the waiter still gets the result");
+    let task = waiter
+        .join()
+        .unwrap()
+        .expect("the waiter still gets the result")
+        .render();
     assert_eq!(task.status.state, TaskState::Completed);
     assert_eq!(task.artifacts.unwrap()[0].parts, vec![Part::text("result")]);
 }
@@ -648,4 +652,82 @@ fn the_cost_comes_with_the_verdict_and_only_agentd_writes_its_key() {
     let queued = t.create(&op(), msg("y"), None).unwrap().id().to_string();
     t.finish(&queued, TaskState::Canceled, Cause::Cancelled, None);
     assert_eq!(t.get(&op(), &queued, None).unwrap().metadata, None);
+}
+
+/// The JSON written from a snapshot is the rendered task's JSON: for a task
+/// with metadata on both sides of the cost key (and a client's own value
+/// under it, which is not kept), a cost, a history, an artifact of several
+/// chunks and one of one, and a status message with metadata.
+#[test]
+fn a_snapshot_writes_the_json_of_the_task_it_renders() {
+    use serde_json::json;
+    let t = table(10);
+    let metadata = json!({"a.first": 1, COST_KEY: "mine", "z.last": {"deep": [1, 2]}});
+    let mut first = msg("hello \"quoted\" \u{2603}");
+    first.metadata = json!({"k": "v"}).as_object().cloned();
+    let id = t
+        .create(&op(), first, metadata.as_object().cloned())
+        .unwrap()
+        .id()
+        .to_string();
+    t.set_progress(&id, TaskState::Working, Some("on it".into()));
+    t.add_artifact(&id, chunk("joined", "one "), false, false);
+    t.add_artifact(&id, chunk("joined", "two"), true, true);
+    t.add_artifact(&id, chunk("single", "only"), false, true);
+    let cost = Cost {
+        wall_ms: 12,
+        cpu: Some(crate::cost::Cpu {
+            user_usec: 3,
+            system_usec: 4,
+            source: crate::cost::CPU_RUSAGE,
+        }),
+        memory: None,
+    };
+    t.finish_with_cost(
+        &id,
+        TaskState::Completed,
+        Cause::Completed,
+        Some("done".into()),
+        Some(cost),
+    );
+    for history in [None, Some(1), Some(0)] {
+        let snap = t.peek(&op(), &id, history).unwrap();
+        let written: serde_json::Value = serde_json::from_slice(&serde_json::to_vec(&snap.json()).unwrap()).unwrap();
+        let rendered = serde_json::to_value(snap.render()).unwrap();
+        assert_eq!(written, rendered, "history {history:?}");
+        assert_eq!(written["metadata"][COST_KEY]["wallMs"], 12);
+        assert_eq!(written["artifacts"][0]["parts"][0]["text"], "one two");
+    }
+    // Metadata holding only a client's cost key, and no cost: none at all.
+    let bare = t
+        .create(&op(), msg("x"), json!({COST_KEY: 1}).as_object().cloned())
+        .unwrap();
+    let written = serde_json::to_value(bare.json()).unwrap();
+    assert_eq!(written, serde_json::to_value(bare.render()).unwrap());
+    assert!(written.get("metadata").is_none(), "{written}");
+}
+
+#[test]
+fn a_snapshot_knows_which_metadata_keys_it_holds() {
+    use serde_json::json;
+    let t = table(10);
+    let id = started(&t);
+    let snap = t.peek(&op(), &id, None).unwrap();
+    assert!(!snap.mentions("label"));
+    let mut labelled = chunk("a", "x");
+    labelled.parts[0].metadata = json!({"label": 1}).as_object().cloned();
+    t.add_artifact(&id, labelled, false, true);
+    assert!(
+        t.peek(&op(), &id, None).unwrap().mentions("label"),
+        "an artifact part's"
+    );
+    let mut m = msg("x");
+    m.metadata = json!({"other": 1}).as_object().cloned();
+    let id = t
+        .create(&op(), m, json!({"task": 1}).as_object().cloned())
+        .unwrap()
+        .id()
+        .to_string();
+    let snap = t.peek(&op(), &id, None).unwrap();
+    assert!(snap.mentions("task") && snap.mentions("other") && !snap.mentions("label"));
 }
