@@ -208,13 +208,17 @@ impl From<FrameError> for io::Error {
 
 /// Encodes one frame of at most `max` bytes (without the length prefix).
 pub fn encode<T: Serialize>(frame: &T, max: usize) -> Result<Vec<u8>, FrameError> {
-    let json = serde_json::to_vec(frame).map_err(|e| FrameError::BadJson(e.to_string()))?;
-    if json.len() > max {
-        return Err(FrameError::TooLarge { len: json.len(), max });
-    }
-    let mut out = Vec::with_capacity(4 + json.len());
-    out.extend_from_slice(&(json.len() as u32).to_be_bytes());
-    out.extend_from_slice(&json);
+    // The JSON goes straight after room for its length (filled in once
+    // known): one buffer, sized for a typical frame, no copy.
+    let mut out = Vec::with_capacity(crate::limits::CONTROL_FRAME_START_BYTES);
+    out.extend_from_slice(&[0; 4]);
+    serde_json::to_writer(&mut out, frame).map_err(|e| FrameError::BadJson(e.to_string()))?;
+    let len = out.len() - 4;
+    let prefix = u32::try_from(len).ok().filter(|_| len <= max);
+    let Some(prefix) = prefix else {
+        return Err(FrameError::TooLarge { len, max });
+    };
+    out[..4].copy_from_slice(&prefix.to_be_bytes());
     Ok(out)
 }
 

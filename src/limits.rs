@@ -202,6 +202,14 @@ pub const JSON_REENCODE_GROWTH_DEN: usize = 2;
 /// carries: its own fields, task ids, the runner's spec (argv, env).
 pub const CONTROL_FRAME_OVERHEAD_BYTES: usize = 64 * 1024;
 
+/// The buffer a control frame is first encoded into: a spawn frame with a
+/// short message, or a status or artifact event, fits without growing it.
+pub const CONTROL_FRAME_START_BYTES: usize = 1024;
+
+/// The buffer a JSON-RPC answer is first written into: a task's answer
+/// (about a kilobyte) fits without growing it.
+pub const RPC_ANSWER_START_BYTES: usize = 2048;
+
 /// Largest control-channel frame, either way, for a daemon whose
 /// `http.body_max_bytes` is `body_max_bytes`: whatever a frame carries came
 /// in within that body limit or the jsonl line limit, and grew at most

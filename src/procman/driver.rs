@@ -156,9 +156,12 @@ impl<O: Os> Driver<O> {
         if attempt <= 1 {
             self.tasks.set_progress(&task_id, TaskState::Working, None);
         }
-        match self.tasks.trace(&task_id) {
-            Some(t) => log::info!("task.start task={task_id} pid={pid} trace={}", t.trace_id()),
-            None => log::info!("task.start task={task_id} pid={pid}"),
+        // The trace is looked up only for a line that is written.
+        if log::log_enabled!(log::Level::Info) {
+            match self.tasks.trace(&task_id) {
+                Some(t) => log::info!("task.start task={task_id} pid={pid} trace={}", t.trace_id()),
+                None => log::info!("task.start task={task_id} pid={pid}"),
+            }
         }
         self.send(pid, spawn);
     }
@@ -521,16 +524,18 @@ impl<O: Os> Driver<O> {
             exit: &exit.to_string(),
             cause: ending.cause.as_str(),
         });
-        let trace = self.tasks.trace(id).map(|t| format!(" trace={}", t.trace_id()));
-        log::info!(
-            "task.end task={id} pid={pid} state={} cause={} ms={} cpu_us={} peak_bytes={}{}",
-            ending.state.short_name(),
-            ending.cause.as_str(),
-            since.elapsed().as_millis(),
-            cost.cpu.map_or(0, |c| c.user_usec + c.system_usec),
-            cost.memory.map_or(0, |m| m.peak_bytes),
-            trace.unwrap_or_default()
-        );
+        if log::log_enabled!(log::Level::Info) {
+            let trace = self.tasks.trace(id).map(|t| format!(" trace={}", t.trace_id()));
+            log::info!(
+                "task.end task={id} pid={pid} state={} cause={} ms={} cpu_us={} peak_bytes={}{}",
+                ending.state.short_name(),
+                ending.cause.as_str(),
+                since.elapsed().as_millis(),
+                cost.cpu.map_or(0, |c| c.user_usec + c.system_usec),
+                cost.memory.map_or(0, |m| m.peak_bytes),
+                trace.unwrap_or_default()
+            );
+        }
         end_task(&self.tasks, id, ending, Some(cost));
     }
 }
