@@ -204,7 +204,8 @@ pub const CONTROL_FRAME_OVERHEAD_BYTES: usize = 64 * 1024;
 
 /// The buffer a control frame is first encoded into: a spawn frame with a
 /// short message, or a status or artifact event, fits without growing it.
-pub const CONTROL_FRAME_START_BYTES: usize = 1024;
+/// (A fresh worker's first block of 1024 bytes costs it an mmap.)
+pub const CONTROL_FRAME_START_BYTES: usize = 512;
 
 /// The buffer a JSON-RPC answer is first written into: a task's answer
 /// (about a kilobyte) fits without growing it.

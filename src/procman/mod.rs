@@ -295,6 +295,21 @@ impl Loop {
             if !self.take_requests() {
                 return; // every handle is gone: the daemon is exiting
             }
+            if fds[3].revents != 0 || self.pool.forks_owe() || self.pool.forks_overdue(Instant::now()) {
+                self.take_fork_answers();
+            }
+            // Frames before exits: a worker that said `done` and exited in
+            // the same turn is heard before it is reaped, as it spoke.
+            for (p, &(pid, is_write)) in fds[4..].iter().zip(&pids) {
+                if p.revents == 0 {
+                    continue;
+                }
+                if is_write {
+                    self.driver.flush(pid);
+                } else {
+                    self.driver.read_from(pid);
+                }
+            }
             let mut reap = false;
             if fds[1].revents != 0 {
                 sys::signalfd_drain(fds[1].fd);
@@ -307,19 +322,6 @@ impl Loop {
             if reap {
                 self.driver.reap();
                 self.route_unclaimed();
-            }
-            if fds[3].revents != 0 || self.pool.forks_owe() || self.pool.forks_overdue(Instant::now()) {
-                self.take_fork_answers();
-            }
-            for (p, &(pid, is_write)) in fds[4..].iter().zip(&pids) {
-                if p.revents == 0 {
-                    continue;
-                }
-                if is_write {
-                    self.driver.flush(pid);
-                } else {
-                    self.driver.read_from(pid);
-                }
             }
             self.poll_set = (fds, pids);
             self.driver.tick();
