@@ -378,84 +378,145 @@ class Server:
             pass
 
 
-def bench_server(args, name):
-    """All measurements of one server; returns a dict (with 'error' on failure)."""
-    r = {"checks": 0}
-    srv = None
-    try:
-        # Start-up: one unmeasured start to warm the page cache (and write any
-        # bytecode caches), then args.startups measured ones; the last one
-        # stays up for everything below.
-        times = []
-        for i in range(args.startups + 1):
-            srv = Server(args, name)
-            ms = srv.start()
-            if i > 0:
-                times.append(ms)
-            if i < args.startups:
-                srv.cleanup()
-        r["startup_ms"] = statistics.median(times)
-        r["startup_all"] = times
-        log(f"{name}: start-up {r['startup_ms']:.1f} ms (runs: {', '.join(f'{t:.1f}' for t in times)})")
+class Bench:
+    """One server through the whole run: started (and timed) once, then
+    measured a round at a time, interleaved with the others."""
 
-        time.sleep(1.0)
-        r["idle_rss_kib"] = vm_rss_kib(srv.proc.pid)
-        if name in AGENTD_VARIANTS:
-            r["isolation"] = agentd_isolation(args, srv.sock)
+    def __init__(self, args, name):
+        self.args, self.name = args, name
+        self.r = {"checks": 0}
+        self.srv = None
+        self.rounds = {key: [] for key in LOADS}
+        self.rss = {"own": 0, "tree": 0, "children": 0, "samples": 0}
 
-        def check():
-            curl_send_check(srv.sock)
-            r["checks"] += 1
+    @property
+    def ok(self):
+        return "error" not in self.r
 
-        def load(conc, post, raw_name):
-            """One oha run, with the server's CPU time over it."""
-            cpu0 = tree_cpu_s(srv.proc.pid)
-            res = run_oha(args, srv.sock, conc, args.duration, post, raw_name)
-            cpu = tree_cpu_s(srv.proc.pid) - cpu0
-            res["cpu_s"] = cpu
-            res["cpu_us_per_req"] = cpu / res["n"] * 1e6
-            res["core_busy"] = cpu / res["wall_s"] if res["wall_s"] else None
-            return res
+    def fail(self, e):
+        if isinstance(e, Failure):
+            self.r["error"] = str(e)
+            log(f"{self.name}: FAILED: {e}")
+        else:  # a bug in the harness: still report the others
+            import traceback
 
-        check()
-        log(f"{name}: warm-up, SendMessage c=16 for {args.warmup}s")
-        run_oha(args, srv.sock, 16, args.warmup, True, f"{name}-warmup")
-        check()
+            traceback.print_exc()
+            self.r["error"] = f"harness error: {e!r}"
+        if self.srv is not None:
+            self.r["log_tail"] = self.srv.log_tail()
+            self.srv.cleanup()
+            self.srv = None
 
-        log(f"{name}: GET card c=16 for {args.duration}s")
-        r["card16"] = load(16, False, f"{name}-card-c16")
-        check()
+    def check(self):
+        curl_send_check(self.srv.sock)
+        self.r["checks"] += 1
 
-        log(f"{name}: SendMessage c=1 for {args.duration}s")
-        r["send1"] = load(1, True, f"{name}-send-c1")
-        check()
-
-        log(f"{name}: SendMessage c=16 for {args.duration}s (sampling RSS)")
-        sampler = RssSampler(srv.proc.pid)
-        sampler.start()
+    def start(self):
+        """Start-up (one unmeasured start to warm the page cache and any
+        bytecode caches, then args.startups timed ones; the last one stays
+        up), idle RSS, a check and the warm-up."""
+        r, args = self.r, self.args
         try:
-            r["send16"] = load(16, True, f"{name}-send-c16")
-        finally:
-            sampler.stop()
-        r["loaded_rss_kib"] = sampler.peak_own
-        r["loaded_tree_rss_kib"] = sampler.peak_tree
-        r["max_children"] = sampler.max_children
-        r["rss_samples"] = sampler.samples
-        check()
-    except Failure as e:
-        r["error"] = str(e)
-        log(f"{name}: FAILED: {e}")
-    except Exception as e:  # a bug in the harness: still report the others
-        import traceback
+            times = []
+            for i in range(args.startups + 1):
+                self.srv = Server(args, self.name)
+                ms = self.srv.start()
+                if i > 0:
+                    times.append(ms)
+                if i < args.startups:
+                    self.srv.cleanup()
+            r["startup_ms"] = statistics.median(times)
+            r["startup_all"] = times
+            log(f"{self.name}: start-up {r['startup_ms']:.1f} ms (runs: {', '.join(f'{t:.1f}' for t in times)})")
+            time.sleep(1.0)
+            r["idle_rss_kib"] = vm_rss_kib(self.srv.proc.pid)
+            if self.name in AGENTD_VARIANTS:
+                r["isolation"] = agentd_isolation(args, self.srv.sock)
+            self.check()
+            log(f"{self.name}: warm-up, SendMessage c=16 for {args.warmup}s")
+            run_oha(args, self.srv.sock, 16, args.warmup, True, f"{self.name}-warmup")
+            self.check()
+        except Exception as e:
+            self.fail(e)
 
-        traceback.print_exc()
-        r["error"] = f"harness error: {e!r}"
-    finally:
-        if srv is not None:
-            if "error" in r:
-                r["log_tail"] = srv.log_tail()
-            srv.cleanup()
-    return r
+    def round(self, n):
+        """One round: GET card c=16, SendMessage c=1 and c=16, each for a
+        round's share of the load time, with the server's CPU time over
+        each and its RSS sampled during SendMessage c=16."""
+        args, srv = self.args, self.srv
+        try:
+            # The other servers ran since this one last did: a second of
+            # unmeasured load first brings its caches (and V8's and
+            # Python's) back, so each round measures it warm.
+            run_oha(args, srv.sock, 16, ROUND_WARMUP_S, True, f"{self.name}-warmup-round{n}")
+            for key, (conc, post, title) in LOADS.items():
+                sampler = RssSampler(srv.proc.pid) if key == "send16" else None
+                if sampler:
+                    sampler.start()
+                cpu0 = tree_cpu_s(srv.proc.pid)
+                try:
+                    res = run_oha(args, srv.sock, conc, args.round_s, post, f"{self.name}-{key}-round{n}")
+                finally:
+                    if sampler:
+                        sampler.stop()
+                res["cpu_s"] = tree_cpu_s(srv.proc.pid) - cpu0
+                self.rounds[key].append(res)
+                if sampler:
+                    self.rss["own"] = max(self.rss["own"], sampler.peak_own)
+                    self.rss["tree"] = max(self.rss["tree"], sampler.peak_tree)
+                    self.rss["children"] = max(self.rss["children"], sampler.max_children)
+                    self.rss["samples"] += sampler.samples
+                self.check()
+            log(f"{self.name}: round {n + 1}: " + ", ".join(
+                f"{LOADS[k][2]} {self.rounds[k][-1]['rps']:,.0f} req/s" for k in LOADS))
+        except Exception as e:
+            self.fail(e)
+
+    def finish(self):
+        """The rounds summed up (see `aggregate`); the server stopped."""
+        r = self.r
+        if self.ok:
+            for key in LOADS:
+                r[key] = aggregate(self.rounds[key])
+            r["loaded_rss_kib"] = self.rss["own"]
+            r["loaded_tree_rss_kib"] = self.rss["tree"]
+            r["max_children"] = self.rss["children"]
+            r["rss_samples"] = self.rss["samples"]
+        if self.srv is not None:
+            self.srv.cleanup()
+        return r
+
+
+# Unmeasured SendMessage c=16 load before each server's round.
+ROUND_WARMUP_S = 1
+
+# What each round measures: key -> (concurrency, POST SendMessage, title).
+LOADS = {
+    "card16": (16, False, "GET card c=16"),
+    "send1": (1, True, "SendMessage c=1"),
+    "send16": (16, True, "SendMessage c=16"),
+}
+
+
+def aggregate(rounds):
+    """One measurement over its rounds: the rate, p50 and p99 are the
+    medians of the rounds' (a round the machine was slow for moves them
+    least); the counts, wall time and CPU are sums, so the CPU per request
+    and how busy the core was cover every round."""
+    n = sum(x["n"] for x in rounds)
+    wall = sum(x["wall_s"] for x in rounds)
+    cpu = sum(x["cpu_s"] for x in rounds)
+    return {
+        "rps": statistics.median(x["rps"] for x in rounds),
+        "p50_ms": statistics.median(x["p50_ms"] for x in rounds),
+        "p99_ms": statistics.median(x["p99_ms"] for x in rounds),
+        "n": n,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "cpu_us_per_req": cpu / n * 1e6,
+        "core_busy": cpu / wall if wall else None,
+        "rounds": [{k: x[k] for k in ("rps", "p50_ms", "p99_ms", "n", "wall_s", "cpu_s")} for x in rounds],
+    }
 
 
 def agentd_isolation(args, sock_path):
@@ -471,12 +532,13 @@ def agentd_isolation(args, sock_path):
 
 
 def spawn_floor(args):
-    """The exec and fork floors, measured on the server core (see benches/spawn_floor.rs)."""
+    """The exec and fork floors, measured on the server core (see benches/spawn_floor.rs),
+    for one round's share of the load time."""
     cmd = [
         "taskset", "-c", args.server_cpu, args.spawn_floor, args.agentd,
-        "--seconds", str(args.duration), "--fork", "--fork-floor", "--json",
+        "--seconds", str(args.round_s), "--fork", "--fork-floor", "--json",
     ]
-    log(f"process floors: {args.duration}s each of posix_spawn and fork+exec of `agentd version` "
+    log(f"process floors: {args.round_s}s each of posix_spawn and fork+exec of `agentd version` "
         f"(the exec floor) and of fork+_exit (the fork floor) on CPU {args.server_cpu}")
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
@@ -492,6 +554,20 @@ def spawn_floor(args):
     if report.FORK_FLOOR not in rows:
         raise Failure(f"spawn_floor printed no {report.FORK_FLOOR} row: {sorted(rows)}")
     return rows
+
+
+def floor_median(rounds):
+    """Each floor row's figures as the median of its rounds'."""
+    out = {}
+    for how in rounds[0]:
+        rows = [r[how] for r in rounds if how in r]
+        row = dict(rows[0])
+        for k, v in rows[0].items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                row[k] = statistics.median(r[k] for r in rows)
+        row["rounds"] = len(rows)
+        out[how] = row
+    return out
 
 
 # ---------------------------------------------------------------- facts
@@ -578,7 +654,8 @@ def versions(args):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--duration", type=int, default=10)
+    ap.add_argument("--duration", type=int, default=16)
+    ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--startups", type=int, default=5)
     ap.add_argument("--servers", default=",".join(SERVER_LABELS))
@@ -596,6 +673,10 @@ def main():
     ap.add_argument("--baseline", help="a previous results.json: its agentd is the 'before'")
     args = ap.parse_args()
     args.servers = [s for s in args.servers.split(",") if s]
+    if args.rounds < 1:
+        ap.error("--rounds: at least 1")
+    # Each load run, and each floor, is split over the rounds.
+    args.round_s = max(1, round(args.duration / args.rounds))
     for s in args.servers:
         if s not in SERVER_LABELS:
             ap.error(f"unknown server {s!r}")
@@ -614,20 +695,33 @@ def main():
         except (OSError, ValueError, KeyError) as e:
             ap.error(f"--baseline {args.baseline}: no agentd results in it ({e})")
 
-    floor = {}
-    if any(s in AGENTD_VARIANTS for s in args.servers):
-        try:
-            if not args.spawn_floor:
-                raise Failure("no --spawn-floor executable given")
-            floor = spawn_floor(args)
-        except Failure as e:
-            floor = {"error": str(e)}
-            log(f"process floors: FAILED: {e}")
-
-    results = {}
+    # Every server is started and warmed up first; then each round measures
+    # the floors and every server in turn (the order rotating), so a stretch
+    # of time the machine was slow falls on all of them alike.
+    benches = {}
     for name in args.servers:
-        log(f"=== {name}")
-        results[name] = bench_server(args, name)
+        log(f"=== {name}: start-up and warm-up")
+        benches[name] = Bench(args, name)
+        benches[name].start()
+    want_floor = any(s in AGENTD_VARIANTS for s in args.servers)
+    floor_rounds, floor = [], {}
+    for n in range(args.rounds):
+        log(f"=== round {n + 1} of {args.rounds}")
+        if want_floor and "error" not in floor:
+            try:
+                if not args.spawn_floor:
+                    raise Failure("no --spawn-floor executable given")
+                floor_rounds.append(spawn_floor(args))
+            except Failure as e:
+                floor = {"error": str(e)}
+                log(f"process floors: FAILED: {e}")
+        order = args.servers[n % len(args.servers):] + args.servers[: n % len(args.servers)]
+        for name in order:
+            if benches[name].ok:
+                benches[name].round(n)
+    if floor_rounds and "error" not in floor:
+        floor = floor_median(floor_rounds)
+    results = {name: benches[name].finish() for name in args.servers}
 
     size = os.path.getsize(args.agentd)
     static = elf_is_static(args.agentd)
@@ -644,8 +738,8 @@ def main():
     vers = versions(args)
     mach = machine()
     header = (
-        f"# agentd vs the A2A SDK servers ({args.mode} run: {args.duration} s per load run, "
-        f"{args.warmup} s warm-up, start-up median of {args.startups})\n\n"
+        f"# agentd vs the A2A SDK servers ({args.mode} run: {args.rounds} interleaved rounds of "
+        f"{args.round_s} s per load run, {args.warmup} s warm-up, start-up median of {args.startups})\n\n"
         f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}; servers on CPU "
         f"{args.server_cpu}, oha on CPU {args.loadgen_cpu}; CPUs {busy:.0%} busy just before the run"
         + (" (**not quiet: smoke numbers only**)" if noisy else "")
@@ -663,7 +757,8 @@ def main():
         "facts": facts,
         "versions": vers,
         "settings": {
-            "mode": args.mode, "duration_s": args.duration, "warmup_s": args.warmup,
+            "mode": args.mode, "duration_s": args.duration, "rounds": args.rounds,
+            "round_s": args.round_s, "warmup_s": args.warmup,
             "startups": args.startups, "server_cpu": args.server_cpu,
             "loadgen_cpu": args.loadgen_cpu, "cpu_busy_before": busy,
             "agentd_bench_args": os.environ.get("AGENTD_BENCH_ARGS", ""),

@@ -6,10 +6,12 @@
 # and the process floors (the exec floor of the same agentd binary and the
 # bare fork floor), measured on the same core. See bench/README.md.
 #
-#   bench/run.sh            10 s per load run, start-up median of 5
-#   bench/run.sh --quick    3 s per load run, start-up median of 1 (a smoke run)
+#   bench/run.sh            16 s per load run in 8 interleaved rounds, start-up median of 5
+#   bench/run.sh --quick    3 s per load run in 1 round, start-up median of 1 (a smoke run)
 #
-# Options: --duration N (seconds per load run), --servers
+# Options: --duration N (seconds per load run, split over the rounds),
+# --rounds N (rounds: each measures the floors and every server once, in
+# turn, so a slow stretch of the machine falls on all alike), --servers
 # agentd,agentd-nocg,python,js,js-3ev, --baseline OLD.json (a previous
 # results.json, the "before" of the no-worse-than-before checks), --setup-only.
 # Environment: BENCH_SERVER_CPU (default 1) and BENCH_LOADGEN_CPU (default 0)
@@ -31,16 +33,17 @@ python=${PYTHON:-python3}
 musl=x86_64-unknown-linux-musl
 oha_version=1.16.0
 
-duration=10 warmup=2 startups=5 mode=full setup_only=0
+duration=16 rounds=8 warmup=2 startups=5 mode=full setup_only=0
 servers=agentd,agentd-nocg,python,js,js-3ev baseline=
 while [ $# -gt 0 ]; do
     case "$1" in
-        --quick) duration=3 warmup=1 startups=1 mode=quick ;;
+        --quick) duration=3 rounds=1 warmup=1 startups=1 mode=quick ;;
         --duration) duration=$2; shift ;;
+        --rounds) rounds=$2; shift ;;
         --servers) servers=$2; shift ;;
         --baseline) baseline=$(cd "$(dirname "$2")" && pwd)/$(basename "$2"); shift ;;
         --setup-only) setup_only=1 ;;
-        -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "run.sh: unknown argument: $1 (try --help)" >&2; exit 2 ;;
     esac
     shift
@@ -124,7 +127,7 @@ floor=$(cd "$repo" && cargo build --release --target "$musl" --bench spawn_floor
 # The harness (and so oha and curl, its children) runs on the load-generator
 # core; it starts every server under `taskset -c $server_cpu`.
 exec taskset -c "$loadgen_cpu" "$venv/bin/python" "$here/harness.py" \
-    --mode "$mode" --duration "$duration" --warmup "$warmup" --startups "$startups" \
+    --mode "$mode" --duration "$duration" --rounds "$rounds" --warmup "$warmup" --startups "$startups" \
     --servers "$servers" --server-cpu "$server_cpu" --loadgen-cpu "$loadgen_cpu" \
     --agentd "$agentd" --oha "$oha" --venv "$venv" --js-dir "$js" \
     --py-dir "$out/py" --repo "$repo" --out "$out" --spawn-floor "$floor" \
