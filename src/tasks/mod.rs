@@ -23,7 +23,8 @@
 //! of a task notifies them once, after its lock is released, so a blocked
 //! client wakes for its own task only. Messages are copied before the lock
 //! is taken, and rendering a task for the wire copies after it is released
-//! (see `entry`).
+//! (see `entry`); a task answer is written straight from a [`Snapshot`] —
+//! reference counts taken under the lock — with no copy at all (`json`).
 
 mod entry;
 mod index;
