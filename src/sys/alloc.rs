@@ -16,10 +16,21 @@
 //! returned to it with that layout. A lock per class: a spin, then
 //! sched_yield (a holder preempted on a one-core machine gets the core
 //! back). Nothing here allocates, uses thread-locals or can panic.
+//!
+//! A task worker (a fork of the fork server, which never allocates from
+//! it) first allocates from the **worker arena** instead: ARENA_BYTES of
+//! zeroed static memory, handed out in order and never reused. A fresh
+//! worker's first allocations would otherwise touch the free lists, musl's
+//! own state and a fresh heap page per size class — a page fault each, in a
+//! process that lives for one task; from the arena they touch a page or
+//! two, side by side. A block freed goes nowhere (the worker's life is
+//! short, and the arena is small); past its end allocations take the usual
+//! path. Only [`start_worker_arena`] turns it on, in a worker, after the
+//! fork: the daemon and the fork server never touch it.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::ptr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// The size classes, in bytes: a request is served from the smallest class
 /// that holds it.
@@ -123,6 +134,99 @@ impl FreeList {
 
 static LISTS: [FreeList; CLASSES.len()] = [const { FreeList::new() }; CLASSES.len()];
 
+/// The worker arena's size: what a worker allocates for an ordinary task
+/// (its spawn frame and what it answers) fits, many times over.
+const ARENA_BYTES: usize = 64 * 1024;
+
+/// An arena: zeroed static memory (no file bytes, no RSS until a worker
+/// touches it), page-aligned so a worker touches as few pages as its
+/// allocations need, handed out in order.
+#[repr(C, align(4096))]
+struct Arena {
+    bytes: std::cell::UnsafeCell<[u8; ARENA_BYTES]>,
+    /// Bytes handed out; ARENA_OFF while it is off.
+    used: AtomicUsize,
+}
+
+const ARENA_OFF: usize = usize::MAX;
+
+// SAFETY: each byte of `bytes` is handed out once (`used` only grows, by
+// compare-and-swap), to one owner, who alone touches it.
+unsafe impl Sync for Arena {}
+
+impl Arena {
+    const fn new() -> Arena {
+        Arena {
+            bytes: std::cell::UnsafeCell::new([0; ARENA_BYTES]),
+            used: AtomicUsize::new(ARENA_OFF),
+        }
+    }
+
+    fn turn_on(&self) {
+        let _ = self
+            .used
+            .compare_exchange(ARENA_OFF, 0, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    fn start(&self) -> usize {
+        self.bytes.get() as usize
+    }
+
+    /// Whether `ptr` is a block of the arena.
+    fn contains(&self, ptr: *mut u8) -> bool {
+        let p = ptr as usize;
+        p >= self.start() && p < self.start() + ARENA_BYTES
+    }
+
+    /// `layout`'s bytes, if the arena is on and has room.
+    fn alloc(&self, layout: Layout) -> Option<*mut u8> {
+        let mut used = self.used.load(Ordering::Relaxed);
+        loop {
+            if used == ARENA_OFF {
+                return None;
+            }
+            // Aligned as an address, not only as an offset: the arena's
+            // start is page-aligned, so the two agree up to a page.
+            let start = used.checked_next_multiple_of(layout.align())?;
+            let end = start.checked_add(layout.size()).filter(|&e| e <= ARENA_BYTES)?;
+            match self
+                .used
+                .compare_exchange_weak(used, end, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                // SAFETY: start < end <= ARENA_BYTES: within the arena.
+                Ok(_) => return Some(unsafe { (self.bytes.get() as *mut u8).add(start) }),
+                Err(now) => used = now,
+            }
+        }
+    }
+
+    /// Grows the block at `ptr` of `size` bytes to `new_size` in place, if
+    /// it is the last one handed out and the arena has room: a growing Vec
+    /// or String then moves no bytes. (Nothing shrinks: every byte is
+    /// handed out once, so what the arena hands out is still zero.)
+    fn grow_last(&self, ptr: *mut u8, size: usize, new_size: usize) -> bool {
+        let start = ptr as usize - self.start();
+        let (Some(end), Some(new_end)) = (start.checked_add(size), start.checked_add(new_size)) else {
+            return false;
+        };
+        new_end > end
+            && new_end <= ARENA_BYTES
+            && self
+                .used
+                .compare_exchange(end, new_end, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+}
+
+static ARENA: Arena = Arena::new();
+
+/// Turns the worker arena on in this process: called once by a task worker
+/// right after the fork server forked it (and nowhere else: a process that
+/// forked with it on would hand both sides the same bytes).
+pub fn start_worker_arena() {
+    ARENA.turn_on();
+}
+
 /// The global allocator of the static (musl) binary (installed in main.rs).
 pub struct CachingAlloc;
 
@@ -141,6 +245,9 @@ unsafe impl GlobalAlloc for CachingAlloc {
     // 150 KiB and measured slower.
     #[inline(never)]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if let Some(block) = ARENA.alloc(layout) {
+            return block;
+        }
         match class_of(layout.size(), layout.align()) {
             Some(class) => {
                 let block = LISTS[class].pop();
@@ -159,6 +266,9 @@ unsafe impl GlobalAlloc for CachingAlloc {
     // 150 KiB and measured slower.
     #[inline(never)]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if ARENA.contains(ptr) {
+            return; // arena bytes are never reused
+        }
         match class_of(layout.size(), layout.align()) {
             Some(class) => {
                 if !LISTS[class].push(ptr, CLASS_KEEP_BYTES / CLASSES[class]) {
@@ -175,6 +285,9 @@ unsafe impl GlobalAlloc for CachingAlloc {
     // 150 KiB and measured slower.
     #[inline(never)]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if let Some(block) = ARENA.alloc(layout) {
+            return block; // zeroed static memory, never handed out before
+        }
         match class_of(layout.size(), layout.align()) {
             Some(_) => {
                 // SAFETY: as alloc.
@@ -194,6 +307,25 @@ unsafe impl GlobalAlloc for CachingAlloc {
     // 150 KiB and measured slower.
     #[inline(never)]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if ARENA.contains(ptr) {
+            // Smaller: the block as it is holds it (its tail is simply not
+            // used again).
+            if new_size <= layout.size() || ARENA.grow_last(ptr, layout.size(), new_size) {
+                return ptr;
+            }
+            // SAFETY: new_size is non-zero and, rounded to the alignment,
+            // does not overflow (GlobalAlloc::realloc's contract).
+            let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
+            // SAFETY: as alloc.
+            let moved = unsafe { self.alloc(new_layout) };
+            if !moved.is_null() {
+                // SAFETY: both blocks hold the bytes copied and do not
+                // overlap (arena bytes are handed out once); the old block
+                // needs no freeing.
+                unsafe { ptr::copy_nonoverlapping(ptr, moved, layout.size().min(new_size)) };
+            }
+            return moved;
+        }
         let old = class_of(layout.size(), layout.align());
         let new = class_of(new_size, layout.align());
         match (old, new) {
@@ -313,6 +445,124 @@ mod tests {
             assert!((0..1000).all(|i| *big.add(i) == (i % 251) as u8));
             a.dealloc(big, Layout::from_size_align(100_000, 16).unwrap());
         }
+    }
+
+    static TEST_ARENA: Arena = Arena::new();
+
+    #[test]
+    fn an_arena_hands_out_aligned_zeroed_blocks_in_order_once_turned_on() {
+        let arena = Arena::new();
+        assert_eq!(arena.alloc(layout(8)), None, "off until turned on");
+        arena.turn_on();
+        let a = arena.alloc(Layout::from_size_align(3, 1).unwrap()).unwrap();
+        let b = arena.alloc(Layout::from_size_align(40, 16).unwrap()).unwrap();
+        let c = arena.alloc(Layout::from_size_align(4096, 4096).unwrap()).unwrap();
+        assert_eq!(a as usize, arena.start(), "the first block starts the arena");
+        assert_eq!(b as usize, arena.start() + 16, "aligned past the first");
+        assert_eq!(c as usize % 4096, 0, "aligned as an address");
+        assert!([a, b, c].iter().all(|p| arena.contains(*p)));
+        assert!(!arena.contains(ptr::null_mut()) && !arena.contains((arena.start() + ARENA_BYTES) as *mut u8));
+        // SAFETY: c is 4096 bytes of the arena, handed to this test alone.
+        assert!(unsafe { std::slice::from_raw_parts(c, 4096) }.iter().all(|x| *x == 0));
+        // Past the end: none; a block that still fits does.
+        let used = arena.used.load(Ordering::Relaxed);
+        assert_eq!(arena.alloc(layout(ARENA_BYTES - used + 1)), None);
+        assert!(arena.alloc(layout(ARENA_BYTES - used)).is_some());
+        assert_eq!(arena.alloc(layout(1)), None, "full");
+    }
+
+    #[test]
+    fn only_the_last_arena_block_grows_in_place() {
+        let arena = &TEST_ARENA;
+        arena.turn_on();
+        let a = arena.alloc(layout(32)).unwrap();
+        let b = arena.alloc(layout(32)).unwrap();
+        assert!(!arena.grow_last(a, 32, 64), "another block follows it");
+        assert!(arena.grow_last(b, 32, 100), "the last one grows");
+        let c = arena.alloc(layout(8)).unwrap();
+        assert!(c as usize >= b as usize + 100, "the next block comes after the growth");
+        assert!(!arena.grow_last(c, 8, 8), "no growth is no change");
+        assert!(!arena.grow_last(c, 8, ARENA_BYTES), "past the end");
+    }
+
+    #[test]
+    fn arena_blocks_taken_by_many_threads_never_overlap() {
+        let arena = Arena::new();
+        arena.turn_on();
+        let blocks = std::sync::Mutex::new(Vec::new());
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    while let Some(p) = arena.alloc(layout(24)) {
+                        blocks.lock().unwrap().push(p as usize);
+                    }
+                });
+            }
+        });
+        let mut blocks = blocks.into_inner().unwrap();
+        blocks.sort_unstable();
+        assert_eq!(
+            blocks.len(),
+            ARENA_BYTES / 24,
+            "every 24 bytes (aligned to 8), to the end"
+        );
+        assert!(blocks.windows(2).all(|w| w[1] - w[0] >= 24), "disjoint");
+    }
+
+    /// The allocator with the arena on, as a worker has it: in a forked
+    /// child (the parent's test threads never see the arena on), blocks
+    /// come from the arena, grow in place, shrink where they are, are
+    /// freed to nowhere, and the class lists (whose locks another test
+    /// thread may have held at the fork) are never touched.
+    #[test]
+    fn a_worker_allocates_from_its_arena() {
+        // SAFETY: fork in a test; the child only calls the allocator's
+        // arena paths (no locks) and _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let ok = std::panic::catch_unwind(|| {
+                start_worker_arena();
+                let a = CachingAlloc;
+                // SAFETY: valid layouts; each pointer is used within its size.
+                unsafe {
+                    let p = a.alloc(layout(10));
+                    if !ARENA.contains(p) {
+                        return 10;
+                    }
+                    ptr::write_bytes(p, 7, 10);
+                    if a.realloc(p, layout(10), 200) != p || *p.add(9) != 7 {
+                        return 11; // the last block grows in place
+                    }
+                    let q = a.alloc_zeroed(layout(64));
+                    if !ARENA.contains(q) || (0..64).any(|i| *q.add(i) != 0) {
+                        return 12;
+                    }
+                    if a.realloc(p, layout(200), 50) != p {
+                        return 13; // smaller: where it is
+                    }
+                    let moved = a.realloc(p, layout(50), 300);
+                    if moved == p || !ARENA.contains(moved) || *moved.add(9) != 7 {
+                        return 14; // not the last one any more: moved, bytes kept
+                    }
+                    a.dealloc(moved, layout(300));
+                    a.dealloc(q, layout(64));
+                    let r = a.alloc(layout(16));
+                    if r == q || r == moved {
+                        return 15; // freed arena bytes are not handed out again
+                    }
+                }
+                0
+            });
+            // SAFETY: _exit ends the forked child without running anything
+            // of the parent's.
+            unsafe { libc::_exit(ok.unwrap_or(99)) };
+        }
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status), "{status:#x}");
+        assert_eq!(libc::WEXITSTATUS(status), 0, "the child's check that failed");
     }
 
     #[test]

@@ -107,8 +107,12 @@ pub fn main() -> i32 {
 fn fork_one(birth: Birth<'_>, cgroup: Option<&OwnedFd>) -> ForkReply {
     match sys::fork_sibling(cgroup.map(|fd| fd.as_raw_fd())) {
         // No exit handlers to run (nothing is buffered): std's would unmap
-        // the signal stack first, one more system call per task.
-        Ok(sys::Forked::Child) => sys::exit_now(super::start(birth)),
+        // the signal stack first, one more system call per task. The worker
+        // allocates from its arena first (sys/alloc.rs): fewer pages touched.
+        Ok(sys::Forked::Child) => {
+            sys::start_worker_arena();
+            sys::exit_now(super::start(birth))
+        }
         Ok(sys::Forked::Parent { pid, placement_refused }) => ForkReply::Forked {
             pid,
             placement_errno: placement_refused.map_or(0, |e| e.raw_os_error().unwrap_or(libc::EINVAL)),
