@@ -139,13 +139,14 @@ static LISTS: [FreeList; CLASSES.len()] = [const { FreeList::new() }; CLASSES.le
 const ARENA_BYTES: usize = 64 * 1024;
 
 /// An arena: zeroed static memory (no file bytes, no RSS until a worker
-/// touches it), page-aligned so a worker touches as few pages as its
-/// allocations need, handed out in order.
+/// touches it), handed out in order. Page-aligned, its count first: the
+/// count and the first blocks share a page, and a worker touches as few
+/// pages as its allocations need.
 #[repr(C, align(4096))]
 struct Arena {
-    bytes: std::cell::UnsafeCell<[u8; ARENA_BYTES]>,
     /// Bytes handed out; ARENA_OFF while it is off.
     used: AtomicUsize,
+    bytes: std::cell::UnsafeCell<[u8; ARENA_BYTES]>,
 }
 
 const ARENA_OFF: usize = usize::MAX;
@@ -157,8 +158,8 @@ unsafe impl Sync for Arena {}
 impl Arena {
     const fn new() -> Arena {
         Arena {
-            bytes: std::cell::UnsafeCell::new([0; ARENA_BYTES]),
             used: AtomicUsize::new(ARENA_OFF),
+            bytes: std::cell::UnsafeCell::new([0; ARENA_BYTES]),
         }
     }
 
@@ -185,9 +186,12 @@ impl Arena {
             if used == ARENA_OFF {
                 return None;
             }
-            // Aligned as an address, not only as an offset: the arena's
-            // start is page-aligned, so the two agree up to a page.
-            let start = used.checked_next_multiple_of(layout.align())?;
+            // Aligned as an address (the bytes start 8 past a page).
+            let at = self
+                .start()
+                .checked_add(used)?
+                .checked_next_multiple_of(layout.align())?;
+            let start = at - self.start();
             let end = start.checked_add(layout.size()).filter(|&e| e <= ARENA_BYTES)?;
             match self
                 .used
@@ -458,7 +462,12 @@ mod tests {
         let b = arena.alloc(Layout::from_size_align(40, 16).unwrap()).unwrap();
         let c = arena.alloc(Layout::from_size_align(4096, 4096).unwrap()).unwrap();
         assert_eq!(a as usize, arena.start(), "the first block starts the arena");
-        assert_eq!(b as usize, arena.start() + 16, "aligned past the first");
+        assert_eq!(a as usize % 4096, 8, "on the page of the count, after it");
+        assert!(
+            b as usize % 16 == 0 && b as usize >= a as usize + 3,
+            "aligned past the first"
+        );
+        assert!(b as usize - (a as usize + 3) < 16, "and no further");
         assert_eq!(c as usize % 4096, 0, "aligned as an address");
         assert!([a, b, c].iter().all(|p| arena.contains(*p)));
         assert!(!arena.contains(ptr::null_mut()) && !arena.contains((arena.start() + ARENA_BYTES) as *mut u8));

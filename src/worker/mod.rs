@@ -229,24 +229,20 @@ fn run(mut reader: File, writer: File, frame_max: usize) -> io::Result<()> {
     if let Some(t) = &trace {
         crate::logging::set_trace_id(t.trace_id());
     }
-    let (tx, rx) = crossbeam_channel::unbounded();
-    let link = Arc::new(link);
-    // A runner that can block needs someone to answer pings and hear a
-    // cancel meanwhile. The echo runner answers at once: no thread for it
-    // (a thread is a clone, a stack and a sigaltstack per task).
-    if !matches!(runner, RunnerSpec::Echo) {
-        let reader_link = link.clone();
-        std::thread::Builder::new()
-            .name("control".into())
-            .spawn(move || read_control(reader, &reader_link, tx))?;
-    }
     log::debug!("worker.spawn task={task_id} pid={} runner={runner:?}", sys::getpid());
+    let link = Arc::new(link);
     let done = match runner {
-        RunnerSpec::Echo => echo::run(&task_id, &context_id, &message, &link, &rx),
-        RunnerSpec::Peer { address } => match crate::transport::Address::parse(&address) {
-            Ok(addr) => peer::run(&addr, &message, trace.as_ref(), &link, &rx),
-            Err(e) => program::failed(Cause::Failed, format!("bad peer address: {e}")),
-        },
+        // It answers at once: no thread to hear the control channel
+        // meanwhile, nor anything to hear (a thread is a clone, a stack
+        // and a sigaltstack per task).
+        RunnerSpec::Echo => echo::run(&message, &link),
+        RunnerSpec::Peer { address } => {
+            let rx = hear_control(reader, &link)?;
+            match crate::transport::Address::parse(&address) {
+                Ok(addr) => peer::run(&addr, &message, trace.as_ref(), &link, &rx),
+                Err(e) => program::failed(Cause::Failed, format!("bad peer address: {e}")),
+            }
+        }
         RunnerSpec::Exec {
             argv,
             protocol,
@@ -255,6 +251,7 @@ fn run(mut reader: File, writer: File, frame_max: usize) -> io::Result<()> {
             rlimits,
             output_max_bytes,
         } => {
+            let rx = hear_control(reader, &link)?;
             // OpenTelemetry's environment carrier.
             let mut env = env;
             if let Some(t) = &trace {
@@ -298,6 +295,18 @@ fn run(mut reader: File, writer: File, frame_max: usize) -> io::Result<()> {
         });
     }
     Ok(())
+}
+
+/// A runner that can block needs someone to answer pings and hear a
+/// cancel meanwhile: a thread reading the control channel, whose events
+/// come through the receiver returned.
+fn hear_control(reader: File, link: &Arc<Link>) -> io::Result<Receiver<Event>> {
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let link = link.clone();
+    std::thread::Builder::new()
+        .name("control".into())
+        .spawn(move || read_control(reader, &link, tx))?;
+    Ok(rx)
 }
 
 /// Answers pings itself (so a busy runner is not mistaken for a stalled
