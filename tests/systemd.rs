@@ -183,8 +183,12 @@ fn socket_activation_serves_the_passed_socket() {
         dir,
         log,
     };
-    assert!(common::wait_for(Duration::from_secs(10), || socket.exists()));
-    // The first connection wakes the activator; agentd then accepts it.
+    // The socket file exists from bind(2); connections are refused until
+    // listen(2) a moment later. The first that gets through wakes the
+    // activator, and agentd accepts it (and reads its EOF).
+    assert!(common::wait_for(Duration::from_secs(10), || {
+        std::os::unix::net::UnixStream::connect(&socket).is_ok()
+    }));
     let card = d.get("/.well-known/agent-card.json");
     assert_eq!(card.status, 200, "{}", card.text());
     assert_eq!(
