@@ -138,35 +138,32 @@ static LISTS: [FreeList; CLASSES.len()] = [const { FreeList::new() }; CLASSES.le
 /// (its spawn frame and what it answers) fits, many times over.
 const ARENA_BYTES: usize = 64 * 1024;
 
-/// An arena: zeroed static memory (no file bytes, no RSS until a worker
-/// touches it), handed out in order. Page-aligned, its count first: the
-/// count and the first blocks share a page, and a worker touches as few
-/// pages as its allocations need.
+/// An arena: zeroed static memory, handed out in order. All of it is zero
+/// until turned on, its count too, so it lies in .bss: no bytes in the
+/// binary, no RSS until a worker touches it. Page-aligned, its count
+/// first: the count and the first blocks share a page, and a worker
+/// touches as few pages as its allocations need.
 #[repr(C, align(4096))]
 struct Arena {
-    /// Bytes handed out; ARENA_OFF while it is off.
-    used: AtomicUsize,
+    /// 0 while off; once on, 1 + the bytes handed out.
+    mark: AtomicUsize,
     bytes: std::cell::UnsafeCell<[u8; ARENA_BYTES]>,
 }
 
-const ARENA_OFF: usize = usize::MAX;
-
-// SAFETY: each byte of `bytes` is handed out once (`used` only grows, by
+// SAFETY: each byte of `bytes` is handed out once (`mark` only grows, by
 // compare-and-swap), to one owner, who alone touches it.
 unsafe impl Sync for Arena {}
 
 impl Arena {
     const fn new() -> Arena {
         Arena {
-            used: AtomicUsize::new(ARENA_OFF),
+            mark: AtomicUsize::new(0),
             bytes: std::cell::UnsafeCell::new([0; ARENA_BYTES]),
         }
     }
 
     fn turn_on(&self) {
-        let _ = self
-            .used
-            .compare_exchange(ARENA_OFF, 0, Ordering::Relaxed, Ordering::Relaxed);
+        let _ = self.mark.compare_exchange(0, 1, Ordering::Relaxed, Ordering::Relaxed);
     }
 
     fn start(&self) -> usize {
@@ -181,12 +178,10 @@ impl Arena {
 
     /// `layout`'s bytes, if the arena is on and has room.
     fn alloc(&self, layout: Layout) -> Option<*mut u8> {
-        let mut used = self.used.load(Ordering::Relaxed);
+        let mut mark = self.mark.load(Ordering::Relaxed);
         loop {
-            if used == ARENA_OFF {
-                return None;
-            }
-            // Aligned as an address (the bytes start 8 past a page).
+            let used = mark.checked_sub(1)?; // off
+                                             // Aligned as an address (the bytes start 8 past a page).
             let at = self
                 .start()
                 .checked_add(used)?
@@ -194,12 +189,12 @@ impl Arena {
             let start = at - self.start();
             let end = start.checked_add(layout.size()).filter(|&e| e <= ARENA_BYTES)?;
             match self
-                .used
-                .compare_exchange_weak(used, end, Ordering::Relaxed, Ordering::Relaxed)
+                .mark
+                .compare_exchange_weak(mark, end + 1, Ordering::Relaxed, Ordering::Relaxed)
             {
                 // SAFETY: start < end <= ARENA_BYTES: within the arena.
                 Ok(_) => return Some(unsafe { (self.bytes.get() as *mut u8).add(start) }),
-                Err(now) => used = now,
+                Err(now) => mark = now,
             }
         }
     }
@@ -216,8 +211,8 @@ impl Arena {
         new_end > end
             && new_end <= ARENA_BYTES
             && self
-                .used
-                .compare_exchange(end, new_end, Ordering::Relaxed, Ordering::Relaxed)
+                .mark
+                .compare_exchange(end + 1, new_end + 1, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
     }
 }
@@ -474,7 +469,7 @@ mod tests {
         // SAFETY: c is 4096 bytes of the arena, handed to this test alone.
         assert!(unsafe { std::slice::from_raw_parts(c, 4096) }.iter().all(|x| *x == 0));
         // Past the end: none; a block that still fits does.
-        let used = arena.used.load(Ordering::Relaxed);
+        let used = arena.mark.load(Ordering::Relaxed) - 1;
         assert_eq!(arena.alloc(layout(ARENA_BYTES - used + 1)), None);
         assert!(arena.alloc(layout(ARENA_BYTES - used)).is_some());
         assert_eq!(arena.alloc(layout(1)), None, "full");
