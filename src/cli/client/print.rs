@@ -128,8 +128,8 @@ impl Printer {
         println!("{text}");
     }
 
-    /// Shows one event; returns the task it is about, if it names one.
-    pub fn event(&mut self, ev: &StreamEvent) -> Option<String> {
+    /// Shows one event.
+    pub fn event(&mut self, ev: &StreamEvent) {
         let r = &ev.result;
         if let Some(t) = r.get("task") {
             self.last_state = t["status"]["state"].as_str().map(String::from);
@@ -172,7 +172,6 @@ impl Printer {
             }
         }
         let _ = std::io::stdout().flush();
-        task_id
     }
 
     /// The stream is over: end a dangling line.

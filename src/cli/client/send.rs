@@ -41,9 +41,12 @@ pub fn send(client: &mut Client, opts: &Opts, rest: &[String]) -> Result<i32, Fa
     if opts.has("--stream") {
         let mut printer = Printer::new(opts.json, &endpoint);
         let streamed = client.stream("SendStreamingMessage", params, None, &mut |ev| {
-            if let Some(id) = printer.event(&ev) {
-                follow(&id);
+            // Known before the line that names it is out: a Ctrl-C that
+            // line prompts must find the task to name.
+            if let Some(id) = event_task(&ev.result) {
+                follow(id);
             }
+            printer.event(&ev);
             true
         });
         printer.finish();
