@@ -1,7 +1,7 @@
 //! The footprint README promises, checked where it can drift: the direct
 //! dependencies are exactly the design card's nine, `cargo tree -e normal`
 //! has at most 26 crates in all, and the static musl binary is at most
-//! 2.5 MiB.
+//! 2.5 MiB, with the worker's code packed first (`link/worker-text.ld`).
 
 mod common;
 
@@ -80,5 +80,66 @@ fn the_static_binary_fits_in_2_5_mib() {
         len <= STATIC_BINARY_MAX_BYTES,
         "{} is {len} bytes, over the {STATIC_BINARY_MAX_BYTES} (2.5 MiB) README promises",
         bin.display()
+    );
+}
+
+/// The sections of a 64-bit little-endian ELF file: (name, address, size).
+fn elf_sections(elf: &[u8]) -> Vec<(String, u64, u64)> {
+    let u16_at = |o: usize| u16::from_le_bytes([elf[o], elf[o + 1]]) as usize;
+    let u32_at = |o: usize| u32::from_le_bytes(elf[o..o + 4].try_into().unwrap()) as usize;
+    let u64_at = |o: usize| u64::from_le_bytes(elf[o..o + 8].try_into().unwrap());
+    assert_eq!(&elf[..5], b"\x7fELF\x02", "a 64-bit ELF file");
+    let (shoff, shentsize, shnum, shstrndx) = (u64_at(0x28) as usize, u16_at(0x3a), u16_at(0x3c), u16_at(0x3e));
+    let header = |i: usize| shoff + i * shentsize;
+    let names = u64_at(header(shstrndx) + 24) as usize;
+    (0..shnum)
+        .map(|i| {
+            let h = header(i);
+            let at = names + u32_at(h);
+            let len = elf[at..].iter().position(|&b| b == 0).unwrap();
+            (
+                String::from_utf8_lossy(&elf[at..at + len]).into_owned(),
+                u64_at(h + 16),
+                u64_at(h + 32),
+            )
+        })
+        .collect()
+}
+
+/// A fresh worker faults its text in 64 KiB around each fault; build.rs
+/// links the static binary with link/worker-text.ld so the code it runs
+/// lies together, first. Checked here: the section is there, holds code,
+/// and comes before the rest of the text (what it holds is
+/// link/worker_text.py's to measure).
+#[test]
+fn the_static_binary_packs_the_workers_code_first() {
+    if !common::musl_target_installed() {
+        return common::skip_or_fail(
+            "the_static_binary_packs_the_workers_code_first",
+            "the x86_64-unknown-linux-musl target is not installed (rustup target add x86_64-unknown-linux-musl)",
+        );
+    }
+    let bin = common::static_agentd();
+    let sections = elf_sections(&std::fs::read(&bin).expect("the static binary reads"));
+    let find = |name: &str| sections.iter().find(|s| s.0 == name);
+    let worker = find(".text.worker").unwrap_or_else(|| {
+        panic!(
+            "{} has no .text.worker section: build.rs did not link it with link/worker-text.ld; sections {:?}",
+            bin.display(),
+            sections.iter().map(|s| &s.0).collect::<Vec<_>>()
+        )
+    });
+    let text = find(".text").expect("a .text section");
+    assert!(
+        worker.2 >= 16 * 1024,
+        ".text.worker holds {} bytes: the list matched almost nothing",
+        worker.2
+    );
+    assert!(
+        worker.1 + worker.2 <= text.1,
+        ".text.worker ({:#x}+{:#x}) lies before .text ({:#x})",
+        worker.1,
+        worker.2,
+        text.1
     );
 }

@@ -1,0 +1,15 @@
+//! Links the static (musl) build with `link/worker-text.ld`: the code a
+//! fresh task worker runs, placed together so the worker faults its text in
+//! with 3 faults instead of ~15 (the script says why; `link/worker_text.py`
+//! regenerates it). Placement only: the code is the same.
+
+fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=link/worker-text.ld");
+    let musl = std::env::var("CARGO_CFG_TARGET_ENV").is_ok_and(|e| e == "musl");
+    let linux = std::env::var("CARGO_CFG_TARGET_OS").is_ok_and(|o| o == "linux");
+    if musl && linux {
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("link/worker-text.ld");
+        println!("cargo:rustc-link-arg-bins=-Wl,-T,{}", script.display());
+    }
+}
