@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Interleaved A/B of agentd binaries: is a change faster, on this machine, now?
+
+Each round starts every variant fresh, in an order that rotates from round to
+round, warms it for 1 s, then drives blocking SendMessage to the built-in echo
+agent with oha for the given seconds; the server runs on one core, oha on the
+other (as in bench/run.sh). A slow stretch of a shared machine falls on every
+variant alike, so the per-round ratio is what to read, and its median.
+
+    bench/run.sh --setup-only          # installs oha under target/bench/
+    python3 bench/ab.py A=old/agentd B=target/x86_64-unknown-linux-musl/release/agentd
+    python3 bench/ab.py --rounds 6 --seconds 3 --concurrency 1 A=... B=...
+    python3 bench/ab.py cg=agentd 'nocg=agentd --set tasks.cgroup=off'
+
+A variant is NAME=BINARY, optionally followed by daemon flags. The first
+variant is the baseline every other is divided by.
+"""
+import argparse
+import os
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import types
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import harness  # noqa: E402  (run_oha, tree_cpu_s, the request)
+
+
+def start(cmd, server_cpu):
+    d = tempfile.mkdtemp(prefix="agentd-ab-")
+    os.chmod(d, 0o700)
+    sock = os.path.join(d, "a.sock")
+    proc = subprocess.Popen(
+        ["taskset", "-c", server_cpu, cmd[0], "serve", "--listen", f"unix://{sock}", "--log-level", "warn", *cmd[1:]],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    while not os.path.exists(sock):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"ab: {shlex.join(cmd)} did not start listening")
+        time.sleep(0.02)
+    return proc, sock
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("variants", nargs="+", help="NAME=BINARY [flags]; the first is the baseline")
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--seconds", type=float, default=5, help="per variant per round")
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--oha", default=os.path.join(HERE, "..", "target", "bench", "tools", "bin", "oha"))
+    ap.add_argument("--server-cpu", default=os.environ.get("BENCH_SERVER_CPU", "1"))
+    ap.add_argument("--loadgen-cpu", default=os.environ.get("BENCH_LOADGEN_CPU", "0"))
+    args = ap.parse_args()
+    if len(args.variants) < 2:
+        ap.error("give at least two variants")
+    if not os.access(args.oha, os.X_OK):
+        ap.error(f"no oha at {args.oha}: run bench/run.sh --setup-only first")
+    variants = {}
+    for v in args.variants:
+        name, _, rest = v.partition("=")
+        if not rest:
+            ap.error(f"{v!r}: write NAME=BINARY [flags]")
+        variants[name] = shlex.split(rest)
+    out = tempfile.mkdtemp(prefix="agentd-ab-raw-")
+    os.makedirs(os.path.join(out, "raw"))
+    # run_oha pins nothing itself: oha runs under taskset through this wrapper.
+    oha = os.path.join(out, "oha")
+    with open(oha, "w") as f:
+        f.write(f'#!/bin/sh\nexec taskset -c {args.loadgen_cpu} {shlex.quote(os.path.abspath(args.oha))} "$@"\n')
+    os.chmod(oha, 0o755)
+    opts = types.SimpleNamespace(oha=oha, out=out)
+    names = list(variants)
+    results = {n: [] for n in names}
+    for r in range(args.rounds):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            proc, sock = start(variants[name], args.server_cpu)
+            try:
+                harness.run_oha(opts, sock, args.concurrency, 1, True, f"{name}-warmup-{r}")
+                cpu0 = harness.tree_cpu_s(proc.pid)
+                res = harness.run_oha(opts, sock, args.concurrency, args.seconds, True, f"{name}-{r}")
+                cpu_us = (harness.tree_cpu_s(proc.pid) - cpu0) / res["n"] * 1e6
+            finally:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait()
+            results[name].append((res["rps"], cpu_us, res["p99_ms"]))
+            print(f"round {r} {name}: {res['rps']:,.0f} req/s, {cpu_us:.0f} µs CPU/req, p99 {res['p99_ms']:.2f} ms",
+                  flush=True)
+    print(f"\nSendMessage c={args.concurrency}, {args.rounds} rounds × {args.seconds} s, medians:")
+    base = names[0]
+    for name in names:
+        rps, cpu, p99 = zip(*results[name])
+        line = f"  {name}: {statistics.median(rps):,.0f} req/s, {statistics.median(cpu):.0f} µs CPU/req, " \
+               f"p99 {statistics.median(p99):.2f} ms"
+        if name != base:
+            ratio = [x[0] / b[0] for x, b in zip(results[name], results[base])]
+            cpu_ratio = [x[1] / b[1] for x, b in zip(results[name], results[base])]
+            line += (f"; ÷ {base} per round {' '.join(f'{x:.2f}' for x in ratio)}, "
+                     f"median {statistics.median(ratio):.3f} (CPU/req {statistics.median(cpu_ratio):.3f})")
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
