@@ -28,6 +28,7 @@ import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.dont_write_bytecode = True  # no __pycache__ in bench/ (run.sh runs from copies for the same reason)
 import harness  # noqa: E402  (run_oha, tree_cpu_s, the request)
 
 
