@@ -180,8 +180,9 @@ impl Arena {
     fn alloc(&self, layout: Layout) -> Option<*mut u8> {
         let mut mark = self.mark.load(Ordering::Relaxed);
         loop {
-            let used = mark.checked_sub(1)?; // off
-                                             // Aligned as an address (the bytes start 8 past a page).
+            // None while off (mark 0).
+            let used = mark.checked_sub(1)?;
+            // Aligned as an address: the bytes start 8 past a page.
             let at = self
                 .start()
                 .checked_add(used)?
