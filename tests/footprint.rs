@@ -65,16 +65,24 @@ fn the_dependency_tree_is_the_design_cards_and_small() {
     );
 }
 
-#[test]
-fn the_static_binary_fits_in_2_5_mib() {
+/// The static binary, built where the VM test builds it (one build for
+/// both); None, after saying why, where the musl target is missing.
+fn static_agentd_or_skip(test: &str) -> Option<std::path::PathBuf> {
     if !common::musl_target_installed() {
-        return common::skip_or_fail(
-            "the_static_binary_fits_in_1_5_mib",
+        common::skip_or_fail(
+            test,
             "the x86_64-unknown-linux-musl target is not installed (rustup target add x86_64-unknown-linux-musl)",
         );
+        return None;
     }
-    // Built where the VM test builds it: one build for both.
-    let bin = common::static_agentd();
+    Some(common::static_agentd())
+}
+
+#[test]
+fn the_static_binary_fits_in_2_5_mib() {
+    let Some(bin) = static_agentd_or_skip("the_static_binary_fits_in_2_5_mib") else {
+        return;
+    };
     let len = std::fs::metadata(&bin).expect("the static binary exists").len();
     assert!(
         len <= STATIC_BINARY_MAX_BYTES,
@@ -113,13 +121,9 @@ fn elf_sections(elf: &[u8]) -> Vec<(String, u64, u64)> {
 /// link/worker_text.py's to measure).
 #[test]
 fn the_static_binary_packs_the_workers_code_first() {
-    if !common::musl_target_installed() {
-        return common::skip_or_fail(
-            "the_static_binary_packs_the_workers_code_first",
-            "the x86_64-unknown-linux-musl target is not installed (rustup target add x86_64-unknown-linux-musl)",
-        );
-    }
-    let bin = common::static_agentd();
+    let Some(bin) = static_agentd_or_skip("the_static_binary_packs_the_workers_code_first") else {
+        return;
+    };
     let sections = elf_sections(&std::fs::read(&bin).expect("the static binary reads"));
     let find = |name: &str| sections.iter().find(|s| s.0 == name);
     let worker = find(".text.worker").unwrap_or_else(|| {
