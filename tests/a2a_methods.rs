@@ -338,7 +338,7 @@ fn json_a_value_cannot_hold_is_refused_where_it_is_read() {
     assert_error(&post(bad_text)["error"], -32602, "INVALID_PARAMS");
     let bad_size = r#"{"jsonrpc":"2.0","id":2,"method":"ListTasks","params":{"pageSize":1e4325}}"#;
     assert_error(&post(bad_size)["error"], -32602, "INVALID_PARAMS");
-    for unread in [r#"{"x":1e4325}"#, r#"{"x":"\uDC00"}"#] {
+    for unread in [r#"{"x":1e4325}"#, r#"{"x":"\uDC00"}"#, r#"{"x":"\uD9DDD"}"#] {
         let body = format!(r#"{{"jsonrpc":"2.0","id":3,"method":"ListTasks","params":{unread}}}"#);
         let v = post(&body);
         assert!(v["result"]["tasks"].is_array(), "a member nobody reads is ignored: {v}");

@@ -173,14 +173,20 @@ pub fn jsonrpc(data: &[u8]) {
         Err(e) => {
             // JSON that a Value cannot hold, as RFC 8259 lets a parser
             // refuse: a number past f64's range, a lone UTF-16 surrogate
-            // escape (no Rust string holds one). decode keeps params as
-            // text, and the handlers read it straight into their types,
-            // which refuse it where it matters and skip it where it does
-            // not. Anything else is a decode that let bad JSON through.
+            // escape (no Rust string holds one). serde_json names the
+            // surrogate cases three ways: a trailing one first ("lone
+            // leading surrogate"), a leading one with no escape after it
+            // ("unexpected end of hex escape"), a leading one with a
+            // non-trailing escape after it ("invalid unicode code point").
+            // decode keeps params as text, and the handlers read it
+            // straight into their types, which refuse it where it matters
+            // and skip it where it does not. Anything else is a decode
+            // that let bad JSON through.
             let why = e.to_string();
             assert!(
                 why.starts_with("number out of range")
                     || why.starts_with("lone leading surrogate")
+                    || why.starts_with("unexpected end of hex escape")
                     || why.starts_with("invalid unicode code point"),
                 "params is JSON: {e}"
             );
