@@ -18,7 +18,6 @@ variant is the baseline every other is divided by.
 import argparse
 import os
 import shlex
-import signal
 import statistics
 import subprocess
 import sys
@@ -32,20 +31,47 @@ sys.dont_write_bytecode = True  # no __pycache__ in bench/ (run.sh runs from cop
 import harness  # noqa: E402  (run_oha, tree_cpu_s, the request)
 
 
-def start(cmd, server_cpu):
-    d = tempfile.mkdtemp(prefix="agentd-ab-")
-    os.chmod(d, 0o700)
-    sock = os.path.join(d, "a.sock")
-    proc = subprocess.Popen(
-        ["taskset", "-c", server_cpu, cmd[0], "serve", "--listen", f"unix://{sock}", "--log-level", "warn", *cmd[1:]],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 10
-    while not os.path.exists(sock):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"ab: {shlex.join(cmd)} did not start listening")
-        time.sleep(0.02)
-    return proc, sock
+class Variant(harness.Server):
+    """A variant's daemon: harness.Server's start (pinned, timed to a good
+    card), stop and clean-up, with the variant's binary and flags."""
+
+    def __init__(self, args, name, cmd):
+        super().__init__(args, name)
+        # The server starts in its own directory: a relative path is ours.
+        self.cmd = [os.path.abspath(cmd[0]) if os.sep in cmd[0] else cmd[0], *cmd[1:]]
+
+    def command(self):
+        return [self.cmd[0], "serve", "--listen", f"unix://{self.sock}", "--log-level", "warn", *self.cmd[1:]]
+
+
+def measure(args, variants, out):
+    """Every round, every variant: (req/s, µs CPU per request, p99 ms) per round, by name."""
+    os.makedirs(os.path.join(out, "raw"))
+    # run_oha pins nothing itself: oha runs under taskset through this wrapper.
+    oha = os.path.join(out, "oha")
+    with open(oha, "w") as f:
+        f.write(f'#!/bin/sh\nexec taskset -c {args.loadgen_cpu} {shlex.quote(os.path.abspath(args.oha))} "$@"\n')
+    os.chmod(oha, 0o755)
+    opts = types.SimpleNamespace(oha=oha, out=out)
+    names = list(variants)
+    results = {n: [] for n in names}
+    for r in range(args.rounds):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            srv = Variant(args, name, variants[name])
+            try:
+                srv.start()
+                harness.run_oha(opts, srv.sock, args.concurrency, 1, True, f"{name}-warmup-{r}")
+                cpu0 = harness.tree_cpu_s(srv.proc.pid)
+                res = harness.run_oha(opts, srv.sock, args.concurrency, args.seconds, True, f"{name}-{r}")
+                cpu_us = (harness.tree_cpu_s(srv.proc.pid) - cpu0) / res["n"] * 1e6
+            except harness.Failure as e:
+                raise SystemExit(f"ab: {name}: {e}")
+            finally:
+                srv.cleanup()
+            results[name].append((res["rps"], cpu_us, res["p99_ms"]))
+            print(f"round {r} {name}: {res['rps']:,.0f} req/s, {cpu_us:.0f} µs CPU/req, p99 {res['p99_ms']:.2f} ms",
+                  flush=True)
+    return results
 
 
 def main():
@@ -68,30 +94,9 @@ def main():
         if not rest:
             ap.error(f"{v!r}: write NAME=BINARY [flags]")
         variants[name] = shlex.split(rest)
-    out = tempfile.mkdtemp(prefix="agentd-ab-raw-")
-    os.makedirs(os.path.join(out, "raw"))
-    # run_oha pins nothing itself: oha runs under taskset through this wrapper.
-    oha = os.path.join(out, "oha")
-    with open(oha, "w") as f:
-        f.write(f'#!/bin/sh\nexec taskset -c {args.loadgen_cpu} {shlex.quote(os.path.abspath(args.oha))} "$@"\n')
-    os.chmod(oha, 0o755)
-    opts = types.SimpleNamespace(oha=oha, out=out)
     names = list(variants)
-    results = {n: [] for n in names}
-    for r in range(args.rounds):
-        for name in names[r % len(names):] + names[: r % len(names)]:
-            proc, sock = start(variants[name], args.server_cpu)
-            try:
-                harness.run_oha(opts, sock, args.concurrency, 1, True, f"{name}-warmup-{r}")
-                cpu0 = harness.tree_cpu_s(proc.pid)
-                res = harness.run_oha(opts, sock, args.concurrency, args.seconds, True, f"{name}-{r}")
-                cpu_us = (harness.tree_cpu_s(proc.pid) - cpu0) / res["n"] * 1e6
-            finally:
-                proc.send_signal(signal.SIGTERM)
-                proc.wait()
-            results[name].append((res["rps"], cpu_us, res["p99_ms"]))
-            print(f"round {r} {name}: {res['rps']:,.0f} req/s, {cpu_us:.0f} µs CPU/req, p99 {res['p99_ms']:.2f} ms",
-                  flush=True)
+    with tempfile.TemporaryDirectory(prefix="agentd-ab-raw-") as out:
+        results = measure(args, variants, out)
     print(f"\nSendMessage c={args.concurrency}, {args.rounds} rounds × {args.seconds} s, medians:")
     base = names[0]
     for name in names:

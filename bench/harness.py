@@ -320,9 +320,13 @@ class Server:
         self.proc = None
         self.log_path = os.path.join(self.dir, "server.log")
 
+    def command(self):
+        """The server's argv (bench/ab.py gives its own)."""
+        return server_cmd(self.args, self.name, self.sock)
+
     def start(self, timeout=60.0):
         """Launch pinned to the server core; return ms to first good card answer."""
-        cmd = ["taskset", "-c", self.args.server_cpu] + server_cmd(self.args, self.name, self.sock)
+        cmd = ["taskset", "-c", self.args.server_cpu] + self.command()
         env = dict(os.environ)
         env.pop("RUST_LOG", None)
         logf = open(self.log_path, "ab")
