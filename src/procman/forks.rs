@@ -212,6 +212,12 @@ impl ForkServer {
                             break Some("it sent a reply that is not one".into());
                         }
                     }
+                    if r.pending.is_empty() {
+                        // Nothing more is owed: no read to hear EAGAIN. What
+                        // comes unasked (EOF, a stray reply) wakes poll and
+                        // is read then.
+                        break None;
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break None,
                 Err(e) => break Some(e.to_string()),

@@ -36,10 +36,22 @@ static CGROUP_KILL_FD: AtomicI32 = AtomicI32::new(-1);
 /// The task cgroup's `cgroup.procs` (v1 freezer), open for reading, or -1.
 static CGROUP_PROCS_FD: AtomicI32 = AtomicI32::new(-1);
 
+/// Installs a worker's two signal handlers, in the fork server, once: the
+/// parent-death handler (see [`arm`]) and SIGTERM caught (see
+/// [`sys::outlast_sigterm`]). Every worker inherits them with the fork, so
+/// none pays two sigaction(2)s for them. The fork server blocks every
+/// signal for its whole life, so neither handler ever runs in it; a worker
+/// unblocks only once it is armed.
+pub fn install_worker_handlers() -> io::Result<()> {
+    // The handler keeps catch_signal's promise: see kill_task.
+    sys::catch_signal(PARENT_DEATH_SIGNAL, kill_task_handler)?;
+    sys::outlast_sigterm()
+}
+
 /// Arms the parent-death path with the task cgroup's `cgroup.kill` (v2)
 /// or freezer `cgroup.procs` (v1), already open (`kill_fd`, `procs_fd`);
-/// makes the caller a child subreaper either way. Then installs the
-/// parent-death handler and PDEATHSIG.
+/// makes the caller a child subreaper either way. Then PDEATHSIG, whose
+/// handler the fork server installed ([`install_worker_handlers`]).
 pub fn arm(kill_fd: Option<RawFd>, procs_fd: Option<RawFd>) -> io::Result<()> {
     // v2: one write kills the whole cgroup; v1 freezer: each pid it lists.
     if let Some(fd) = kill_fd {
@@ -52,8 +64,6 @@ pub fn arm(kill_fd: Option<RawFd>, procs_fd: Option<RawFd>) -> io::Result<()> {
     // kill_children) and nothing of a task outlives its worker, even when
     // agentd dies before it sweeps the task's cgroup.
     sys::set_child_subreaper()?;
-    // The handler keeps catch_signal's promise: see kill_task.
-    sys::catch_signal(PARENT_DEATH_SIGNAL, kill_task_handler)?;
     sys::set_parent_death_signal(PARENT_DEATH_SIGNAL)?;
     Ok(())
 }

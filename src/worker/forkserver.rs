@@ -27,6 +27,11 @@ pub fn main() -> i32 {
     // First: no handler may ever run in a half-made worker, and abort() in a
     // worker signals us (see sys::fork_sibling); workers unblock their own.
     sys::block_all_signals();
+    // Blocked here for good; every worker inherits them (and unblocks).
+    if let Err(e) = super::containment::install_worker_handlers() {
+        eprintln!("agentd fork server: cannot install the workers' signal handlers: {e}");
+        return 2;
+    }
     sys::set_process_name(NAME);
     // Where argv lies, read once here: each worker rewrites its own copy.
     sys::remember_cmdline_area();

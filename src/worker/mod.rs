@@ -15,15 +15,18 @@
 //!    group is still ours; then PDEATHSIG as a caught signal whose handler kills
 //!    the whole task that way (containment::arm), so a program's
 //!    descendants die with agentd too, even SIGKILLed ones that `setsid`;
-//! 4. catch SIGTERM (the ladder's SIGTERM is for the program; the worker
-//!    stays to report how it ended — SIGKILL still takes it); only now are
-//!    signals unblocked (the fork server keeps them all blocked, so no
-//!    handler runs half-way through these steps);
+//! 4. SIGTERM is caught (the ladder's SIGTERM is for the program; the
+//!    worker stays to report how it ended — SIGKILL still takes it); that
+//!    handler and the parent-death one were installed once by the fork
+//!    server and come with the fork; only now are signals unblocked (the
+//!    fork server keeps them all blocked, so no handler runs half-way
+//!    through these steps);
 //! 5. `getppid()` must be agentd: if agentd died before step 3, we were
 //!    already reparented and must exit now — this check is what makes
 //!    arming PDEATHSIG after the fork race-free;
-//! 6. read `spawn`, run, (as subreaper) kill what is left of
-//!    the task, say `done`, exit: nothing of a task outlives its worker.
+//! 6. read `spawn`, run, (as subreaper, after a program) kill what is
+//!    left of the task, say `done`, exit: nothing of a task outlives its
+//!    worker.
 //!
 //! A control-channel EOF means the supervisor is gone: kill the task.
 
@@ -192,10 +195,8 @@ pub fn start(birth: Birth<'_>) -> i32 {
         eprintln!("agentd worker: cannot arm parent-death containment: {e}");
         return EXIT_ORPHANED;
     }
-    if let Err(e) = sys::outlast_sigterm() {
-        eprintln!("agentd worker: cannot catch SIGTERM: {e}");
-    }
-    // The handlers are in place: signals may come now.
+    // The handlers came with the fork (install_worker_handlers) and
+    // containment is armed: signals may come now.
     sys::unblock_all_signals();
     if sys::getppid() != birth.supervisor {
         return EXIT_ORPHANED;
@@ -231,6 +232,9 @@ fn run(mut reader: File, writer: File, frame_max: usize) -> io::Result<()> {
     }
     log::debug!("worker.spawn task={task_id} pid={} runner={runner:?}", sys::getpid());
     let link = Arc::new(link);
+    // Only a program can leave children behind: echo and peer start none,
+    // and as subreaper we inherit only orphans of our own descendants.
+    let may_leave_children = matches!(runner, RunnerSpec::Exec { .. });
     let done = match runner {
         // It answers at once: no thread to hear the control channel
         // meanwhile, nor anything to hear (a thread is a clone, a stack
@@ -280,7 +284,9 @@ fn run(mut reader: File, writer: File, frame_max: usize) -> io::Result<()> {
     // or its parent (a double fork) was re-parented to us. With a cgroup
     // procman would sweep it too, but only after our exit, and not at all
     // if agentd dies in between.
-    containment::kill_children();
+    if may_leave_children {
+        containment::kill_children();
+    }
     let sent = link.send(&FromWorker::Done {
         outcome: done.outcome,
         cause: done.cause,
