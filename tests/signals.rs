@@ -209,6 +209,74 @@ fn the_drain_runs_the_ladder_and_waits_no_longer_than_its_bound() {
 }
 
 #[test]
+fn a_worker_the_fork_server_makes_after_the_stop_began_is_stopped_too() {
+    // The fork server is held (SIGSTOP) while a task takes the one idle
+    // worker, so the replacement procman asks for is still owed when
+    // SIGTERM comes; it goes on once procman has begun the stop. The
+    // worker it then makes must be stopped with the rest — not hold the
+    // stop up to its bound — and nothing of the daemon may be left: no
+    // process, no cgroup (a slot removed while a late worker was in it
+    // stayed behind).
+    const CANCEL: Duration = Duration::from_millis(300);
+    const TERM: Duration = Duration::from_millis(1500);
+    let tmp = TempDir::new("owed");
+    let (prog, pid_file) = stubborn(&tmp);
+    let mut d = Daemon::start(&[
+        "--exec",
+        &prog,
+        "--set",
+        "tasks.prespawn=1",
+        "--set",
+        &format!("tasks.cancel_grace_ms={}", CANCEL.as_millis()),
+        "--set",
+        &format!("tasks.term_grace_ms={}", TERM.as_millis()),
+    ]);
+    let mut fork_server = Vec::new();
+    assert!(
+        wait_for(Duration::from_secs(10), || {
+            fork_server = common::fork_servers(d.pid());
+            fork_server.len() == 1 && common::idle_workers(d.pid()).len() == 1
+        }),
+        "a fork server and one idle worker: {fork_server:?}; log:\n{}",
+        d.log_text()
+    );
+    let fork_server = fork_server[0];
+    let cgroups = common::daemon_cgroups(d.pid());
+    signal(fork_server, libc::SIGSTOP);
+    d.send_async("x");
+    // The task runs on the idle worker; its replacement is asked for in
+    // the same turn of procman's loop, and waits on the held fork server.
+    let program = program_pid(&pid_file);
+    let sent = Instant::now();
+    signal(d.pid(), libc::SIGTERM);
+    assert!(
+        wait_for(Duration::from_secs(10), || d.log_text().contains("procman.shutdown")),
+        "{}",
+        d.log_text()
+    );
+    signal(fork_server, libc::SIGCONT);
+    let (code, took) = wait_exit(&mut d, sent, Duration::from_secs(30));
+    let log = d.log_text();
+    assert_eq!(code, Some(0), "{log}");
+    assert!(!alive(program));
+    assert!(
+        !log.contains("overran"),
+        "the late worker held the stop up to its bound ({took:?}):\n{log}"
+    );
+    assert!(
+        took < CANCEL + TERM + Duration::from_secs(2),
+        "stopped {took:?} after SIGTERM; the ladder takes {:?}:\n{log}",
+        CANCEL + TERM
+    );
+    assert!(
+        wait_for(Duration::from_secs(5), || !alive(fork_server)),
+        "the fork server outlived agentd"
+    );
+    let left: Vec<_> = cgroups.iter().filter(|c| c.exists()).collect();
+    assert!(left.is_empty(), "cgroups left behind: {left:?}\n{log}");
+}
+
+#[test]
 fn a_task_that_outlasts_the_ladder_does_not_hold_up_the_stop() {
     // A process of this test's own joins the task's process group: the
     // ladder's SIGTERM kills it, but it stays a zombie (ours, unreaped) so

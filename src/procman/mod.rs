@@ -330,7 +330,10 @@ impl Loop {
             self.start_queued();
             self.fill_pool();
             self.pool.forget_passed_retry(Instant::now());
-            if self.driver.is_empty() {
+            // A worker the fork server may already have made (its answer
+            // not yet read) is waited for too: adopted, it is retired with
+            // the rest; unread, it would be left in a slot removed under it.
+            if self.driver.is_empty() && self.pool.forks_settled() {
                 if let Some(done) = self.shutdown.as_ref() {
                     self.pool.stop_forks();
                     self.driver.os.isolation.remove();

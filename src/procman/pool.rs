@@ -91,6 +91,12 @@ impl Pool {
         self.forks.owes()
     }
 
+    /// No answer owed by the fork server: every worker asked for is in the
+    /// driver, or known not to exist (a lost fork server's are killed).
+    pub fn forks_settled(&self) -> bool {
+        self.forks.pending() == 0
+    }
+
     pub fn forks_overdue(&self, now: Instant) -> bool {
         self.forks.answer_due().is_some_and(|due| now >= due)
     }
@@ -449,6 +455,11 @@ impl Loop {
         self.driver.add(pid, chan, cgroups);
         if let Some(status) = self.pool.early_exits.remove(&pid) {
             self.driver.exited(pid, status);
+        } else if self.shutdown.is_some() {
+            // Asked for before the daemon began to stop, made after: it
+            // gets no task, and goes the way of the idle workers the stop
+            // found (else it would hold the stop up to its bound).
+            self.driver.retire(pid);
         }
     }
 
