@@ -38,6 +38,16 @@ fn program_pid(pid_file: &std::path::Path) -> i32 {
         .expect("a pid")
 }
 
+/// A daemon whose tasks run `program`, with the kill ladder's graces set
+/// (and `extra` daemon flags).
+fn ladder_daemon(program: &str, cancel: Duration, term: Duration, extra: &[&str]) -> Daemon {
+    let cancel = format!("tasks.cancel_grace_ms={}", cancel.as_millis());
+    let term = format!("tasks.term_grace_ms={}", term.as_millis());
+    let mut args = vec!["--exec", program, "--set", &cancel, "--set", &term];
+    args.extend_from_slice(extra);
+    Daemon::start(&args)
+}
+
 /// Waits (bounded) for the daemon to exit; returns its exit code and how
 /// long after `since` it exited.
 fn wait_exit(d: &mut Daemon, since: Instant, within: Duration) -> (Option<i32>, Duration) {
@@ -183,14 +193,7 @@ fn the_drain_runs_the_ladder_and_waits_no_longer_than_its_bound() {
     const TERM: Duration = Duration::from_millis(1000);
     let tmp = TempDir::new("bound");
     let (prog, pid_file) = stubborn(&tmp);
-    let mut d = Daemon::start(&[
-        "--exec",
-        &prog,
-        "--set",
-        &format!("tasks.cancel_grace_ms={}", CANCEL.as_millis()),
-        "--set",
-        &format!("tasks.term_grace_ms={}", TERM.as_millis()),
-    ]);
+    let mut d = ladder_daemon(&prog, CANCEL, TERM, &[]);
     d.send_async("x");
     let program = program_pid(&pid_file);
     let sent = Instant::now();
@@ -221,16 +224,7 @@ fn a_worker_the_fork_server_makes_after_the_stop_began_is_stopped_too() {
     const TERM: Duration = Duration::from_millis(1500);
     let tmp = TempDir::new("owed");
     let (prog, pid_file) = stubborn(&tmp);
-    let mut d = Daemon::start(&[
-        "--exec",
-        &prog,
-        "--set",
-        "tasks.prespawn=1",
-        "--set",
-        &format!("tasks.cancel_grace_ms={}", CANCEL.as_millis()),
-        "--set",
-        &format!("tasks.term_grace_ms={}", TERM.as_millis()),
-    ]);
+    let mut d = ladder_daemon(&prog, CANCEL, TERM, &["--set", "tasks.prespawn=1"]);
     let mut fork_server = Vec::new();
     assert!(
         wait_for(Duration::from_secs(10), || {
@@ -285,16 +279,7 @@ fn a_task_that_outlasts_the_ladder_does_not_hold_up_the_stop() {
     // is left, and exit all the same.
     const CANCEL: Duration = Duration::from_millis(200);
     const TERM: Duration = Duration::from_millis(300);
-    let mut d = Daemon::start(&[
-        "--exec",
-        "sleep 300",
-        "--set",
-        "tasks.cgroup=off",
-        "--set",
-        &format!("tasks.cancel_grace_ms={}", CANCEL.as_millis()),
-        "--set",
-        &format!("tasks.term_grace_ms={}", TERM.as_millis()),
-    ]);
+    let mut d = ladder_daemon("sleep 300", CANCEL, TERM, &["--set", "tasks.cgroup=off"]);
     let id = d.send_async("x");
     let mut workers = Vec::new();
     assert!(
