@@ -147,3 +147,47 @@ fn the_static_binary_packs_the_workers_code_first() {
         text.1
     );
 }
+
+/// The fork server allocates from an arena of its own from its first
+/// allocation, and nothing once it serves (sys/alloc.rs): musl's malloc
+/// never runs there, so it has no heap and no malloc mappings — memory
+/// areas every fork copied and every worker's exit tore down. Checked on
+/// the static build (the only one with that allocator), after it has
+/// forked workers for tasks: no `[heap]`, and of unnamed anonymous
+/// mappings only the zeroed data, the thread area and std's signal stack
+/// with its guard page.
+#[test]
+fn the_static_fork_server_has_no_heap() {
+    let Some(bin) = static_agentd_or_skip("the_static_fork_server_has_no_heap") else {
+        return;
+    };
+    let d = common::Daemon::start_with_binary(&bin, &[]);
+    for i in 0..3 {
+        let r = d.rpc(
+            "SendMessage",
+            serde_json::json!({"message": common::user_message(&format!("task {i}"))}),
+        );
+        assert_eq!(
+            r["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+            "the echo task completes: {r}"
+        );
+    }
+    let fork_server = common::fork_servers(d.pid())
+        .first()
+        .copied()
+        .expect("a fork server under the daemon");
+    let maps = std::fs::read_to_string(format!("/proc/{fork_server}/maps")).expect("its maps read");
+    assert!(
+        !maps.contains("[heap]"),
+        "the fork server has a heap (musl's malloc ran in it):\n{maps}"
+    );
+    // address perms offset dev inode, and no name: an anonymous mapping.
+    let anonymous = maps
+        .lines()
+        .filter(|l| l.split_whitespace().count() == 5 && l.split_whitespace().nth(4) == Some("0"))
+        .count();
+    assert!(
+        anonymous <= 4,
+        "{anonymous} anonymous mappings in the fork server, more than its zeroed data, thread area, signal stack and guard:\n{maps}"
+    );
+}

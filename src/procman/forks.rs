@@ -182,7 +182,7 @@ impl ForkServer {
         let mut out = std::mem::take(&mut self.owed);
         let Some(r) = self.running.as_mut() else { return out };
         let mut buf = [0u8; 64];
-        let mut fds = Vec::new();
+        let mut fds = sys::ReceivedFds::default();
         let gone = loop {
             fds.clear();
             match sys::recv_with_fds(r.sock.as_raw_fd(), &mut buf, &mut fds, true) {

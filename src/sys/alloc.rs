@@ -17,16 +17,24 @@
 //! sched_yield (a holder preempted on a one-core machine gets the core
 //! back). Nothing here allocates, uses thread-locals or can panic.
 //!
-//! A task worker (a fork of the fork server, which never allocates from
-//! it) first allocates from the **worker arena** instead: ARENA_BYTES of
-//! zeroed static memory, handed out in order and never reused. A fresh
-//! worker's first allocations would otherwise touch the free lists, musl's
-//! own state and a fresh heap page per size class — a page fault each, in a
-//! process that lives for one task; from the arena they touch a page or
-//! two, side by side. A block freed goes nowhere (the worker's life is
-//! short, and the arena is small); past its end allocations take the usual
-//! path. Only [`start_worker_arena`] turns it on, in a worker, after the
-//! fork: the daemon and the fork server never touch it.
+//! A task worker (a fork of the fork server) first allocates from the
+//! **worker arena** instead: WORKER_ARENA_BYTES of zeroed static memory,
+//! handed out in order and never reused. A fresh worker's first allocations
+//! would otherwise touch the free lists, musl's own state and a fresh heap
+//! page per size class — a page fault each, in a process that lives for
+//! one task; from the arena they touch a page or two, side by side. A block
+//! freed goes nowhere (the worker's life is short, and the arena is small);
+//! past its end allocations take the usual path. [`start_worker_arena`]
+//! turns it on, in a worker, after the fork.
+//!
+//! The fork server allocates from an arena of its own from its first
+//! allocation ([`start_fork_server_arena`], before anything else runs), and
+//! not at all once it serves: musl's malloc is never called there, so it
+//! has no heap and no malloc mappings — three memory areas fewer, each of
+//! which every fork copied and every worker's exit tore down. It is the
+//! fork server's own so the worker arena's first page is still untouched
+//! (one fault for a worker's first allocations, as before). The daemon
+//! touches neither.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::ptr;
@@ -136,7 +144,10 @@ static LISTS: [FreeList; CLASSES.len()] = [const { FreeList::new() }; CLASSES.le
 
 /// The worker arena's size: what a worker allocates for an ordinary task
 /// (its spawn frame and what it answers) fits, many times over.
-const ARENA_BYTES: usize = 64 * 1024;
+const WORKER_ARENA_BYTES: usize = 64 * 1024;
+/// The fork server arena's size: what the fork server allocates while it
+/// starts (its environment, its logger) fits, with room to spare.
+const FORK_SERVER_ARENA_BYTES: usize = 16 * 1024;
 
 /// An arena: zeroed static memory, handed out in order. All of it is zero
 /// until turned on, its count too, so it lies in .bss: no bytes in the
@@ -144,21 +155,21 @@ const ARENA_BYTES: usize = 64 * 1024;
 /// first: the count and the first blocks share a page, and a worker
 /// touches as few pages as its allocations need.
 #[repr(C, align(4096))]
-struct Arena {
+struct Arena<const BYTES: usize> {
     /// 0 while off; once on, 1 + the bytes handed out.
     mark: AtomicUsize,
-    bytes: std::cell::UnsafeCell<[u8; ARENA_BYTES]>,
+    bytes: std::cell::UnsafeCell<[u8; BYTES]>,
 }
 
 // SAFETY: each byte of `bytes` is handed out once (`mark` only grows, by
 // compare-and-swap), to one owner, who alone touches it.
-unsafe impl Sync for Arena {}
+unsafe impl<const BYTES: usize> Sync for Arena<BYTES> {}
 
-impl Arena {
-    const fn new() -> Arena {
+impl<const BYTES: usize> Arena<BYTES> {
+    const fn new() -> Arena<BYTES> {
         Arena {
             mark: AtomicUsize::new(0),
-            bytes: std::cell::UnsafeCell::new([0; ARENA_BYTES]),
+            bytes: std::cell::UnsafeCell::new([0; BYTES]),
         }
     }
 
@@ -173,7 +184,7 @@ impl Arena {
     /// Whether `ptr` is a block of the arena.
     fn contains(&self, ptr: *mut u8) -> bool {
         let p = ptr as usize;
-        p >= self.start() && p < self.start() + ARENA_BYTES
+        p >= self.start() && p < self.start() + BYTES
     }
 
     /// `layout`'s bytes, if the arena is on and has room.
@@ -188,12 +199,12 @@ impl Arena {
                 .checked_add(used)?
                 .checked_next_multiple_of(layout.align())?;
             let start = at - self.start();
-            let end = start.checked_add(layout.size()).filter(|&e| e <= ARENA_BYTES)?;
+            let end = start.checked_add(layout.size()).filter(|&e| e <= BYTES)?;
             match self
                 .mark
                 .compare_exchange_weak(mark, end + 1, Ordering::Relaxed, Ordering::Relaxed)
             {
-                // SAFETY: start < end <= ARENA_BYTES: within the arena.
+                // SAFETY: start < end <= BYTES: within the arena.
                 Ok(_) => return Some(unsafe { (self.bytes.get() as *mut u8).add(start) }),
                 Err(now) => mark = now,
             }
@@ -210,7 +221,7 @@ impl Arena {
             return false;
         };
         new_end > end
-            && new_end <= ARENA_BYTES
+            && new_end <= BYTES
             && self
                 .mark
                 .compare_exchange(end + 1, new_end + 1, Ordering::Relaxed, Ordering::Relaxed)
@@ -218,13 +229,39 @@ impl Arena {
     }
 }
 
-static ARENA: Arena = Arena::new();
+static WORKER_ARENA: Arena<WORKER_ARENA_BYTES> = Arena::new();
+static FORK_SERVER_ARENA: Arena<FORK_SERVER_ARENA_BYTES> = Arena::new();
 
 /// Turns the worker arena on in this process: called once by a task worker
-/// right after the fork server forked it (and nowhere else: a process that
-/// forked with it on would hand both sides the same bytes).
+/// right after the fork server forked it (the fork server keeps it off, so
+/// each worker finds its first page untouched).
 pub fn start_worker_arena() {
-    ARENA.turn_on();
+    WORKER_ARENA.turn_on();
+}
+
+/// Turns the fork server arena on: called by the fork server first thing,
+/// before its first allocation (see the module's notes). Its workers
+/// inherit it on; they use the worker arena first.
+pub fn start_fork_server_arena() {
+    FORK_SERVER_ARENA.turn_on();
+}
+
+/// A block from an arena that is on and has room: the worker's first.
+fn arena_alloc(layout: Layout) -> Option<*mut u8> {
+    WORKER_ARENA.alloc(layout).or_else(|| FORK_SERVER_ARENA.alloc(layout))
+}
+
+fn in_an_arena(ptr: *mut u8) -> bool {
+    WORKER_ARENA.contains(ptr) || FORK_SERVER_ARENA.contains(ptr)
+}
+
+/// Grows an arena block in place (see [`Arena::grow_last`]).
+fn arena_grow_last(ptr: *mut u8, size: usize, new_size: usize) -> bool {
+    if WORKER_ARENA.contains(ptr) {
+        WORKER_ARENA.grow_last(ptr, size, new_size)
+    } else {
+        FORK_SERVER_ARENA.grow_last(ptr, size, new_size)
+    }
 }
 
 /// The global allocator of the static (musl) binary (installed in main.rs).
@@ -245,7 +282,7 @@ unsafe impl GlobalAlloc for CachingAlloc {
     // 150 KiB and measured slower.
     #[inline(never)]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if let Some(block) = ARENA.alloc(layout) {
+        if let Some(block) = arena_alloc(layout) {
             return block;
         }
         match class_of(layout.size(), layout.align()) {
@@ -266,7 +303,7 @@ unsafe impl GlobalAlloc for CachingAlloc {
     // 150 KiB and measured slower.
     #[inline(never)]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        if ARENA.contains(ptr) {
+        if in_an_arena(ptr) {
             return; // arena bytes are never reused
         }
         match class_of(layout.size(), layout.align()) {
@@ -285,7 +322,7 @@ unsafe impl GlobalAlloc for CachingAlloc {
     // 150 KiB and measured slower.
     #[inline(never)]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        if let Some(block) = ARENA.alloc(layout) {
+        if let Some(block) = arena_alloc(layout) {
             return block; // zeroed static memory, never handed out before
         }
         match class_of(layout.size(), layout.align()) {
@@ -307,10 +344,10 @@ unsafe impl GlobalAlloc for CachingAlloc {
     // 150 KiB and measured slower.
     #[inline(never)]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if ARENA.contains(ptr) {
+        if in_an_arena(ptr) {
             // Smaller: the block as it is holds it (its tail is simply not
             // used again).
-            if new_size <= layout.size() || ARENA.grow_last(ptr, layout.size(), new_size) {
+            if new_size <= layout.size() || arena_grow_last(ptr, layout.size(), new_size) {
                 return ptr;
             }
             // SAFETY: new_size is non-zero and, rounded to the alignment,
@@ -447,11 +484,12 @@ mod tests {
         }
     }
 
-    static TEST_ARENA: Arena = Arena::new();
+    const ARENA_BYTES: usize = 64 * 1024;
+    static TEST_ARENA: Arena<ARENA_BYTES> = Arena::new();
 
     #[test]
     fn an_arena_hands_out_aligned_zeroed_blocks_in_order_once_turned_on() {
-        let arena = Arena::new();
+        let arena = Arena::<ARENA_BYTES>::new();
         assert_eq!(arena.alloc(layout(8)), None, "off until turned on");
         arena.turn_on();
         let a = arena.alloc(Layout::from_size_align(3, 1).unwrap()).unwrap();
@@ -492,7 +530,7 @@ mod tests {
 
     #[test]
     fn arena_blocks_taken_by_many_threads_never_overlap() {
-        let arena = Arena::new();
+        let arena = Arena::<ARENA_BYTES>::new();
         arena.turn_on();
         let blocks = std::sync::Mutex::new(Vec::new());
         std::thread::scope(|s| {
@@ -532,7 +570,7 @@ mod tests {
                 // SAFETY: valid layouts; each pointer is used within its size.
                 unsafe {
                     let p = a.alloc(layout(10));
-                    if !ARENA.contains(p) {
+                    if !WORKER_ARENA.contains(p) {
                         return 10;
                     }
                     ptr::write_bytes(p, 7, 10);
@@ -540,14 +578,14 @@ mod tests {
                         return 11; // the last block grows in place
                     }
                     let q = a.alloc_zeroed(layout(64));
-                    if !ARENA.contains(q) || (0..64).any(|i| *q.add(i) != 0) {
+                    if !WORKER_ARENA.contains(q) || (0..64).any(|i| *q.add(i) != 0) {
                         return 12;
                     }
                     if a.realloc(p, layout(200), 50) != p {
                         return 13; // smaller: where it is
                     }
                     let moved = a.realloc(p, layout(50), 300);
-                    if moved == p || !ARENA.contains(moved) || *moved.add(9) != 7 {
+                    if moved == p || !WORKER_ARENA.contains(moved) || *moved.add(9) != 7 {
                         return 14; // not the last one any more: moved, bytes kept
                     }
                     a.dealloc(moved, layout(300));
@@ -561,6 +599,44 @@ mod tests {
             });
             // SAFETY: _exit ends the forked child without running anything
             // of the parent's.
+            unsafe { libc::_exit(ok.unwrap_or(99)) };
+        }
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status), "{status:#x}");
+        assert_eq!(libc::WEXITSTATUS(status), 0, "the child's check that failed");
+    }
+
+    /// The fork server's allocations, from its first, come from its own
+    /// arena; the worker arena stays untouched until a worker turns it on,
+    /// and then serves the worker first.
+    #[test]
+    fn the_fork_server_allocates_from_its_own_arena_and_its_workers_from_theirs() {
+        // SAFETY: as in a_worker_allocates_from_its_arena.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let ok = std::panic::catch_unwind(|| {
+                start_fork_server_arena();
+                let a = CachingAlloc;
+                // SAFETY: valid layouts; each pointer is used within its size.
+                unsafe {
+                    let p = a.alloc(layout(24));
+                    if !FORK_SERVER_ARENA.contains(p) || WORKER_ARENA.mark.load(Ordering::Relaxed) != 0 {
+                        return 20;
+                    }
+                    start_worker_arena();
+                    let w = a.alloc(layout(24));
+                    if !WORKER_ARENA.contains(w) {
+                        return 21; // a worker's blocks: its own arena first
+                    }
+                    a.dealloc(w, layout(24));
+                    a.dealloc(p, layout(24));
+                }
+                0
+            });
+            // SAFETY: as above.
             unsafe { libc::_exit(ok.unwrap_or(99)) };
         }
         let mut status = 0;

@@ -20,7 +20,7 @@
 use std::io;
 
 mod alloc;
-pub use alloc::{start_worker_arena, CachingAlloc};
+pub use alloc::{start_fork_server_arena, start_worker_arena, CachingAlloc};
 mod wake;
 pub use wake::*;
 mod spawn;

@@ -110,3 +110,12 @@ pub fn exit_now(code: i32) -> ! {
     // SAFETY: _exit takes an integer and does not return.
     unsafe { libc::_exit(code) }
 }
+
+/// Whether the variable `name` is set, read without allocating (libc's
+/// environ as the process started): for what must be decided before the
+/// first allocation.
+pub fn env_is_set(name: &std::ffi::CStr) -> bool {
+    // SAFETY: `name` is NUL-terminated; getenv only reads environ, and this
+    // is called before any thread exists that could change it.
+    unsafe { !libc::getenv(name.as_ptr()).is_null() }
+}

@@ -290,7 +290,7 @@ pub fn send_with_fds(sock: RawFd, bytes: &[u8], fds: &[RawFd], nonblocking: bool
 /// (close-on-exec) into `fds`. `Ok(0)` is the peer gone. A message longer
 /// than `buf` or with more than FDS_PER_MESSAGE descriptors is refused
 /// (InvalidData), its descriptors closed.
-pub fn recv_with_fds(sock: RawFd, buf: &mut [u8], fds: &mut Vec<OwnedFd>, nonblocking: bool) -> io::Result<usize> {
+pub fn recv_with_fds(sock: RawFd, buf: &mut [u8], fds: &mut ReceivedFds, nonblocking: bool) -> io::Result<usize> {
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr() as *mut libc::c_void,
         iov_len: buf.len(),
@@ -339,7 +339,54 @@ pub fn recv_with_fds(sock: RawFd, buf: &mut [u8], fds: &mut Vec<OwnedFd>, nonblo
         fds.clear();
         return Err(io::Error::new(io::ErrorKind::InvalidData, "message truncated"));
     }
+    if fds.overflowed {
+        fds.clear();
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "too many descriptors"));
+    }
     Ok(n)
+}
+
+/// The descriptors one message brought, at most FDS_PER_MESSAGE, held in
+/// place: receiving writes no heap memory (in the fork server each heap
+/// page written after a fork is a copy-on-write fault).
+#[derive(Debug, Default)]
+pub struct ReceivedFds {
+    fds: [Option<OwnedFd>; FDS_PER_MESSAGE],
+    len: usize,
+    overflowed: bool,
+}
+
+impl ReceivedFds {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The `i`th descriptor, in the order they were sent.
+    pub fn get(&self, i: usize) -> Option<&OwnedFd> {
+        self.fds.get(i)?.as_ref()
+    }
+
+    /// Closes every descriptor held.
+    pub fn clear(&mut self) {
+        self.fds = Default::default();
+        self.len = 0;
+        self.overflowed = false;
+    }
+
+    /// Keeps `fd`, or closes it if FDS_PER_MESSAGE are held already.
+    fn push(&mut self, fd: OwnedFd) {
+        match self.fds.get_mut(self.len) {
+            Some(slot) => {
+                *slot = Some(fd);
+                self.len += 1;
+            }
+            None => self.overflowed = true,
+        }
+    }
 }
 
 /// The steps a task's program takes between fork and exec, in this order

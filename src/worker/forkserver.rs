@@ -66,22 +66,27 @@ pub fn main() -> i32 {
         .unwrap_or(crate::limits::control_frame_max_bytes(
             crate::limits::HTTP_BODY_MAX_BYTES,
         ));
-    let mut buf = [0u8; 8192];
-    let mut fds: Vec<OwnedFd> = Vec::with_capacity(sys::FDS_PER_MESSAGE);
+    // From here on nothing is allocated: each heap page written after a
+    // fork would be a copy-on-write fault, once per worker. A request is a
+    // few bytes; its descriptors are held on the stack.
+    let mut buf = [0u8; 64];
+    let mut fds = sys::ReceivedFds::default();
     loop {
         fds.clear();
         let reply = match sys::recv_with_fds(REQUESTS, &mut buf, &mut fds, false) {
             Ok(0) => return 0, // agentd let go of us
-            Ok(n) => match ForkRequest::decode(&buf[..n]) {
-                Some(request) if fds.len() == request.fds() => {
-                    // In the request's order: pipes, cgroup directory, containment file.
-                    let cgroup = request.into_cgroup.then(|| &fds[2]);
+            Ok(n) => match (ForkRequest::decode(&buf[..n]), fds.get(0), fds.get(1)) {
+                // In the request's order: pipes, cgroup directory, containment file.
+                (Some(request), Some(from_agentd), Some(to_agentd)) if request.fds() == fds.len() => {
+                    let cgroup = if request.into_cgroup { fds.get(2) } else { None };
                     let birth = Birth {
                         supervisor,
                         frame_max,
-                        from_agentd: &fds[0],
-                        to_agentd: &fds[1],
-                        containment: request.containment.map(|what| (what, &fds[fds.len() - 1])),
+                        from_agentd,
+                        to_agentd,
+                        containment: request
+                            .containment
+                            .and_then(|what| Some((what, fds.get(fds.len() - 1)?))),
                         null: &null,
                     };
                     fork_one(birth, cgroup)

@@ -52,7 +52,13 @@ use crate::control::{self, Cause, ExecProtocol, FromWorker, Outcome, RunnerSpec,
 use crate::sys;
 
 /// Environment variable carrying the supervisor's pid to the fork server.
-pub const SUPERVISOR_PID_ENV: &str = "AGENTD_SUPERVISOR_PID";
+/// Only the fork server is started with it, so main.rs reads it (without
+/// allocating) to tell the fork server before its first allocation.
+pub const SUPERVISOR_PID_ENV_C: &std::ffi::CStr = c"AGENTD_SUPERVISOR_PID";
+pub const SUPERVISOR_PID_ENV: &str = match SUPERVISOR_PID_ENV_C.to_str() {
+    Ok(name) => name,
+    Err(_) => panic!("the variable's name is ASCII"),
+};
 /// Environment variable carrying the daemon's log level to the worker.
 pub const LOG_LEVEL_ENV: &str = "AGENTD_LOG_LEVEL";
 /// Environment variable carrying the control channel's frame limit

@@ -57,8 +57,19 @@ impl Daemon {
 
     /// `start_at` with these environment variables (RUST_LOG among them).
     pub fn start_env(dir: TempDir, socket: PathBuf, args: &[&str], env: &[(&str, &str)]) -> Daemon {
+        Daemon::start_binary(Path::new(BIN), dir, socket, args, env)
+    }
+
+    /// `start` of another build of agentd (the static one).
+    pub fn start_with_binary(bin: &Path, args: &[&str]) -> Daemon {
+        let dir = TempDir::new("it");
+        let socket = dir.0.join("a.sock");
+        Daemon::start_binary(bin, dir, socket, args, &[("RUST_LOG", "debug")])
+    }
+
+    fn start_binary(bin: &Path, dir: TempDir, socket: PathBuf, args: &[&str], env: &[(&str, &str)]) -> Daemon {
         let log = dir.0.join("agentd.log");
-        let child = Command::new(BIN)
+        let child = Command::new(bin)
             .arg("serve")
             .arg("--listen")
             .arg(format!("unix://{}", socket.display()))
