@@ -191,3 +191,49 @@ fn the_static_fork_server_has_no_heap() {
         "{anonymous} anonymous mappings in the fork server, more than its zeroed data, thread area, signal stack and guard:\n{maps}"
     );
 }
+
+/// The fork server keeps std's signal stack to itself (MADV_DONTFORK):
+/// a worker, whose handlers never use it, does not inherit the memory
+/// area, which its fork would copy and its exit tear down. Found in the
+/// fork server's maps as the mapping right after an anonymous guard page;
+/// an idle worker forked from it has the guard (inherited, no pages) and
+/// nothing where the stack was.
+#[test]
+fn a_worker_does_not_inherit_the_fork_servers_signal_stack() {
+    let d = common::Daemon::start(&[]);
+    let (mut fork_server, mut idle) = (None, None);
+    assert!(
+        common::wait_for(std::time::Duration::from_secs(10), || {
+            fork_server = common::fork_servers(d.pid()).first().copied();
+            idle = common::idle_workers(d.pid()).first().copied();
+            fork_server.is_some() && idle.is_some()
+        }),
+        "a fork server and an idle worker under the daemon"
+    );
+    let maps = |pid: i32| std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("maps read");
+    let starts = |text: &str| -> Vec<(u64, String)> {
+        text.lines()
+            .map(|l| {
+                let start = u64::from_str_radix(l.split('-').next().unwrap(), 16).unwrap();
+                (start, l.to_string())
+            })
+            .collect()
+    };
+    let (server, worker) = (maps(fork_server.unwrap()), maps(idle.unwrap()));
+    let server_areas = starts(&server);
+    let guard_end = server
+        .lines()
+        .find(|l| l.split_whitespace().nth(1) == Some("---p") && l.split_whitespace().count() == 5)
+        .map(|l| u64::from_str_radix(l.split_whitespace().next().unwrap().split('-').nth(1).unwrap(), 16).unwrap())
+        .unwrap_or_else(|| panic!("no guard page in the fork server's maps:\n{server}"));
+    assert!(
+        server_areas
+            .iter()
+            .any(|(start, l)| *start == guard_end && l.contains("rw-p")),
+        "the fork server's signal stack follows its guard page:\n{server}"
+    );
+    assert!(
+        !starts(&worker).iter().any(|(start, _)| *start == guard_end),
+        "the worker inherited the signal stack at {guard_end:#x}:\n{worker}"
+    );
+}

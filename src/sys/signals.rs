@@ -45,6 +45,29 @@ pub fn catch_signal(sig: libc::c_int, handler: extern "C" fn(libc::c_int)) -> io
     cvt(unsafe { libc::sigaction(sig, &action, std::ptr::null_mut()) }).map(drop)
 }
 
+/// Keeps the calling thread's signal stack out of every process it forks
+/// from now on (madvise MADV_DONTFORK): the fork server's, which std maps
+/// to report a stack overflow. A memory area with pages in it costs each
+/// fork a copy and each child's exit a teardown; a worker does not need
+/// this one. Its own handlers run on the ordinary stack (no SA_ONSTACK);
+/// std's stack-overflow handler would want it, and without it the kernel
+/// ends an overflowing worker with SIGSEGV instead of std's message and
+/// abort — a crash either way, reported as one. Nothing to do without a
+/// signal stack.
+pub fn keep_signal_stack_from_forks() -> io::Result<()> {
+    // SAFETY: a zeroed stack_t is valid storage for sigaltstack to fill.
+    let mut current: libc::stack_t = unsafe { std::mem::zeroed() };
+    // SAFETY: reads the thread's signal stack into `current`; sets nothing.
+    cvt(unsafe { libc::sigaltstack(std::ptr::null(), &mut current) })?;
+    if current.ss_flags & libc::SS_DISABLE != 0 || current.ss_sp.is_null() {
+        return Ok(());
+    }
+    // SAFETY: MADV_DONTFORK changes only what a later fork copies, never
+    // this process's memory; the range is the signal stack the kernel
+    // just reported (page-aligned as std maps it, else EINVAL).
+    cvt(unsafe { libc::madvise(current.ss_sp, current.ss_size, libc::MADV_DONTFORK) }).map(drop)
+}
+
 extern "C" fn ignore_signal(_sig: libc::c_int) {}
 
 /// Catches SIGTERM with a handler that does nothing. The kill ladder's

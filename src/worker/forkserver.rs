@@ -32,6 +32,11 @@ pub fn main() -> i32 {
         eprintln!("agentd fork server: cannot install the workers' signal handlers: {e}");
         return 2;
     }
+    // Each memory area a worker inherits costs its fork and its exit; std's
+    // signal stack is one a worker does without (see the function).
+    if let Err(e) = sys::keep_signal_stack_from_forks() {
+        log::debug!("forkserver.sigaltstack kept for workers: {e}");
+    }
     sys::set_process_name(NAME);
     // Where argv lies, read once here: each worker rewrites its own copy.
     sys::remember_cmdline_area();
