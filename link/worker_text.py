@@ -128,13 +128,14 @@ def read_entries():
 
 def rodata_entries(entries):
     """The read-only data the packed code reads: each Rust function's own
-    (its jump tables), serde_json's escape table, and the merged string
-    literals (a worker's names and frame keys are among them)."""
+    (its jump tables, and the lookup tables LLVM makes of a match:
+    `.rodata..Lswitch.table.<fn>`), serde_json's escape table, and the
+    merged string literals (a worker's names and frame keys are among them)."""
     own = []
     for e in entries:
         m = re.match(r'^\*\(\.text\.(_ZN\S*|_R\S*) ', e)
         if m:
-            own.append(f'*(.rodata.{m.group(1)} .rodata.unlikely.{m.group(1)})')
+            own.append(f'*(.rodata.{m.group(1)} .rodata.unlikely.{m.group(1)} .rodata..Lswitch.table.{m.group(1)})')
     return [ESCAPE_TABLE, *own, '*(.rodata.str1.1)']
 
 
