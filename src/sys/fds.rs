@@ -119,6 +119,9 @@ pub fn has_content(fd: RawFd) -> bool {
     unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), 0) > 0 }
 }
 
+/// Where [`settle_worker_fds`] places a worker's containment file.
+pub const WORKER_CONTAINMENT_FD: RawFd = 5;
+
 /// A just-forked worker's descriptors: /dev/null (`null`) on stdin, in
 /// place of the fork server's socket; the control pipes moved to fds 3
 /// (from agentd) and 4 (to agentd) and the containment file, if any, to 5,
@@ -135,7 +138,7 @@ pub fn settle_worker_fds(
 ) -> io::Result<(std::fs::File, std::fs::File, Option<RawFd>)> {
     const FROM: RawFd = 3;
     const TO: RawFd = 4;
-    const KEPT: RawFd = 5;
+    const KEPT: RawFd = WORKER_CONTAINMENT_FD;
     // SAFETY: dup2 onto stdin replaces the fork server's socket in this
     // process only.
     cvt(unsafe { libc::dup2(null, 0) })?;

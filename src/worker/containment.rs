@@ -54,11 +54,10 @@ pub fn install_worker_handlers() -> io::Result<()> {
 /// handler the fork server installed ([`install_worker_handlers`]).
 pub fn arm(kill_fd: Option<RawFd>, procs_fd: Option<RawFd>) -> io::Result<()> {
     // v2: one write kills the whole cgroup; v1 freezer: each pid it lists.
-    if let Some(fd) = kill_fd {
-        CGROUP_KILL_FD.store(fd, Ordering::SeqCst);
-    } else if let Some(fd) = procs_fd {
-        CGROUP_PROCS_FD.store(fd, Ordering::SeqCst);
-    }
+    // Usually already in place (see `preset`): nothing is written.
+    let procs_fd = if kill_fd.is_some() { None } else { procs_fd };
+    store_if_changed(&CGROUP_KILL_FD, kill_fd.unwrap_or(-1));
+    store_if_changed(&CGROUP_PROCS_FD, procs_fd.unwrap_or(-1));
     // Always, cgroup or not: an orphan of the task comes to us, not to
     // agentd, so what is left is killed before we report (see
     // kill_children) and nothing of a task outlives its worker, even when
@@ -66,6 +65,30 @@ pub fn arm(kill_fd: Option<RawFd>, procs_fd: Option<RawFd>) -> io::Result<()> {
     sys::set_child_subreaper()?;
     sys::set_parent_death_signal(PARENT_DEATH_SIGNAL)?;
     Ok(())
+}
+
+/// What [`arm`] will store, stored by the fork server before it forks
+/// the worker: `kind` is the containment file the request brought, which
+/// the worker places at `sys::WORKER_CONTAINMENT_FD`. arm then finds the
+/// values in place and writes nothing, so a worker does not dirty the page
+/// these statics lie in (a copy-on-write fault per task). Only a change is
+/// written, so in the steady state the fork server writes nothing either.
+/// The fork server never reads them: its signals stay blocked for life.
+pub fn preset(kind: Option<crate::control::ContainmentFile>) {
+    use crate::control::ContainmentFile;
+    let (kill, procs) = match kind {
+        Some(ContainmentFile::Kill) => (sys::WORKER_CONTAINMENT_FD, -1),
+        Some(ContainmentFile::Procs) => (-1, sys::WORKER_CONTAINMENT_FD),
+        None => (-1, -1),
+    };
+    store_if_changed(&CGROUP_KILL_FD, kill);
+    store_if_changed(&CGROUP_PROCS_FD, procs);
+}
+
+fn store_if_changed(fd: &AtomicI32, value: RawFd) {
+    if fd.load(Ordering::SeqCst) != value {
+        fd.store(value, Ordering::SeqCst);
+    }
 }
 
 extern "C" fn kill_task_handler(_sig: libc::c_int) {

@@ -84,6 +84,7 @@ pub fn main() -> i32 {
                 // In the request's order: pipes, cgroup directory, containment file.
                 (Some(request), Some(from_agentd), Some(to_agentd)) if request.fds() == fds.len() => {
                     let cgroup = if request.into_cgroup { fds.get(2) } else { None };
+                    super::containment::preset(request.containment);
                     let birth = Birth {
                         supervisor,
                         frame_max,
