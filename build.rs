@@ -1,6 +1,6 @@
 //! Links the static (musl) build with `link/worker-text.ld`: the code a
 //! fresh task worker runs and the constants it reads, each placed together
-//! so the worker faults them in with 3 and 2 faults instead of ~15 and 3
+//! so the worker faults them in with 3 and 1 faults instead of ~15 and 3
 //! (the script says why; `link/worker_text.py` regenerates it). Placement
 //! only: the code and data are the same.
 

@@ -5,7 +5,7 @@ so the static build places it together at the start of the text.
 Why: a fork copies no page tables of file-backed memory, so every worker faults
 its code and constants in again, 64 KiB around each fault (the kernel's
 fault-around). Spread over the binary, an echo task's code was ~15 of those
-faults and its constants 3; packed, 3 and 2.
+faults and its constants 3; packed, 3 and 1.
 
 How: build the static binary with symbols (target/worker-text/), serve the
 built-in echo agent, and record, over the fork server and the workers it forks,
@@ -46,7 +46,7 @@ HEADER = """\
  * A fork copies no page tables of file-backed memory, so every worker faults
  * its code and constants in again, 64 KiB around each fault; spread over the
  * binary that was ~15 faults per echo task for code and 3 for constants,
- * packed here it is 3 and 2. This changes where code and data lie, never
+ * packed here it is 3 and 1. This changes where code and data lie, never
  * what they are. An entry that matches nothing is ignored; one gone stale
  * costs faults, not correctness. (.rodata.worker starts on a page of its
  * own: placed before the alignment that ends the text segment, it would be
