@@ -7,7 +7,7 @@
 //! starts its task's program with [`prepare_child`]'s steps before exec.
 
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 
 use super::cvt;
 
@@ -274,8 +274,17 @@ pub fn send_with_fds(sock: RawFd, bytes: &[u8], fds: &[RawFd], nonblocking: bool
     }
     let flags = libc::MSG_NOSIGNAL | if nonblocking { libc::MSG_DONTWAIT } else { 0 };
     loop {
-        // SAFETY: `msg` and what it points at are valid for the call.
-        let n = unsafe { libc::sendmsg(sock, &msg, flags) };
+        // Without descriptors, send(2): musl's sendmsg reserves a 1 KiB
+        // stack buffer for control data, and the fork server, which
+        // answers this way after every fork, would write one more stack
+        // page shared with the worker it just made (a copy-on-write fault).
+        let n = if fds.is_empty() {
+            // SAFETY: `bytes` is valid for reads of its length.
+            unsafe { libc::send(sock, bytes.as_ptr().cast(), bytes.len(), flags) }
+        } else {
+            // SAFETY: `msg` and what it points at are valid for the call.
+            unsafe { libc::sendmsg(sock, &msg, flags) }
+        };
         if n >= 0 {
             return Ok(());
         }
@@ -370,8 +379,23 @@ impl ReceivedFds {
         self.fds.get(i)?.as_ref()
     }
 
-    /// Closes every descriptor held.
+    /// Closes every descriptor held: with one close_range(2) when they are
+    /// consecutive numbers (as a message's usually arrive: the lowest free
+    /// ones, in order), else one by one.
     pub fn clear(&mut self) {
+        let raw = |i: usize| self.get(i).map(AsRawFd::as_raw_fd);
+        let first = raw(0).filter(|&first| self.len > 1 && (1..self.len).all(|i| raw(i) == Some(first + i as RawFd)));
+        if let Some(first) = first {
+            let last = first + self.len as RawFd - 1;
+            // SAFETY: close_range takes integers; every fd in first..=last
+            // is one held here (checked just above), and each is given up
+            // below without another close.
+            if unsafe { libc::syscall(libc::SYS_close_range, first as libc::c_uint, last as libc::c_uint, 0) } == 0 {
+                for fd in self.fds.iter_mut().filter_map(Option::take) {
+                    let _closed_already = fd.into_raw_fd();
+                }
+            }
+        }
         self.fds = Default::default();
         self.len = 0;
         self.overflowed = false;
@@ -416,4 +440,114 @@ pub fn prepare_child(cmd: &mut std::process::Command, setup: ChildSetup) {
     // async-signal-safe system calls (prctl, setrlimit), reads data captured before the fork, and allocates
     // nothing (io::Error::last_os_error does not allocate).
     unsafe { cmd.pre_exec(hook) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn is_open(fd: RawFd) -> bool {
+        // SAFETY: F_GETFD only asks about the number; EBADF if it is closed.
+        unsafe { libc::fcntl(fd, libc::F_GETFD) >= 0 }
+    }
+
+    /// `n` pipes: the read ends, non-blocking, and the write ends' numbers
+    /// sent in one message over `sock` (ours are dropped after): a read
+    /// end then sees EOF only once the received copies are closed too.
+    fn send_write_ends(sock: RawFd, n: usize) -> Vec<std::io::PipeReader> {
+        let pipes: Vec<_> = (0..n).map(|_| std::io::pipe().expect("pipe")).collect();
+        let raw: Vec<RawFd> = pipes.iter().map(|(_, w)| w.as_raw_fd()).collect();
+        send_with_fds(sock, b"fork\0", &raw, false).expect("send");
+        pipes
+            .into_iter()
+            .map(|(r, _)| {
+                // SAFETY: O_NONBLOCK on our own read end.
+                unsafe { libc::fcntl(r.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
+                r
+            })
+            .collect()
+    }
+
+    fn at_eof(r: &std::io::PipeReader) -> bool {
+        matches!(std::io::Read::read(&mut &*r, &mut [0u8; 1]), Ok(0))
+    }
+
+    #[test]
+    fn descriptors_arrive_in_order_and_are_closed_when_cleared() {
+        let (a, b) = seqpacket_pair().expect("socketpair");
+        let readers = send_write_ends(a.as_raw_fd(), 4);
+        let mut buf = [0u8; 64];
+        let mut fds = ReceivedFds::default();
+        assert_eq!(
+            recv_with_fds(b.as_raw_fd(), &mut buf, &mut fds, false).expect("recv"),
+            5
+        );
+        assert_eq!(&buf[..5], b"fork\0");
+        assert_eq!(fds.len(), 4);
+        assert!(readers.iter().all(|r| !at_eof(r)), "held: the write ends are open");
+        fds.clear();
+        assert!(fds.is_empty() && fds.get(0).is_none());
+        assert!(readers.iter().all(at_eof), "cleared: every write end closed");
+    }
+
+    #[test]
+    fn descriptors_not_side_by_side_are_closed_one_by_one() {
+        let (a, b) = seqpacket_pair().expect("socketpair");
+        // Free numbers with one of ours between them, where the two
+        // received descriptors should land: only they may be closed.
+        let null = || OwnedFd::from(std::fs::File::open("/dev/null").expect("open"));
+        let (low, kept, high) = (null(), null(), null());
+        drop((low, high));
+        let readers = send_write_ends(a.as_raw_fd(), 2);
+        let mut fds = ReceivedFds::default();
+        recv_with_fds(b.as_raw_fd(), &mut [0u8; 64], &mut fds, false).expect("recv");
+        fds.clear();
+        assert!(readers.iter().all(at_eof), "both received write ends closed");
+        assert!(is_open(kept.as_raw_fd()), "the descriptor between them is untouched");
+    }
+
+    #[test]
+    fn more_descriptors_than_a_message_holds_are_refused_and_closed() {
+        let (a, b) = seqpacket_pair().expect("socketpair");
+        // Six pipes; their write ends go in one message, then ours are
+        // dropped: each read end sees EOF only once the received copies
+        // are closed too.
+        let pipes: Vec<(std::io::PipeReader, std::io::PipeWriter)> =
+            (0..6).map(|_| std::io::pipe().expect("pipe")).collect();
+        let raw: Vec<RawFd> = pipes.iter().map(|(_, w)| w.as_raw_fd()).collect();
+        // send_with_fds itself sends at most FDS_PER_MESSAGE: build the
+        // message by hand, as a peer could.
+        let mut cbuf = CmsgBuf([0; 64]);
+        let fd_bytes = std::mem::size_of_val(&raw[..]) as u32;
+        let mut iov = libc::iovec {
+            iov_base: b"x".as_ptr() as *mut libc::c_void,
+            iov_len: 1,
+        };
+        // SAFETY: as in send_with_fds; 6 fds (24 bytes) fit the 64-byte buffer.
+        unsafe {
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = cbuf.0.as_mut_ptr() as *mut libc::c_void;
+            msg.msg_controllen = libc::CMSG_SPACE(fd_bytes) as _;
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(fd_bytes) as _;
+            std::ptr::copy_nonoverlapping(raw.as_ptr() as *const u8, libc::CMSG_DATA(cmsg), fd_bytes as usize);
+            assert_eq!(libc::sendmsg(a.as_raw_fd(), &msg, 0), 1);
+        }
+        let readers: Vec<std::io::PipeReader> = pipes.into_iter().map(|(r, _)| r).collect();
+        let mut fds = ReceivedFds::default();
+        let err = recv_with_fds(b.as_raw_fd(), &mut [0u8; 64], &mut fds, false).expect_err("refused");
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+        assert!(fds.is_empty());
+        for r in &readers {
+            // SAFETY: O_NONBLOCK on our own read end: EAGAIN, not a hang,
+            // if a write end were still open.
+            unsafe { libc::fcntl(r.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
+            let n = std::io::Read::read(&mut &*r, &mut [0u8; 1]);
+            assert_eq!(n.ok(), Some(0), "every received write end was closed");
+        }
+    }
 }
