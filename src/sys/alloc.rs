@@ -552,54 +552,19 @@ mod tests {
         assert!(blocks.windows(2).all(|w| w[1] - w[0] >= 24), "disjoint");
     }
 
-    /// The allocator with the arena on, as a worker has it: in a forked
-    /// child (the parent's test threads never see the arena on), blocks
-    /// come from the arena, grow in place, shrink where they are, are
-    /// freed to nowhere, and the class lists (whose locks another test
-    /// thread may have held at the fork) are never touched.
-    #[test]
-    fn a_worker_allocates_from_its_arena() {
-        // SAFETY: fork in a test; the child only calls the allocator's
-        // arena paths (no locks) and _exit.
+    /// Runs `check` in a forked child and asserts it exited 0 (its code
+    /// says which check failed; 99 a panic). The child calls only the
+    /// allocator's arena paths (no locks another test thread may have held
+    /// at the fork) and _exit.
+    fn in_forked_child(check: impl FnOnce() -> i32 + std::panic::UnwindSafe) {
+        // SAFETY: fork in a test; the child runs `check` and _exit only.
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0, "fork failed");
         if pid == 0 {
-            let ok = std::panic::catch_unwind(|| {
-                start_worker_arena();
-                let a = CachingAlloc;
-                // SAFETY: valid layouts; each pointer is used within its size.
-                unsafe {
-                    let p = a.alloc(layout(10));
-                    if !WORKER_ARENA.contains(p) {
-                        return 10;
-                    }
-                    ptr::write_bytes(p, 7, 10);
-                    if a.realloc(p, layout(10), 200) != p || *p.add(9) != 7 {
-                        return 11; // the last block grows in place
-                    }
-                    let q = a.alloc_zeroed(layout(64));
-                    if !WORKER_ARENA.contains(q) || (0..64).any(|i| *q.add(i) != 0) {
-                        return 12;
-                    }
-                    if a.realloc(p, layout(200), 50) != p {
-                        return 13; // smaller: where it is
-                    }
-                    let moved = a.realloc(p, layout(50), 300);
-                    if moved == p || !WORKER_ARENA.contains(moved) || *moved.add(9) != 7 {
-                        return 14; // not the last one any more: moved, bytes kept
-                    }
-                    a.dealloc(moved, layout(300));
-                    a.dealloc(q, layout(64));
-                    let r = a.alloc(layout(16));
-                    if r == q || r == moved {
-                        return 15; // freed arena bytes are not handed out again
-                    }
-                }
-                0
-            });
+            let code = std::panic::catch_unwind(check).unwrap_or(99);
             // SAFETY: _exit ends the forked child without running anything
             // of the parent's.
-            unsafe { libc::_exit(ok.unwrap_or(99)) };
+            unsafe { libc::_exit(code) };
         }
         let mut status = 0;
         // SAFETY: waiting for our own child.
@@ -608,42 +573,72 @@ mod tests {
         assert_eq!(libc::WEXITSTATUS(status), 0, "the child's check that failed");
     }
 
+    /// The allocator with the arena on, as a worker has it: in a forked
+    /// child (the parent's test threads never see the arena on), blocks
+    /// come from the arena, grow in place, shrink where they are, are
+    /// freed to nowhere, and the class lists (whose locks another test
+    /// thread may have held at the fork) are never touched.
+    #[test]
+    fn a_worker_allocates_from_its_arena() {
+        in_forked_child(|| {
+            start_worker_arena();
+            let a = CachingAlloc;
+            // SAFETY: valid layouts; each pointer is used within its size.
+            unsafe {
+                let p = a.alloc(layout(10));
+                if !WORKER_ARENA.contains(p) {
+                    return 10;
+                }
+                ptr::write_bytes(p, 7, 10);
+                if a.realloc(p, layout(10), 200) != p || *p.add(9) != 7 {
+                    return 11; // the last block grows in place
+                }
+                let q = a.alloc_zeroed(layout(64));
+                if !WORKER_ARENA.contains(q) || (0..64).any(|i| *q.add(i) != 0) {
+                    return 12;
+                }
+                if a.realloc(p, layout(200), 50) != p {
+                    return 13; // smaller: where it is
+                }
+                let moved = a.realloc(p, layout(50), 300);
+                if moved == p || !WORKER_ARENA.contains(moved) || *moved.add(9) != 7 {
+                    return 14; // not the last one any more: moved, bytes kept
+                }
+                a.dealloc(moved, layout(300));
+                a.dealloc(q, layout(64));
+                let r = a.alloc(layout(16));
+                if r == q || r == moved {
+                    return 15; // freed arena bytes are not handed out again
+                }
+            }
+            0
+        });
+    }
+
     /// The fork server's allocations, from its first, come from its own
     /// arena; the worker arena stays untouched until a worker turns it on,
     /// and then serves the worker first.
     #[test]
     fn the_fork_server_allocates_from_its_own_arena_and_its_workers_from_theirs() {
-        // SAFETY: as in a_worker_allocates_from_its_arena.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0, "fork failed");
-        if pid == 0 {
-            let ok = std::panic::catch_unwind(|| {
-                start_fork_server_arena();
-                let a = CachingAlloc;
-                // SAFETY: valid layouts; each pointer is used within its size.
-                unsafe {
-                    let p = a.alloc(layout(24));
-                    if !FORK_SERVER_ARENA.contains(p) || WORKER_ARENA.mark.load(Ordering::Relaxed) != 0 {
-                        return 20;
-                    }
-                    start_worker_arena();
-                    let w = a.alloc(layout(24));
-                    if !WORKER_ARENA.contains(w) {
-                        return 21; // a worker's blocks: its own arena first
-                    }
-                    a.dealloc(w, layout(24));
-                    a.dealloc(p, layout(24));
+        in_forked_child(|| {
+            start_fork_server_arena();
+            let a = CachingAlloc;
+            // SAFETY: valid layouts; each pointer is used within its size.
+            unsafe {
+                let p = a.alloc(layout(24));
+                if !FORK_SERVER_ARENA.contains(p) || WORKER_ARENA.mark.load(Ordering::Relaxed) != 0 {
+                    return 20;
                 }
-                0
-            });
-            // SAFETY: as above.
-            unsafe { libc::_exit(ok.unwrap_or(99)) };
-        }
-        let mut status = 0;
-        // SAFETY: waiting for our own child.
-        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
-        assert!(libc::WIFEXITED(status), "{status:#x}");
-        assert_eq!(libc::WEXITSTATUS(status), 0, "the child's check that failed");
+                start_worker_arena();
+                let w = a.alloc(layout(24));
+                if !WORKER_ARENA.contains(w) {
+                    return 21; // a worker's blocks: its own arena first
+                }
+                a.dealloc(w, layout(24));
+                a.dealloc(p, layout(24));
+            }
+            0
+        });
     }
 
     #[test]
