@@ -147,6 +147,13 @@ fn a_task_that_could_not_enter_its_cgroup_leaves_no_escapee() {
         .is_some_and(|p| p.state == "T")));
     let id = d.send_async("escape");
     let queued = wait_for(Duration::from_secs(5), || common::unread_requests_bytes(pid) > 0);
+    // The request's connection (answered at once) closes on its own time:
+    // closed after the squeeze is set, it would free a descriptor below
+    // the limit for the very open the squeeze is to refuse.
+    assert!(
+        wait_for(Duration::from_secs(5), || common::conn_threads(pid) == 0),
+        "the request's connection did not close"
+    );
     let squeeze = common::NofileSqueeze::new(pid, common::lowest_free_fd(pid));
     signal(server[0], libc::SIGCONT);
     assert!(queued, "the fork request never reached the fork server");
