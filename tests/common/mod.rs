@@ -1332,16 +1332,28 @@ impl PrivateCgroup {
 }
 
 impl Drop for PrivateCgroup {
+    /// Kills what is left inside (a test that failed half-way), then
+    /// removes the tree. A cgroup whose last process is still exiting
+    /// refuses rmdir (EBUSY) for a moment: retried until a deadline, so one
+    /// slow exit does not leave the directory on the machine.
     fn drop(&mut self) {
-        fn rmdir_tree(dir: &Path) {
+        fn rmdir_tree(dir: &Path) -> bool {
             if let Ok(entries) = std::fs::read_dir(dir) {
                 for e in entries.flatten().filter(|e| e.path().is_dir()) {
                     rmdir_tree(&e.path());
                 }
             }
-            let _ = std::fs::remove_dir(dir);
+            std::fs::remove_dir(dir).is_ok() || !dir.exists()
         }
-        rmdir_tree(&self.0);
+        let _ = std::fs::write(self.0.join("cgroup.kill"), "1");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !rmdir_tree(&self.0) {
+            if Instant::now() >= deadline {
+                eprintln!("left behind: {} (rmdir kept failing)", self.0.display());
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }
 
