@@ -226,6 +226,63 @@ fn a_restart_kills_and_removes_a_dead_daemons_slots() {
 }
 
 #[test]
+fn a_stop_kills_what_is_left_in_a_slot_and_removes_every_slot() {
+    // What the daemon's exit must never leave: a process in one of its
+    // slots, and the slot directories. A sleeper is put by hand into a slot
+    // the first task left free (the pool's idle worker holds another).
+    let test = "a_stop_kills_what_is_left_in_a_slot_and_removes_every_slot";
+    let Ok(base) = common::PrivateCgroup::new("agentd-test") else {
+        return common::skip_or_fail(
+            test,
+            &format!(
+                "no cgroup v2 directory can be made beside this test's own; needs {}",
+                common::CGROUP_HOST
+            ),
+        );
+    };
+    let set = format!("tasks.cgroup={}", base.0.display());
+    let mut d = Daemon::start(&["--set", &set, "--set", "tasks.prespawn=1", "--log-level", "debug"]);
+    let r = d.ok("SendMessage", json!({"message": user_message("x")}));
+    assert_eq!(r["task"]["status"]["state"], "TASK_STATE_COMPLETED", "{r}");
+    let parent = base.0.join(format!("agentd-{}", d.pid()));
+    let slots = || -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(&parent)
+            .map(|rd| rd.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect())
+            .unwrap_or_default();
+        v.sort();
+        v
+    };
+    let procs = |slot: &Path| std::fs::read_to_string(slot.join("cgroup.procs")).unwrap_or_default();
+    // The task's slot is given back once its worker is reaped and swept.
+    let mut free = None;
+    assert!(
+        wait_for(Duration::from_secs(5), || {
+            free = slots().into_iter().find(|s| procs(s).trim().is_empty());
+            free.is_some() && slots().len() >= 2
+        }),
+        "no free slot beside the idle worker's: {:?}",
+        slots()
+    );
+    let free = free.unwrap();
+    let mut sleeper = std::process::Command::new("sleep").arg("300").spawn().unwrap();
+    std::fs::write(free.join("cgroup.procs"), sleeper.id().to_string()).unwrap();
+    assert_eq!(d.stop(), Some(0), "{}", d.log_text());
+    assert!(
+        wait_for(Duration::from_secs(5), || sleeper.try_wait().unwrap().is_some()),
+        "the sleeper left in {} outlived the daemon",
+        free.display()
+    );
+    assert!(!parent.exists(), "left behind: {:?}", slots());
+    let log = d.log_text();
+    let line = log
+        .lines()
+        .find(|l| l.contains("cgroup.exit") && l.contains(&format!("slot={} ", free.display())))
+        .unwrap_or_else(|| panic!("no cgroup.exit line for {}:\n{log}", free.display()));
+    assert!(line.contains(&format!("pids=[{}]", sleeper.id())), "{line}");
+    assert!(line.contains("killed=1 removed=true"), "{line}");
+}
+
+#[test]
 fn escapees_die_on_cancel_and_on_completion() {
     for mode in ["auto", "off"] {
         let set = format!("tasks.cgroup={mode}");

@@ -53,6 +53,26 @@ fn freeze(dir: &Path, on: bool) -> bool {
     !on
 }
 
+/// SIGKILLs whatever is in the cgroup `dir`, waits (up to 2 s) for it to
+/// be gone, and removes the directory: (pids killed, removed).
+pub(super) fn kill_and_remove(kind: Kind, dir: &Path) -> (usize, bool) {
+    let killed = kill_cgroup(kind, dir);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !procs(dir).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // Emptied, a v2 cgroup can refuse rmdir (EBUSY) a moment longer while
+    // its last process finishes exiting.
+    loop {
+        match fs::remove_dir(dir) {
+            Ok(()) => return (killed, true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (killed, true),
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(2)),
+            Err(_) => return (killed, false),
+        }
+    }
+}
+
 /// The `agentd-PID` directories under `base` left by daemons that are gone
 /// (no such pid), and ours if one exists already (a dead daemon had our
 /// pid: we just started, so nothing in it is ours).
@@ -81,12 +101,7 @@ pub(super) fn kill_stale(kind: Kind, base: &Path, own_pid: u32) {
     for parent in stale_parents(base, own_pid, |p| Path::new(&format!("/proc/{p}")).exists()) {
         let Ok(slots) = fs::read_dir(&parent) else { continue };
         for slot in slots.flatten().map(|s| s.path()).filter(|p| p.is_dir()) {
-            let killed = kill_cgroup(kind, &slot);
-            let deadline = Instant::now() + Duration::from_secs(2);
-            while !procs(&slot).is_empty() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            let removed = fs::remove_dir(&slot).is_ok();
+            let (killed, removed) = kill_and_remove(kind, &slot);
             if killed > 0 || !removed {
                 log::warn!(
                     "cgroup.stale_slot path={} killed={killed} removed={removed} (left by an agentd that died)",

@@ -302,14 +302,35 @@ impl Isolation {
         }
     }
 
-    /// Removes agentd's slots and parent cgroups (at exit, once tasks are
-    /// gone).
+    /// Removes agentd's slots and parent cgroups (at exit, once every task
+    /// is over). Nothing of a task outlives the daemon: a process still in
+    /// a slot is SIGKILLed first, and named in the log (it should not be
+    /// there); a slot that still cannot be removed is reported, not
+    /// silently left.
     pub fn remove(&self) {
         for h in &self.hierarchies {
             for n in 1..=self.made {
-                let _ = fs::remove_dir(h.parent.join(format!("slot-{n}")));
+                let slot = h.parent.join(format!("slot-{n}"));
+                match fs::remove_dir(&slot) {
+                    Ok(()) => continue,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(_) => {}
+                }
+                let left = slot::procs(&slot);
+                let (killed, removed) = kill::kill_and_remove(h.kind, &slot);
+                if left.is_empty() && removed {
+                    // Its last process was still exiting: not worth a warning.
+                    log::debug!("cgroup.exit slot={} removed on a retry", slot.display());
+                } else {
+                    log::warn!(
+                        "cgroup.exit slot={} pids={left:?} killed={killed} removed={removed} (left in a slot after every task ended)",
+                        slot.display()
+                    );
+                }
             }
-            let _ = fs::remove_dir(&h.parent);
+            if let Err(e) = fs::remove_dir(&h.parent) {
+                log::warn!("cgroup.exit path={} error={e}; not removed", h.parent.display());
+            }
         }
     }
 }
