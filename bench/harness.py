@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import signal
 import socket
 import statistics
@@ -353,6 +354,20 @@ class Server:
                 raise Failure(f"no good card answer within {timeout:.0f}s ({last}); log: {self.log_tail()}")
             time.sleep(0.001)
 
+    def keep_log_if_it_says_something(self):
+        """agentd runs at --log-level warn here: a line in its log is a
+        warning or an error the run should not lose with the temporary
+        directory (kept as OUT/logs/NAME-PID.log, and said)."""
+        out = getattr(self.args, "out", None)
+        if not out or self.proc is None or not os.path.exists(self.log_path):
+            return
+        if os.path.getsize(self.log_path) == 0 or self.name not in AGENTD_VARIANTS:
+            return
+        kept = Path(out) / "logs" / f"{self.name}-{self.proc.pid}.log"
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(self.log_path, kept)
+        log(f"{self.name}: its log had warnings or errors, kept: {kept}")
+
     def log_tail(self):
         try:
             return Path(self.log_path).read_text(errors="replace")[-500:].strip() or "(empty)"
@@ -374,6 +389,7 @@ class Server:
 
     def cleanup(self):
         self.stop()
+        self.keep_log_if_it_says_something()
         try:
             for f in os.listdir(self.dir):
                 os.unlink(os.path.join(self.dir, f))
