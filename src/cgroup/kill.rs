@@ -57,7 +57,12 @@ fn freeze(dir: &Path, on: bool) -> bool {
 /// be gone, and removes the directory: (pids killed, removed).
 pub(super) fn kill_and_remove(kind: Kind, dir: &Path) -> (usize, bool) {
     let killed = kill_cgroup(kind, dir);
-    let deadline = Instant::now() + Duration::from_secs(2);
+    (killed, remove_when_empty(dir, Instant::now() + Duration::from_secs(2)))
+}
+
+/// Removes the cgroup `dir` once nothing is left in it, waiting until
+/// `deadline` at most; true when it is gone.
+pub(super) fn remove_when_empty(dir: &Path, deadline: Instant) -> bool {
     while !procs(dir).is_empty() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(2));
     }
@@ -65,10 +70,10 @@ pub(super) fn kill_and_remove(kind: Kind, dir: &Path) -> (usize, bool) {
     // its last process finishes exiting.
     loop {
         match fs::remove_dir(dir) {
-            Ok(()) => return (killed, true),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (killed, true),
+            Ok(()) => return true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return true,
             Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(2)),
-            Err(_) => return (killed, false),
+            Err(_) => return false,
         }
     }
 }

@@ -41,6 +41,7 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use slot::{Counters, SlotFiles};
 pub use slot::{TaskCgroups, Usage};
@@ -308,16 +309,25 @@ impl Isolation {
     /// there); a slot that still cannot be removed is reported, not
     /// silently left.
     pub fn remove(&self) {
+        // Every slot that refuses rmdir is killed first, then all are waited
+        // for together: the stop is held up 2 s at most, however many.
+        let deadline = Instant::now() + Duration::from_secs(2);
         for h in &self.hierarchies {
+            let mut refused = Vec::new();
             for n in 1..=self.made {
                 let slot = h.parent.join(format!("slot-{n}"));
                 match fs::remove_dir(&slot) {
-                    Ok(()) => continue,
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                    Err(_) => {}
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(_) => {
+                        let left = slot::procs(&slot);
+                        let killed = kill::kill_cgroup(h.kind, &slot);
+                        refused.push((slot, left, killed));
+                    }
                 }
-                let left = slot::procs(&slot);
-                let (killed, removed) = kill::kill_and_remove(h.kind, &slot);
+            }
+            for (slot, left, killed) in refused {
+                let removed = kill::remove_when_empty(&slot, deadline);
                 if left.is_empty() && removed {
                     // Its last process was still exiting: not worth a warning.
                     log::debug!("cgroup.exit slot={} removed on a retry", slot.display());
