@@ -417,6 +417,7 @@ fn sse_client_is_strict() {
         });
         let fake = Daemon {
             child: None,
+            killed: None,
             log: dir.0.join("log"),
             socket,
             dir,

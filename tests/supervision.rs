@@ -121,6 +121,7 @@ fn program_sees_a_scrubbed_environment_and_no_stray_fds() {
     drop(leak);
     let d = Daemon {
         child: Some(child),
+        killed: None,
         socket,
         dir: common::TempDir::new("unused"),
         log,

@@ -55,6 +55,7 @@ fn start_with_env(dir: TempDir, env: &[(&str, String)], args: &[&str]) -> Daemon
     let child = cmd.spawn().expect("start agentd");
     let d = Daemon {
         child: Some(child),
+        killed: None,
         socket,
         dir,
         log,
@@ -179,6 +180,7 @@ fn socket_activation_serves_the_passed_socket() {
         .expect("systemd-socket-activate");
     let mut d = Daemon {
         child: Some(child),
+        killed: None,
         socket: socket.clone(),
         dir,
         log,

@@ -37,6 +37,8 @@ impl Drop for TempDir {
 /// call `stop` themselves).
 pub struct Daemon {
     pub child: Option<Child>,
+    /// Its pid once SIGKILLed: what it left in cgroups goes at drop.
+    pub killed: Option<u32>,
     pub socket: PathBuf,
     pub dir: TempDir,
     pub log: PathBuf,
@@ -82,6 +84,7 @@ impl Daemon {
             .expect("start agentd");
         let mut d = Daemon {
             child: Some(child),
+            killed: None,
             socket,
             dir,
             log,
@@ -223,6 +226,7 @@ impl Daemon {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
+            self.killed = Some(child.id());
         }
     }
 }
@@ -233,6 +237,9 @@ impl Drop for Daemon {
             eprintln!("--- agentd log ---\n{}", self.log_text());
         }
         self.kill9();
+        if let Some(pid) = self.killed {
+            remove_cgroups_of_dead_daemon(pid);
+        }
     }
 }
 
@@ -1332,27 +1339,48 @@ impl PrivateCgroup {
 }
 
 impl Drop for PrivateCgroup {
-    /// Kills what is left inside (a test that failed half-way), then
-    /// removes the tree. A cgroup whose last process is still exiting
-    /// refuses rmdir (EBUSY) for a moment: retried until a deadline, so one
-    /// slow exit does not leave the directory on the machine.
     fn drop(&mut self) {
-        fn rmdir_tree(dir: &Path) -> bool {
-            if let Ok(entries) = std::fs::read_dir(dir) {
-                for e in entries.flatten().filter(|e| e.path().is_dir()) {
-                    rmdir_tree(&e.path());
-                }
+        empty_and_remove_cgroup_tree(&self.0);
+    }
+}
+
+/// Kills what is left in the cgroup tree at `dir` (a test that failed
+/// half-way), then removes it. A cgroup whose last process is still
+/// exiting refuses rmdir (EBUSY) for a moment: retried until a deadline, so
+/// one slow exit does not leave the directory on the machine.
+fn empty_and_remove_cgroup_tree(dir: &Path) {
+    fn rmdir_tree(dir: &Path) -> bool {
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            for e in entries.flatten().filter(|e| e.path().is_dir()) {
+                rmdir_tree(&e.path());
             }
-            std::fs::remove_dir(dir).is_ok() || !dir.exists()
         }
-        let _ = std::fs::write(self.0.join("cgroup.kill"), "1");
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !rmdir_tree(&self.0) {
-            if Instant::now() >= deadline {
-                eprintln!("left behind: {} (rmdir kept failing)", self.0.display());
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
+        std::fs::remove_dir(dir).is_ok() || !dir.exists()
+    }
+    // cgroup.kill is v2's; a v1 tree is only removed (what was in it was
+    // the dead daemon's workers' to kill, and they do).
+    let _ = std::fs::write(dir.join("cgroup.kill"), "1");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !rmdir_tree(dir) {
+        if Instant::now() >= deadline {
+            eprintln!("left behind: {} (rmdir kept failing)", dir.display());
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A SIGKILLed daemon leaves its `agentd-PID` cgroups (the next daemon to
+/// start removes them, but after the last test there is none): the one
+/// beside each of this test's own cgroups is emptied and removed when its
+/// handle drops. Tests that check a restart's clean-up restart while the
+/// dead daemon's handle is still held, so this finds nothing of theirs.
+fn remove_cgroups_of_dead_daemon(pid: u32) {
+    for controller in ["", "pids", "memory", "freezer"] {
+        let Some(own) = own_cgroup(controller) else { continue };
+        let parent = own.join(format!("agentd-{pid}"));
+        if parent.is_dir() {
+            empty_and_remove_cgroup_tree(&parent);
         }
     }
 }
