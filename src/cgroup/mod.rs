@@ -338,8 +338,12 @@ impl Isolation {
                     );
                 }
             }
-            if let Err(e) = fs::remove_dir(&h.parent) {
-                log::warn!("cgroup.exit path={} error={e}; not removed", h.parent.display());
+            // Called again on procman's later turns while the daemon exits:
+            // gone already is done.
+            match fs::remove_dir(&h.parent) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => log::warn!("cgroup.exit path={} error={e}; not removed", h.parent.display()),
             }
         }
     }
