@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""Where a task's CPU goes, on this machine: perf on the server core under load.
+
+Starts agentd pinned to the server core (as bench/run.sh does), drives blocking
+SendMessage at the given concurrency with oha from the other core, records
+`perf record -e cpu-clock -g -C SERVER_CPU` for a window in the middle, and
+splits the samples by who ran (connection threads, procman, the fork server,
+a worker before and after it took its task) and by what each was doing (the
+first system call or page fault on the stack, else the user function). Each
+share is also given as µs per task: the window's core time over the tasks
+started in it (agentd_worker_spawns_total before and after).
+
+    bench/run.sh --setup-only      # installs oha under target/bench/
+    python3 bench/profile.py       # the static release build, c=16
+    python3 bench/profile.py --binary path/to/agentd --concurrency 1 -- --set tasks.cgroup=off
+
+User code shows as one row in the stripped release build; for function names,
+build with symbols and point --binary at it:
+
+    CARGO_PROFILE_RELEASE_STRIP=none CARGO_PROFILE_RELEASE_DEBUG=1 cargo build --release \
+        --target x86_64-unknown-linux-musl --target-dir target/symbols
+
+Needs perf (linux-perf / linux-tools) and permission to record a CPU
+(root, or kernel.perf_event_paranoid <= 0). The shares are samples of the
+server core, idle included, and what the kernel attributes to a process
+name: a freshly forked worker is named after the fork server until it
+renames itself, so the fork server's row includes a worker's first steps.
+Read several runs: a shared machine moves ±15% between minutes.
+"""
+import argparse
+import collections
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.dont_write_bytecode = True  # no __pycache__ in bench/
+import harness  # noqa: E402  (Server, run_oha, raw_get, machine)
+
+SYSCALL = re.compile(r"^__(?:x64|do)_sys_(\w+)$")
+
+
+class Daemon(harness.Server):
+    """harness.Server with a binary and flags of our choosing."""
+
+    def __init__(self, args, binary, flags):
+        super().__init__(args, "agentd")
+        self.binary, self.flags = os.path.abspath(binary), flags
+
+    def command(self):
+        return [self.binary, "serve", "--listen", f"unix://{self.sock}", "--log-level", "warn", *self.flags]
+
+
+def spawns(sock):
+    status, body = harness.raw_get(sock, "/metrics")
+    if status != 200:
+        raise harness.Failure(f"GET /metrics: HTTP {status}")
+    for line in body.decode(errors="replace").splitlines():
+        if line.startswith("agentd_worker_spawns_total"):
+            return int(float(line.split()[-1]))
+    raise harness.Failure("no agentd_worker_spawns_total in /metrics")
+
+
+def kind(comm):
+    if comm.startswith("conn-"):
+        return "connection threads"
+    return {
+        "procman": "procman",
+        "agentd-fork": "fork server (+ a new worker's first steps)",
+        "agentd-idle": "worker, idle",
+        "agentd-task": "worker, its task",
+        "swapper": "idle core",
+    }.get(comm, "other: " + comm)
+
+
+def what(frames):
+    """The first system call or fault on the stack (leaf first), else the
+    leaf: kernel or user code (`[unknown]` in a stripped binary)."""
+    for name, _ in frames:
+        m = SYSCALL.match(name)
+        if m:
+            return "syscall " + m.group(1)
+        if name == "asm_exc_page_fault":
+            return "page fault"
+        if name in ("ret_from_fork", "ret_from_fork_asm"):
+            return "first run after fork"
+    if not frames:
+        return "?"
+    name, kernel = frames[0]
+    if kernel:
+        return "kernel " + name[:60]
+    return "user code (strip=none for names)" if name == "[unknown]" else "user " + name[:60]
+
+
+def samples(script):
+    """(comm, [(function, is kernel)], leaf first) per sample of `perf script`."""
+    comm, frames = None, []
+    for line in script.splitlines():
+        if line and not line[0].isspace():
+            if comm is not None:
+                yield comm, frames
+            comm, frames = line.split()[0], []
+        elif line.strip():
+            parts = line.split()
+            if len(parts) > 1:
+                frames.append((parts[1].split("+")[0], "kernel.kallsyms" in line))
+    if comm is not None:
+        yield comm, frames
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--binary", default=os.path.join(HERE, "..", "target", "x86_64-unknown-linux-musl", "release", "agentd"))
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--seconds", type=float, default=4, help="the recorded window")
+    ap.add_argument("--top", type=int, default=6, help="activities shown per thread kind")
+    ap.add_argument("--oha", default=os.path.join(HERE, "..", "target", "bench", "tools", "bin", "oha"))
+    ap.add_argument("--server-cpu", default=os.environ.get("BENCH_SERVER_CPU", "1"))
+    ap.add_argument("--loadgen-cpu", default=os.environ.get("BENCH_LOADGEN_CPU", "0"))
+    ap.add_argument("flags", nargs="*", help="daemon flags, after --")
+    args = ap.parse_args()
+    if not shutil.which("perf"):
+        ap.error("no perf on PATH (Debian: apt-get install linux-perf)")
+    if not os.access(args.oha, os.X_OK):
+        ap.error(f"no oha at {args.oha}: run bench/run.sh --setup-only first")
+    if not os.access(args.binary, os.X_OK):
+        ap.error(f"no agentd at {args.binary}: build it (see bench/README.md)")
+    with tempfile.TemporaryDirectory(prefix="agentd-profile-") as out:
+        os.makedirs(os.path.join(out, "raw"))
+        oha = os.path.join(out, "oha")
+        with open(oha, "w") as f:
+            f.write(f'#!/bin/sh\nexec taskset -c {args.loadgen_cpu} {shlex.quote(os.path.abspath(args.oha))} "$@"\n')
+        os.chmod(oha, 0o755)
+        opts = argparse.Namespace(oha=oha, out=out)
+        srv = Daemon(args, args.binary, args.flags)
+        data = os.path.join(out, "perf.data")
+        try:
+            srv.start()
+            harness.run_oha(opts, srv.sock, args.concurrency, 1, True, "warmup")
+            load_s = args.seconds + 3
+            load = threading.Thread(
+                target=harness.run_oha, args=(opts, srv.sock, args.concurrency, load_s, True, "load")
+            )
+            load.start()
+            time.sleep(1.5)
+            before = spawns(srv.sock)
+            rec = subprocess.run(
+                ["perf", "record", "-q", "-e", "cpu-clock", "-F", "4999", "-g", "-C", args.server_cpu,
+                 "-o", data, "--", "sleep", str(args.seconds)],
+                capture_output=True, text=True,
+            )
+            tasks = spawns(srv.sock) - before
+            load.join()
+        finally:
+            srv.cleanup()
+        if rec.returncode != 0:
+            raise SystemExit(f"profile: perf record failed: {rec.stderr.strip()[:300]}")
+        script = subprocess.run(["perf", "script", "-i", data, "-F", "comm,ip,sym,dso"], capture_output=True, text=True).stdout
+    by_kind, by_what, user = collections.Counter(), collections.Counter(), collections.Counter()
+    for comm, frames in samples(script):
+        k = kind(comm)
+        by_kind[k] += 1
+        user[k] += bool(frames) and not frames[0][1]
+        # A kernel thread's stack starts at ret_from_fork too: its leaf says more.
+        activity = what(frames) if not k.startswith("other") else what(frames[:1])
+        by_what[(k, activity)] += 1
+    total = sum(by_kind.values())
+    if not total or tasks <= 0:
+        raise SystemExit(f"profile: {total} samples, {tasks} tasks: nothing to report")
+    us = args.seconds * 1e6 / tasks  # core time per task in the window
+    m = harness.machine()
+    print(f"{m['cpu_model']}, {m['cpus']} CPUs, Linux {m['kernel']}; server on CPU {args.server_cpu}")
+    print(f"SendMessage c={args.concurrency}: {tasks:,} tasks in {args.seconds:g} s = {us:.0f} µs of core time each;"
+          f" {total:,} samples")
+    print()
+    for k, n in by_kind.most_common():
+        print(f"{100 * n / total:5.1f}%  {n / total * us:6.1f} µs  {k} (user code {100 * user[k] / total:.1f}%)")
+        rows = sorted(((v, w) for (kk, w), v in by_what.items() if kk == k), reverse=True)[: args.top]
+        for v, w in rows:
+            print(f"        {100 * v / total:5.1f}%  {v / total * us:6.1f} µs  {w}")
+
+
+if __name__ == "__main__":
+    main()
