@@ -23,41 +23,21 @@ import subprocess
 import sys
 import tempfile
 import time
-import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.dont_write_bytecode = True  # no __pycache__ in bench/ (run.sh runs from copies for the same reason)
-import harness  # noqa: E402  (run_oha, tree_cpu_s, the request)
-
-
-class Variant(harness.Server):
-    """A variant's daemon: harness.Server's start (pinned, timed to a good
-    card), stop and clean-up, with the variant's binary and flags."""
-
-    def __init__(self, args, name, cmd):
-        super().__init__(args, name)
-        # The server starts in its own directory: a relative path is ours.
-        self.cmd = [os.path.abspath(cmd[0]) if os.sep in cmd[0] else cmd[0], *cmd[1:]]
-
-    def command(self):
-        return [self.cmd[0], "serve", "--listen", f"unix://{self.sock}", "--log-level", "warn", *self.cmd[1:]]
+import harness  # noqa: E402  (AgentdBinary, pinned_oha, run_oha, tree_cpu_s)
 
 
 def measure(args, variants, out):
     """Every round, every variant: (req/s, µs CPU per request, p99 ms) per round, by name."""
-    os.makedirs(os.path.join(out, "raw"))
-    # run_oha pins nothing itself: oha runs under taskset through this wrapper.
-    oha = os.path.join(out, "oha")
-    with open(oha, "w") as f:
-        f.write(f'#!/bin/sh\nexec taskset -c {args.loadgen_cpu} {shlex.quote(os.path.abspath(args.oha))} "$@"\n')
-    os.chmod(oha, 0o755)
-    opts = types.SimpleNamespace(oha=oha, out=out)
+    opts = harness.pinned_oha(args, out)
     names = list(variants)
     results = {n: [] for n in names}
     for r in range(args.rounds):
         for name in names[r % len(names):] + names[: r % len(names)]:
-            srv = Variant(args, name, variants[name])
+            srv = harness.AgentdBinary(args, name, variants[name])
             try:
                 srv.start()
                 harness.run_oha(opts, srv.sock, args.concurrency, 1, True, f"{name}-warmup-{r}")

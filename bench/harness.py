@@ -35,6 +35,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 from pathlib import Path
 
 import report
@@ -396,6 +397,32 @@ class Server:
             os.rmdir(self.dir)
         except OSError:
             pass
+
+
+class AgentdBinary(Server):
+    """An agentd of a given binary and daemon flags (`cmd` = [binary, flag…]),
+    with Server's start (pinned, timed to a good card), stop and clean-up:
+    what bench/ab.py and bench/profile.py start."""
+
+    def __init__(self, args, name, cmd):
+        super().__init__(args, name)
+        # The server starts in its own directory: a relative path is ours.
+        self.cmd = [os.path.abspath(cmd[0]) if os.sep in cmd[0] else cmd[0], *cmd[1:]]
+
+    def command(self):
+        return [self.cmd[0], "serve", "--listen", f"unix://{self.sock}", "--log-level", "warn", *self.cmd[1:]]
+
+
+def pinned_oha(args, out):
+    """run_oha's options for oha pinned to args.loadgen_cpu (run_oha pins
+    nothing itself: oha runs under taskset through a wrapper in `out`),
+    raw results under out/raw."""
+    os.makedirs(os.path.join(out, "raw"), exist_ok=True)
+    oha = os.path.join(out, "oha")
+    with open(oha, "w") as f:
+        f.write(f'#!/bin/sh\nexec taskset -c {args.loadgen_cpu} {shlex.quote(os.path.abspath(args.oha))} "$@"\n')
+    os.chmod(oha, 0o755)
+    return types.SimpleNamespace(oha=oha, out=out)
 
 
 class Bench:

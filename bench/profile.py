@@ -31,7 +31,6 @@ import argparse
 import collections
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -42,20 +41,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.dont_write_bytecode = True  # no __pycache__ in bench/
-import harness  # noqa: E402  (Server, run_oha, raw_get, machine)
+import harness  # noqa: E402  (AgentdBinary, pinned_oha, run_oha, raw_get, machine)
 
 SYSCALL = re.compile(r"^__(?:x64|do)_sys_(\w+)$")
-
-
-class Daemon(harness.Server):
-    """harness.Server with a binary and flags of our choosing."""
-
-    def __init__(self, args, binary, flags):
-        super().__init__(args, "agentd")
-        self.binary, self.flags = os.path.abspath(binary), flags
-
-    def command(self):
-        return [self.binary, "serve", "--listen", f"unix://{self.sock}", "--log-level", "warn", *self.flags]
 
 
 def spawns(sock):
@@ -133,13 +121,8 @@ def main():
     if not os.access(args.binary, os.X_OK):
         ap.error(f"no agentd at {args.binary}: build it (see bench/README.md)")
     with tempfile.TemporaryDirectory(prefix="agentd-profile-") as out:
-        os.makedirs(os.path.join(out, "raw"))
-        oha = os.path.join(out, "oha")
-        with open(oha, "w") as f:
-            f.write(f'#!/bin/sh\nexec taskset -c {args.loadgen_cpu} {shlex.quote(os.path.abspath(args.oha))} "$@"\n')
-        os.chmod(oha, 0o755)
-        opts = argparse.Namespace(oha=oha, out=out)
-        srv = Daemon(args, args.binary, args.flags)
+        opts = harness.pinned_oha(args, out)
+        srv = harness.AgentdBinary(args, "agentd", [args.binary, *args.flags])
         data = os.path.join(out, "perf.data")
         try:
             srv.start()
