@@ -138,19 +138,21 @@ fn kill9_leaves_no_escapee_with_cgroups() {
     }
 }
 
+/// A cgroup v2 tree of the test's own (no other daemon removes its slots
+/// first), or the test is skipped (failed under CI) where none can be made.
+fn private_cgroup(test: &str) -> Option<common::PrivateCgroup> {
+    let what = format!(
+        "a cgroup v2 directory beside this test's own (needs {})",
+        common::CGROUP_HOST
+    );
+    common::needed(&what, test, common::PrivateCgroup::new("agentd-test"))
+}
+
 #[test]
 fn kill9_leaves_no_escapee_and_a_restart_removes_the_slots() {
     let test = "kill9_leaves_no_escapee_and_a_restart_removes_the_slots";
     // In a cgroup tree of our own: no other daemon removes the slots first.
-    let Ok(base) = common::PrivateCgroup::new("agentd-test") else {
-        return common::skip_or_fail(
-            test,
-            &format!(
-                "no cgroup v2 directory can be made beside this test's own; needs {}",
-                common::CGROUP_HOST
-            ),
-        );
-    };
+    let Some(base) = private_cgroup(test) else { return };
     let set = format!("tasks.cgroup={}", base.0.display());
     if let Err(iso) = kill9_with_escapees(&["--set", &set], "cgroup2") {
         panic!(
@@ -172,14 +174,8 @@ fn a_restart_kills_and_removes_a_dead_daemons_slots() {
     // What a SIGKILLed agentd whose workers could not clean up leaves
     // behind: `agentd-PID/slot-N` cgroups, PID gone, processes inside —
     // made here by hand, in a cgroup tree of this test's own.
-    let Ok(base) = common::PrivateCgroup::new("agentd-test") else {
-        return common::skip_or_fail(
-            "a_restart_kills_and_removes_a_dead_daemons_slots",
-            &format!(
-                "no cgroup v2 directory can be made beside this test's own; needs {}",
-                common::CGROUP_HOST
-            ),
-        );
+    let Some(base) = private_cgroup("a_restart_kills_and_removes_a_dead_daemons_slots") else {
+        return;
     };
     let mut gone = std::process::Command::new("true").spawn().unwrap();
     gone.wait().unwrap();
@@ -231,15 +227,7 @@ fn a_stop_kills_what_is_left_in_a_slot_and_removes_every_slot() {
     // slots, and the slot directories. A sleeper is put by hand into a slot
     // the first task left free (the pool's idle worker holds another).
     let test = "a_stop_kills_what_is_left_in_a_slot_and_removes_every_slot";
-    let Ok(base) = common::PrivateCgroup::new("agentd-test") else {
-        return common::skip_or_fail(
-            test,
-            &format!(
-                "no cgroup v2 directory can be made beside this test's own; needs {}",
-                common::CGROUP_HOST
-            ),
-        );
-    };
+    let Some(base) = private_cgroup(test) else { return };
     let set = format!("tasks.cgroup={}", base.0.display());
     let mut d = Daemon::start(&["--set", &set, "--set", "tasks.prespawn=1", "--log-level", "debug"]);
     let r = d.ok("SendMessage", json!({"message": user_message("x")}));
