@@ -283,6 +283,11 @@ pub fn read_frame<T: for<'de> Deserialize<'de>>(r: &mut impl Read, max: usize) -
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ForkRequest {
     pub into_cgroup: bool,
+    /// Born in the cgroup or not at all: with `into_cgroup`, a kernel that
+    /// refuses the placement fails the request instead of a plain fork.
+    /// For a worker whose task is already in its pipe (it would run it
+    /// before procman could move it in).
+    pub placed_only: bool,
     pub containment: Option<ContainmentFile>,
 }
 
@@ -305,11 +310,14 @@ impl ForkRequest {
     }
 
     /// `fork\0`, then a letter per descriptor past the pipes: `c` for the
-    /// cgroup directory, `k` or `p` for the containment file.
+    /// cgroup directory (`C`: placed only), `k` or `p` for the containment
+    /// file.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = FORK_MAGIC.to_vec();
-        if self.into_cgroup {
-            out.push(b'c');
+        match (self.into_cgroup, self.placed_only) {
+            (true, true) => out.push(b'C'),
+            (true, false) => out.push(b'c'),
+            (false, _) => {}
         }
         match self.containment {
             Some(ContainmentFile::Kill) => out.push(b'k'),
@@ -325,6 +333,9 @@ impl ForkRequest {
         let mut req = ForkRequest::default();
         if let Some(r) = rest.strip_prefix(b"c") {
             req.into_cgroup = true;
+            rest = r;
+        } else if let Some(r) = rest.strip_prefix(b"C") {
+            (req.into_cgroup, req.placed_only) = (true, true);
             rest = r;
         }
         req.containment = match rest {
@@ -576,10 +587,12 @@ mod tests {
     #[test]
     fn fork_requests_round_trip_and_refuse_anything_else() {
         let mut all = Vec::new();
-        for into_cgroup in [false, true] {
+        // placed_only means something only with into_cgroup.
+        for (into_cgroup, placed_only) in [(false, false), (true, false), (true, true)] {
             for containment in [None, Some(ContainmentFile::Kill), Some(ContainmentFile::Procs)] {
                 all.push(ForkRequest {
                     into_cgroup,
+                    placed_only,
                     containment,
                 });
             }
@@ -589,6 +602,7 @@ mod tests {
         }
         let full = ForkRequest {
             into_cgroup: true,
+            placed_only: true,
             containment: Some(ContainmentFile::Kill),
         };
         assert_eq!(full.fds(), 4);
@@ -600,6 +614,7 @@ mod tests {
             "a second containment file"
         );
         assert_eq!(ForkRequest::decode(b"fork\0kc"), None, "out of order");
+        assert_eq!(ForkRequest::decode(b"fork\0cC"), None, "two cgroup letters");
         assert_eq!(ForkRequest::decode(b"fork\0x"), None, "an unknown letter");
         assert_eq!(ForkRequest::decode(b"spawn\0"), None, "not a fork request");
         assert_eq!(ForkRequest::decode(b""), None);

@@ -104,6 +104,7 @@ struct Counters {
     ended: [[AtomicU64; CAUSES.len()]; END_STATES.len()],
     rungs: [AtomicU64; RUNGS.len()],
     spawns: AtomicU64,
+    handed_at_birth: AtomicU64,
     spawn_failures: AtomicU64,
     /// Non-cumulative counts per bucket; the last is +Inf.
     spawn_buckets: [AtomicU64; SPAWN_BUCKETS.len() + 1],
@@ -126,6 +127,7 @@ static C: Counters = Counters {
     ended: [ZERO_ROW; END_STATES.len()],
     rungs: [ZERO; RUNGS.len()],
     spawns: ZERO,
+    handed_at_birth: ZERO,
     spawn_failures: ZERO,
     spawn_buckets: [ZERO; SPAWN_BUCKETS.len() + 1],
     spawn_micros_sum: ZERO,
@@ -159,6 +161,11 @@ pub fn ladder_rung(rung: &str) {
 /// A worker process was started.
 pub fn worker_spawned() {
     C.spawns.fetch_add(1, Relaxed);
+}
+
+/// A worker was started with its task already in its pipe.
+pub fn task_handed_at_birth() {
+    C.handed_at_birth.fetch_add(1, Relaxed);
 }
 
 /// A worker could not be started.
@@ -354,6 +361,17 @@ pub fn render(g: &Gauges) -> String {
         "Worker processes started (pooled and on demand).",
     );
     let _ = writeln!(out, "agentd_worker_spawns_total {}", C.spawns.load(Relaxed));
+    family(
+        &mut out,
+        "agentd_worker_spawns_with_task_total",
+        "counter",
+        "Of those, workers born with their task already in their pipe (no idle worker was ready).",
+    );
+    let _ = writeln!(
+        out,
+        "agentd_worker_spawns_with_task_total {}",
+        C.handed_at_birth.load(Relaxed)
+    );
     family(
         &mut out,
         "agentd_worker_spawn_failures_total",

@@ -255,3 +255,96 @@ fn the_idle_pool_is_refilled_after_a_failed_prespawn() {
         d.log_text()
     );
 }
+
+/// A task whose `spawn` frame waits in the pipe of a worker not yet born
+/// (tasks.prespawn=0: no idle worker, so the task goes with the request to
+/// the fork server), cancelled while the fork server is stopped: the cancel
+/// holds until the fork server is given up on (its 1 s), then the task ends
+/// CANCELED and never runs, neither on the next fork server nor twice; and
+/// no worker of it is left.
+#[test]
+fn a_task_cancelled_before_its_worker_is_born_never_runs() {
+    let tmp = common::TempDir::new("unborn");
+    let ran = tmp.0.join("ran.log");
+    let prog = common::script(
+        &tmp.0,
+        "ran.sh",
+        &format!("read l; echo \"$l\" >> {}; echo ok", ran.display()),
+    );
+    let d = Daemon::start(&["--exec", prog.to_str().unwrap(), "--set", "tasks.prespawn=0"]);
+    let warm = d.ok("SendMessage", json!({"message": message("warm", "warm")}));
+    assert_eq!(state(&warm["task"]), "TASK_STATE_COMPLETED", "{warm}");
+    let server = the_fork_server(&d);
+    let stopped = Stopped::stop(server);
+    let r = d.ok(
+        "SendMessage",
+        json!({"message": message("cancelled", "unborn"), "configuration": {"returnImmediately": true}}),
+    );
+    let id = r["task"]["id"].as_str().unwrap().to_string();
+    assert!(
+        wait_for(Duration::from_secs(10), || common::unread_requests_bytes(d.pid()) > 0),
+        "the task's fork request never reached the fork server"
+    );
+    let cancelled = call_within(&d, "CancelTask", json!({"id": id}), Duration::from_secs(20))
+        .unwrap_or_else(|e| panic!("no answer to CancelTask within 20 s: {e}; log:\n{}", d.log_text()));
+    assert_eq!(
+        state(&cancelled["result"]),
+        "TASK_STATE_CANCELED",
+        "{cancelled}; log:\n{}",
+        d.log_text()
+    );
+    drop(stopped);
+    let after = d.ok("SendMessage", json!({"message": message("after", "after")}));
+    assert_eq!(state(&after["task"]), "TASK_STATE_COMPLETED", "{after}");
+    assert_eq!(
+        state(&wait_terminal(&d, &id, Duration::from_secs(5))),
+        "TASK_STATE_CANCELED"
+    );
+    let runs = std::fs::read_to_string(&ran).unwrap_or_default();
+    assert_eq!(
+        runs.lines().collect::<Vec<_>>(),
+        ["warm", "after"],
+        "the cancelled task ran; log:\n{}",
+        d.log_text()
+    );
+    assert!(
+        wait_for(Duration::from_secs(10), || common::task_workers(d.pid()).is_empty()),
+        "workers left: {:?}",
+        common::task_workers(d.pid())
+    );
+}
+
+/// The daemon told to stop while a task waits in an unborn worker's pipe
+/// (the fork server stopped): it stops within the fork server's answer
+/// bound, the task is not left hanging, and nothing of it survives.
+#[test]
+fn a_stop_with_a_task_in_an_unborn_workers_pipe_ends_in_time() {
+    let mut d = Daemon::start(&["--set", "tasks.prespawn=0"]);
+    let warm = d.ok("SendMessage", json!({"message": message("warm", "warm")}));
+    assert_eq!(state(&warm["task"]), "TASK_STATE_COMPLETED", "{warm}");
+    let server = the_fork_server(&d);
+    let stopped = Stopped::stop(server);
+    d.ok(
+        "SendMessage",
+        json!({"message": message("unborn", "unborn"), "configuration": {"returnImmediately": true}}),
+    );
+    assert!(wait_for(Duration::from_secs(10), || common::unread_requests_bytes(
+        d.pid()
+    ) > 0));
+    let pid = d.pid();
+    let t = Instant::now();
+    let code = d.stop();
+    let took = t.elapsed();
+    drop(stopped);
+    assert_eq!(code, Some(0), "exit code; log:\n{}", d.log_text());
+    assert!(
+        took < Duration::from_secs(10),
+        "stopping took {took:?}; log:\n{}",
+        d.log_text()
+    );
+    assert!(!common::alive(pid));
+    assert!(
+        wait_for(Duration::from_secs(5), || !common::alive(server)),
+        "the stopped fork server outlived the daemon"
+    );
+}

@@ -204,3 +204,79 @@ fn a_task_given_to_a_stopped_idle_worker_moves_to_a_fresh_one() {
         "the stopped worker is killed"
     );
 }
+
+/// A counter's value in GET /metrics.
+fn metric(d: &Daemon, name: &str) -> u64 {
+    let text = d.get("/metrics").text();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in /metrics:\n{text}"))
+}
+
+fn artifact_text(task: &Value) -> String {
+    let mut out = String::new();
+    for a in task["artifacts"].as_array().into_iter().flatten() {
+        for p in a["parts"].as_array().into_iter().flatten() {
+            out.push_str(p["text"].as_str().unwrap_or(""));
+        }
+    }
+    out
+}
+
+/// With no idle worker (tasks.prespawn=0), a task's `spawn` frame goes into
+/// the pipe of the worker asked for it before that worker is born, so it
+/// runs the task as it starts instead of sleeping until procman hears of it
+/// (one wake-up less per task). Containment is whole all the same: each task
+/// in a fresh process, born in its own cgroup slot where agentd has them.
+/// Where a worker has to be moved into a cgroup after its birth (a v1
+/// hierarchy), nothing is handed early: the tasks still run, the old way.
+#[test]
+fn a_task_with_no_idle_worker_is_in_its_workers_pipe_at_birth_and_contained() {
+    for cgroup in ["auto", "off"] {
+        let tmp = common::TempDir::new("handed");
+        let prog = common::script(
+            &tmp.0,
+            "where.sh",
+            "echo \"pid=$$ $(tr '\\n' ' ' < /proc/self/cgroup)\"",
+        );
+        let set = format!("tasks.cgroup={cgroup}");
+        let d = Daemon::start(&[
+            "--exec",
+            prog.to_str().unwrap(),
+            "--set",
+            "tasks.prespawn=0",
+            "--set",
+            &set,
+        ]);
+        let iso = common::isolation(&d);
+        let handed_early = iso == "process-group+subreaper" || iso == "process-group+cgroup2";
+        let mut pids = std::collections::HashSet::new();
+        for i in 0..4 {
+            let task = d.ok("SendMessage", json!({"message": user_message(&format!("t{i}"))}))["task"].clone();
+            assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{cgroup}: {task}");
+            let text = artifact_text(&task);
+            let pid = text
+                .strip_prefix("pid=")
+                .and_then(|r| r.split_whitespace().next())
+                .unwrap_or_else(|| panic!("{cgroup}: {text}"));
+            assert!(
+                pids.insert(pid.to_string()),
+                "{cgroup}: task {i} ran in pid {pid} again"
+            );
+            let in_slot = text.contains(&format!("/agentd-{}/slot-", d.pid()));
+            assert_eq!(
+                in_slot,
+                iso.contains("cgroup"),
+                "{cgroup} ({iso}): the program's cgroups: {text}"
+            );
+        }
+        let spawns = metric(&d, "agentd_worker_spawns_total");
+        let handed = metric(&d, "agentd_worker_spawns_with_task_total");
+        assert_eq!(spawns, 4, "{cgroup}: one worker per task, none idle");
+        assert_eq!(
+            handed,
+            if handed_early { 4 } else { 0 },
+            "{cgroup} ({iso}): workers born with their task"
+        );
+    }
+}

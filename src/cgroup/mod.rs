@@ -227,6 +227,13 @@ impl Isolation {
         task.files.dir.as_ref()
     }
 
+    /// Whether a worker can be born inside every cgroup of its slot, so
+    /// that nothing is done to it between its birth and its task: v2 only
+    /// (no v1 hierarchy to move it into), with CLONE_INTO_CGROUP.
+    pub fn born_whole(&self) -> bool {
+        self.clone_into && self.hierarchies.iter().all(|h| h.kind == Kind::V2)
+    }
+
     /// The kernel refused CLONE_INTO_CGROUP (`sys::placement_refused`):
     /// from now on workers are spawned outside and moved in. Logged once.
     pub fn placement_refused(&mut self, e: &io::Error) {

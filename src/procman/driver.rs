@@ -141,8 +141,20 @@ impl<O: Os> Driver<O> {
     /// row the task goes to.
     pub fn assign(&mut self, pid: i32, task_id: String, spawn: &ToWorker, deadline: Option<Instant>, attempt: u32) {
         let Some(w) = self.workers.get_mut(&pid) else { return };
-        w.attempt = attempt;
         w.chan.mark();
+        self.bind(pid, task_id, deadline, attempt);
+        self.send(pid, spawn);
+    }
+
+    /// A new worker whose task's `spawn` frame went into its pipe before
+    /// it was born (the channel was marked before it): it starts running.
+    pub fn assign_handed(&mut self, pid: i32, task_id: String, deadline: Option<Instant>, attempt: u32) {
+        self.bind(pid, task_id, deadline, attempt);
+    }
+
+    fn bind(&mut self, pid: i32, task_id: String, deadline: Option<Instant>, attempt: u32) {
+        let Some(w) = self.workers.get_mut(&pid) else { return };
+        w.attempt = attempt;
         self.by_task.insert(task_id.clone(), pid);
         self.event(
             pid,
@@ -163,7 +175,6 @@ impl<O: Os> Driver<O> {
                 None => log::info!("task.start task={task_id} pid={pid}"),
             }
         }
-        self.send(pid, spawn);
     }
 
     /// A follow-up message for the task's warm worker; false if it has none.

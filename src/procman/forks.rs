@@ -11,21 +11,36 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
+use super::channel::Channel;
 use crate::cgroup::TaskCgroups;
-use crate::control::{ForkReply, ForkRequest};
+use crate::control::{Cause, ForkReply, ForkRequest};
 use crate::limits;
 use crate::sys;
 
 /// A worker asked for and not yet answered: what procman keeps of it.
 pub(super) struct Pending {
-    /// procman's ends of the worker's control pipes: frames from it,
-    /// frames to it.
-    pub from_worker: std::fs::File,
-    pub to_worker: std::fs::File,
+    /// procman's end of the worker's control pipes, made with the request.
+    pub chan: Channel,
     pub cgroups: Option<TaskCgroups>,
     /// Its cgroup v2 directory went with the request (CLONE_INTO_CGROUP).
     pub into_cgroup: bool,
     pub asked: Instant,
+    /// The task already in its pipe, if it was asked for one.
+    pub task: Option<Handed>,
+}
+
+/// A task handed to a worker before it is born: its `spawn` frame waits in
+/// the pipe, so the worker runs it as it starts instead of starting, going
+/// to sleep and being woken for it (one wake-up less per task).
+pub(super) struct Handed {
+    pub id: String,
+    /// Which worker in a row the task goes to (1: the first).
+    pub attempt: u32,
+    /// The task's wall-clock deadline, counted from when it was handed.
+    pub deadline: Option<Instant>,
+    /// Stopped (cancelled, the daemon stopping) before its worker was
+    /// named: the worker is stopped as soon as it is.
+    pub stop: Option<Cause>,
 }
 
 /// One answer, with the request it answers.
@@ -126,6 +141,46 @@ impl ForkServer {
     /// Requests not answered yet.
     pub fn pending(&self) -> usize {
         self.running.as_ref().map_or(0, |r| r.pending.len()) + self.owed.len()
+    }
+
+    /// Every request not answered yet (owed ones too), to look at or mark.
+    fn each_pending(&mut self) -> impl Iterator<Item = &mut Pending> {
+        let asked = self.running.iter_mut().flat_map(|r| r.pending.iter_mut());
+        let owed = self.owed.iter_mut().filter_map(|a| match a {
+            Answer::Failed { pending, .. } => Some(pending),
+            Answer::Forked { .. } => None,
+        });
+        asked.chain(owed)
+    }
+
+    /// Tasks handed to workers not yet named: they count as running.
+    pub fn handed(&self) -> usize {
+        let asked = self.running.iter().flat_map(|r| r.pending.iter());
+        let owed = self.owed.iter().filter_map(|a| match a {
+            Answer::Failed { pending, .. } => Some(pending),
+            Answer::Forked { .. } => None,
+        });
+        asked.chain(owed).filter(|p| p.task.is_some()).count()
+    }
+
+    /// Marks task `id`, if it waits in an unborn worker's pipe, to be
+    /// stopped for `cause` once the worker is named; false if none holds it.
+    pub fn stop_handed(&mut self, id: &str, cause: Cause) -> bool {
+        let task = self.each_pending().filter_map(|p| p.task.as_mut()).find(|t| t.id == id);
+        match task {
+            Some(t) => {
+                t.stop.get_or_insert(cause);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Marks every handed task to be stopped for `cause` (the daemon stops).
+    pub fn stop_every_handed(&mut self, cause: Cause) {
+        for t in self.each_pending().filter_map(|p| p.task.as_mut()) {
+            t.stop.get_or_insert(cause);
+        }
     }
 
     /// Spawns `agentd __forkserver` with `env` as its whole environment.

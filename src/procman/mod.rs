@@ -386,6 +386,7 @@ impl Loop {
                 for id in self.pool.take_queued() {
                     self.end_unstarted(&id, Cause::Shutdown);
                 }
+                self.pool.stop_every_handed(Cause::Shutdown);
                 self.driver.stop_all(Cause::Shutdown, false);
             }
             Msg::KillAll => self.driver.stop_all(Cause::Shutdown, true),
@@ -403,6 +404,10 @@ impl Loop {
             return;
         }
         if self.driver.stop_task(task_id, cause) {
+            return;
+        }
+        // In the pipe of a worker not yet born: stopped once it is named.
+        if self.pool.stop_handed(task_id, cause) {
             return;
         }
         // The Start message is still in flight, or the task ended.

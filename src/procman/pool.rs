@@ -5,15 +5,21 @@
 //! A task whose worker never read it (a stopped or lost idle worker, a
 //! worker that died before it could) comes back here and starts first on a
 //! fresh worker, up to `limits::WORKER_TAKE_ATTEMPTS` workers.
+//!
+//! A task that finds no idle worker is handed to the worker asked for it:
+//! its `spawn` frame goes into that worker's pipe before the fork (see
+//! [`Handed`]); what the fork server answers is taken in [`born`].
+
+mod born;
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
-use super::channel::Channel;
+use super::channel::{Channel, Queued};
 use super::driver::{end_task, GivenBack, Helpers};
-use super::forks::{Answer, ForkServer, Pending};
+use super::forks::{ForkServer, Handed, Pending};
 use super::lifecycle::Ending;
 use super::Loop;
 use crate::config::Runner;
@@ -97,6 +103,23 @@ impl Pool {
         self.forks.pending() == 0
     }
 
+    /// Workers asked for without a task: they join the pool.
+    fn unhanded_forks(&self) -> usize {
+        self.forks.pending() - self.forks.handed()
+    }
+
+    /// Marks a task handed to a worker not yet named to be stopped once it
+    /// is; false if no such worker holds it.
+    pub fn stop_handed(&mut self, task_id: &str, cause: Cause) -> bool {
+        self.forks.stop_handed(task_id, cause)
+    }
+
+    /// Every handed task is stopped as its worker is named (the daemon
+    /// stops), or ends if its worker is not had.
+    pub fn stop_every_handed(&mut self, cause: Cause) {
+        self.forks.stop_every_handed(cause);
+    }
+
     pub fn forks_overdue(&self, now: Instant) -> bool {
         self.forks.answer_due().is_some_and(|due| now >= due)
     }
@@ -167,10 +190,12 @@ impl Loop {
     }
 
     /// Starts waiting tasks on idle workers while there is room under
-    /// tasks.max_running; with no idle worker, asks the fork server for as
-    /// many as can start now (they start as they arrive).
+    /// tasks.max_running; with no idle worker, each is handed to a worker
+    /// asked for it (its frame in the pipe before the worker is born), or,
+    /// where that cannot be (see [`Loop::can_hand`]), workers are asked
+    /// for as many as can start now (they start as they arrive).
     pub(super) fn start_queued(&mut self) {
-        while self.driver.tasks_running() < self.driver.tasks.max_running() && self.shutdown.is_none() {
+        while self.tasks_started() < self.driver.tasks.max_running() && self.shutdown.is_none() {
             let (id, attempt) = match (self.pool.again.front(), self.pool.queue.front()) {
                 (Some(back), _) => (back.task.clone(), back.attempts + 1),
                 (None, Some(id)) => (id.clone(), 1),
@@ -187,16 +212,16 @@ impl Loop {
                 self.pop_waiting(attempt); // cancelled while queued, or pruned
                 continue;
             }
-            let Some(pid) = self.driver.idle().map(|(pid, _)| pid).min() else {
+            let idle = self.driver.idle().map(|(pid, _)| pid).min();
+            if idle.is_none() && !self.can_hand() {
                 self.ask_for_workers();
                 return;
-            };
-            self.pop_waiting(attempt);
+            }
             let Some((context_id, message)) = self.driver.tasks.start_info(&id) else {
+                self.pop_waiting(attempt);
                 continue;
             };
             let now = Instant::now();
-            self.pool.starts.push_back(now);
             let spawn = ToWorker::Spawn {
                 task_id: id.clone(),
                 context_id,
@@ -206,8 +231,47 @@ impl Loop {
             };
             let deadline_ms = self.cfg.tasks.deadline_ms;
             let deadline = (deadline_ms > 0).then(|| now + Duration::from_millis(deadline_ms));
-            self.driver.assign(pid, id, &spawn, deadline, attempt);
+            match idle {
+                Some(pid) => self.driver.assign(pid, id, &spawn, deadline, attempt),
+                None => {
+                    let handed = Handed {
+                        id,
+                        attempt,
+                        deadline,
+                        stop: None,
+                    };
+                    match self.ask_worker(Some((handed, &spawn))) {
+                        Ok(true) => {}
+                        // Not handed after all: it waits for this worker.
+                        Ok(false) => return,
+                        Err(Ask::Later) => {
+                            self.pool.retry_forks_at.get_or_insert(Instant::now() + FORK_RETRY);
+                            return;
+                        }
+                        Err(Ask::Failed(e)) => {
+                            self.no_worker(e);
+                            return;
+                        }
+                    }
+                }
+            }
+            self.pop_waiting(attempt);
+            self.pool.starts.push_back(now);
         }
+    }
+
+    /// Tasks with a worker, and those handed to one not yet named.
+    fn tasks_started(&self) -> usize {
+        self.driver.tasks_running() + self.pool.forks.handed()
+    }
+
+    /// Whether a task can be handed to a worker before it is born: only if
+    /// nothing has to be done to the worker between its birth and its task,
+    /// i.e. it is born inside all of its cgroups (v2, CLONE_INTO_CGROUP,
+    /// no v1 hierarchy to move it into) or there are none.
+    fn can_hand(&self) -> bool {
+        let isolation = &self.driver.os.isolation;
+        !isolation.is_cgroup() || isolation.born_whole()
     }
 
     fn pop_waiting(&mut self, attempt: u32) {
@@ -222,10 +286,10 @@ impl Loop {
     /// start now.
     fn ask_for_workers(&mut self) {
         let room = self.driver.tasks.max_running() - self.driver.tasks_running();
-        let missing = room.min(self.pool.queued()).saturating_sub(self.pool.forks.pending());
+        let missing = room.min(self.pool.queued()).saturating_sub(self.pool.unhanded_forks());
         for _ in 0..missing.min(limits::PRESPAWN_PER_TURN) {
-            match self.ask_worker() {
-                Ok(()) => {}
+            match self.ask_worker(None) {
+                Ok(_) => {}
                 Err(Ask::Later) => {
                     self.pool.retry_forks_at.get_or_insert(Instant::now() + FORK_RETRY);
                     return;
@@ -290,7 +354,7 @@ impl Loop {
             }
             return;
         }
-        let have = idle.len() + self.pool.forks.pending();
+        let have = idle.len() + self.pool.unhanded_forks();
         // While tasks run, a fork competes with them for the core: a pool
         // still half full waits until they are done (one task at a time,
         // the fork then happens while its client reads the answer).
@@ -298,8 +362,8 @@ impl Loop {
             return;
         }
         for _ in have..want.min(have + limits::PRESPAWN_PER_TURN) {
-            match self.ask_worker() {
-                Ok(()) => {}
+            match self.ask_worker(None) {
+                Ok(_) => {}
                 Err(Ask::Later) => return,
                 Err(Ask::Failed(e)) => {
                     log::warn!("procman.prespawn error={e}");
@@ -317,9 +381,11 @@ impl Loop {
     }
 
     /// Asks the fork server (started first if it is not running) for one
-    /// worker, born in a free cgroup slot where agentd has them. The answer
-    /// comes through the poll loop ([`Loop::take_fork_answers`]).
-    fn ask_worker(&mut self) -> Result<(), Ask> {
+    /// worker, born in a free cgroup slot where agentd has them; with a
+    /// task, that task's `spawn` frame goes into the worker's pipe first.
+    /// The answer comes through the poll loop ([`Loop::take_fork_answers`]).
+    /// True if the task went with it.
+    fn ask_worker(&mut self, task: Option<(Handed, &ToWorker)>) -> Result<bool, Ask> {
         if self.pool.retry_forks_at.is_some_and(|t| Instant::now() < t) {
             return Err(Ask::Later);
         }
@@ -330,6 +396,7 @@ impl Loop {
         }
         let (from_worker, worker_writes) = sys::pipe().map_err(Ask::Failed)?;
         let (worker_reads, to_worker) = sys::pipe().map_err(Ask::Failed)?;
+        let mut chan = Channel::new(from_worker.into(), to_worker.into(), self.frame_max()).map_err(Ask::Failed)?;
         let isolation = &mut self.driver.os.isolation;
         let cgroups = if isolation.is_cgroup() {
             match isolation.acquire() {
@@ -348,24 +415,41 @@ impl Loop {
                 .map(|f| (ContainmentFile::Kill, f))
                 .or_else(|| c.freezer_procs_file().map(|f| (ContainmentFile::Procs, f)))
         });
+        // A task goes into the pipe only if the worker is born where it is
+        // to be contained (process group only if no slot could be had).
+        let born_contained = cgroups.is_none() || slot_dir.is_some();
+        let task = match task {
+            Some((handed, spawn)) if born_contained => {
+                chan.mark();
+                match chan.send(spawn) {
+                    Queued::Ok => Some(handed),
+                    // Over the frame limit: the task is not handed; it waits
+                    // for this worker like any, and its own send says why.
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
         let request = ForkRequest {
             into_cgroup: slot_dir.is_some(),
+            placed_only: task.is_some(),
             containment: containment.map(|(what, _)| what),
         };
         let mut fds = vec![worker_reads.as_raw_fd(), worker_writes.as_raw_fd()];
         fds.extend(slot_dir.map(|d| d.as_raw_fd()));
         fds.extend(containment.map(|(_, f)| f.as_raw_fd()));
+        let handed = task.is_some();
         let pending = Pending {
-            from_worker: from_worker.into(),
-            to_worker: to_worker.into(),
+            chan,
             cgroups,
             into_cgroup: request.into_cgroup,
             asked: Instant::now(),
+            task,
         };
         // The fork server holds its own copies of the descriptors once
         // sent: ours close at the end of this function.
         match self.pool.forks.ask(&request, &fds, pending) {
-            Ok(()) => Ok(()),
+            Ok(()) => Ok(handed),
             Err((e, pending)) => {
                 if let Some(cg) = pending.cgroups {
                     self.driver.os.isolation.release(cg);
@@ -376,90 +460,6 @@ impl Loop {
                     _ => Ask::Failed(e),
                 })
             }
-        }
-    }
-
-    /// Takes the fork server's answers: each new worker joins the pool. A
-    /// fork server that has not answered in time is given up first.
-    pub(super) fn take_fork_answers(&mut self) {
-        self.pool.forks.give_up_if_overdue(Instant::now());
-        for answer in self.pool.forks.answers() {
-            match answer {
-                Answer::Forked {
-                    pending,
-                    pid,
-                    placement_refused,
-                } => self.adopt_worker(pending, pid, placement_refused),
-                Answer::Failed { pending, error, lost } => {
-                    if let Some(cg) = pending.cgroups {
-                        // A lost fork server may have forked it before it
-                        // could say so: nothing of it may stay in the slot.
-                        cg.kill();
-                        self.driver.os.isolation.release(cg);
-                    }
-                    // agentd's own helper failed, not the fork: ask the
-                    // next one, unless they keep being lost.
-                    if lost && self.pool.forks.losses_in_a_row() <= limits::FORK_SERVER_LOSSES_MAX {
-                        self.pool.retry_forks_at.get_or_insert(Instant::now() + FORK_RETRY);
-                    } else {
-                        self.no_worker(error);
-                    }
-                }
-            }
-        }
-        if self.pool.forks.pending() == 0 {
-            // Exits of workers not known yet can only be of pending ones.
-            self.pool.early_exits.clear();
-        }
-        self.driver.helpers = self.pool.helpers();
-    }
-
-    fn adopt_worker(&mut self, pending: Pending, pid: i32, placement_refused: Option<std::io::Error>) {
-        crate::metrics::worker_spawned();
-        crate::metrics::worker_forked_after(pending.asked.elapsed());
-        self.pool.fork_failures = 0;
-        // The worker does this itself too; whichever is first, the group
-        // exists before any signal is sent to it.
-        let _ = sys::make_group_leader(pid);
-        let born_inside = pending.into_cgroup && placement_refused.is_none();
-        let isolation = &mut self.driver.os.isolation;
-        if let Some(e) = &placement_refused {
-            isolation.placement_refused(e);
-        }
-        // Into the cgroups it was not born in (v1 limits; v2 after a
-        // refused clone3) before it hears `spawn`: everything the task
-        // forks is inside from the start.
-        // A worker that cannot be put where its task is to be contained
-        // never gets one: it is killed, and counts as a worker not had.
-        let mut cgroups = None;
-        if let Some(cg) = pending.cgroups {
-            if let Err(e) = isolation.enter(pid, &cg, born_inside) {
-                log::warn!("task.cgroup pid={pid} error={e}; the worker is killed, not run uncontained");
-                let _ = sys::kill_group(pid, libc::SIGKILL);
-                let _ = sys::kill_pid(pid, libc::SIGKILL);
-                cg.kill();
-                isolation.release(cg);
-                self.no_worker(e);
-                return;
-            }
-            cgroups = Some(cg);
-        }
-        let chan = match Channel::new(pending.from_worker, pending.to_worker, self.frame_max()) {
-            Ok(c) => c,
-            Err(e) => {
-                log::warn!("procman.control pid={pid} error={e}; killing the worker");
-                let _ = sys::kill_group(pid, libc::SIGKILL);
-                return;
-            }
-        };
-        self.driver.add(pid, chan, cgroups);
-        if let Some(status) = self.pool.early_exits.remove(&pid) {
-            self.driver.exited(pid, status);
-        } else if self.shutdown.is_some() {
-            // Asked for before the daemon began to stop, made after: it
-            // gets no task, and goes the way of the idle workers the stop
-            // found (else it would hold the stop up to its bound).
-            self.driver.retire(pid);
         }
     }
 

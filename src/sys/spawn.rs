@@ -158,39 +158,9 @@ pub fn placement_refused(e: &io::Error) -> bool {
 pub fn fork_sibling(cgroup_fd: Option<RawFd>) -> io::Result<Forked> {
     let mut placement_refused_by = None;
     if let Some(fd) = cgroup_fd {
-        let args = CloneArgs {
-            flags: libc::CLONE_PARENT as u64 | CLONE_INTO_CGROUP,
-            // Must be 0 with CLONE_PARENT: the child's exit signal is ours
-            // (SIGCHLD, as posix_spawn set it), sent to agentd.
-            exit_signal: 0,
-            cgroup: fd as u64,
-            ..CloneArgs::default()
-        };
-        // SAFETY: the kernel reads `args` (valid, its size passed). No
-        // stack is given: like fork(2), the child returns here on a copy
-        // of ours, in a copy of our memory (no CLONE_VM).
-        let ret = unsafe {
-            libc::syscall(
-                libc::SYS_clone3,
-                &args as *const CloneArgs,
-                std::mem::size_of::<CloneArgs>(),
-            )
-        };
-        match ret {
-            0 => return Ok(Forked::Child),
-            pid if pid > 0 => {
-                return Ok(Forked::Parent {
-                    pid: pid as i32,
-                    placement_refused: None,
-                })
-            }
-            _ => {
-                let e = io::Error::last_os_error();
-                if !placement_refused(&e) {
-                    return Err(e);
-                }
-                placement_refused_by = Some(e);
-            }
+        match fork_sibling_into(fd) {
+            Err(e) if placement_refused(&e) => placement_refused_by = Some(e),
+            born => return born,
         }
     }
     // SAFETY: clone(2) as fork(2) with CLONE_PARENT: no stack, no tid
@@ -210,6 +180,37 @@ pub fn fork_sibling(cgroup_fd: Option<RawFd>) -> io::Result<Forked> {
         pid if pid > 0 => Ok(Forked::Parent {
             pid: pid as i32,
             placement_refused: placement_refused_by,
+        }),
+        _ => Err(io::Error::last_os_error()),
+    }
+}
+
+/// [`fork_sibling`] born in the cgroup v2 directory `cgroup_fd` or not at
+/// all: a refused placement is the error (see [`placement_refused`]).
+pub fn fork_sibling_into(cgroup_fd: RawFd) -> io::Result<Forked> {
+    let args = CloneArgs {
+        flags: libc::CLONE_PARENT as u64 | CLONE_INTO_CGROUP,
+        // Must be 0 with CLONE_PARENT: the child's exit signal is ours
+        // (SIGCHLD, as posix_spawn set it), sent to agentd.
+        exit_signal: 0,
+        cgroup: cgroup_fd as u64,
+        ..CloneArgs::default()
+    };
+    // SAFETY: the kernel reads `args` (valid, its size passed). No stack is
+    // given: like fork(2), the child returns here on a copy of ours, in a
+    // copy of our memory (no CLONE_VM).
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &args as *const CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
+    match ret {
+        0 => Ok(Forked::Child),
+        pid if pid > 0 => Ok(Forked::Parent {
+            pid: pid as i32,
+            placement_refused: None,
         }),
         _ => Err(io::Error::last_os_error()),
     }

@@ -95,7 +95,7 @@ pub fn main() -> i32 {
                             .and_then(|what| Some((what, fds.get(fds.len() - 1)?))),
                         null: &null,
                     };
-                    fork_one(birth, cgroup)
+                    fork_one(birth, cgroup, request.placed_only)
                 }
                 _ => {
                     log::error!("forkserver.request refused: not a fork request with its descriptors");
@@ -119,9 +119,14 @@ pub fn main() -> i32 {
     }
 }
 
-/// Forks one worker; in the worker, runs it and exits.
-fn fork_one(birth: Birth<'_>, cgroup: Option<&OwnedFd>) -> ForkReply {
-    match sys::fork_sibling(cgroup.map(|fd| fd.as_raw_fd())) {
+/// Forks one worker; in the worker, runs it and exits. `placed_only`: in
+/// `cgroup` or not at all (its task may be in its pipe already).
+fn fork_one(birth: Birth<'_>, cgroup: Option<&OwnedFd>, placed_only: bool) -> ForkReply {
+    let forked = match cgroup {
+        Some(dir) if placed_only => sys::fork_sibling_into(dir.as_raw_fd()),
+        _ => sys::fork_sibling(cgroup.map(|fd| fd.as_raw_fd())),
+    };
+    match forked {
         // No exit handlers to run (nothing is buffered): std's would unmap
         // the signal stack first, one more system call per task. The worker
         // allocates from its arena first (sys/alloc.rs): fewer pages touched.
