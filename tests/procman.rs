@@ -98,16 +98,23 @@ fn a_worker_that_stops_reading_delays_no_other_task() {
 
 #[test]
 fn the_idle_pool_follows_demand() {
-    // tasks.prespawn: auto — one idle worker at rest, more while tasks
-    // start quickly, back to one once they stop.
+    // tasks.prespawn: auto — one idle worker at rest, back to one after a
+    // burst. Under the burst: where tasks are handed to their workers at
+    // birth (no v1 cgroup to move a worker into), the pool is not refilled
+    // while tasks run — a task finding none goes to a worker forked for it —
+    // and grows to the demand once nothing runs; elsewhere it grows while
+    // tasks start quickly.
     let d = Daemon::start(&[]);
     let pid = d.pid();
+    let iso = common::isolation(&d);
+    let handing = iso == "process-group+cgroup2" || iso == "process-group+subreaper";
     assert!(
         wait_for(Duration::from_secs(10), || common::idle_workers(pid).len() == 1),
         "one idle worker at rest: {:?}",
         common::idle_workers(pid)
     );
     let mut most = 0;
+    let mut most_after = 0;
     std::thread::scope(|s| {
         let burst: Vec<_> = (0..8)
             .map(|_| {
@@ -124,8 +131,24 @@ fn the_idle_pool_follows_demand() {
             std::thread::sleep(Duration::from_millis(5));
         }
     });
-    eprintln!("idle workers: 1 at rest, at most {most} under the burst");
-    assert!(most > 1, "the pool grew under the burst: at most {most} idle");
+    wait_for(Duration::from_secs(2), || {
+        most_after = most_after.max(common::idle_workers(pid).len());
+        most_after > 1
+    });
+    let handed = metric(&d, "agentd_worker_spawns_with_task_total");
+    eprintln!(
+        "isolation {iso}: idle workers 1 at rest, at most {most} under the burst, {most_after} after it; \
+         {handed} of 320 tasks handed to their workers at birth"
+    );
+    if handing {
+        assert!(handed >= 160, "{handed} of 320 tasks handed at birth ({iso})");
+        assert!(
+            most_after > 1,
+            "the pool grew to the demand once the burst ended: {most_after} idle"
+        );
+    } else {
+        assert!(most > 1, "the pool grew under the burst: at most {most} idle");
+    }
     assert!(
         wait_for(Duration::from_secs(30), || common::idle_workers(pid).len() == 1),
         "the pool shrank back to one: {:?}",

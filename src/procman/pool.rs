@@ -355,6 +355,15 @@ impl Loop {
             return;
         }
         let have = idle.len() + self.pool.unhanded_forks();
+        // Where tasks can be handed to their workers at birth, `auto` does
+        // not refill while tasks run: a task that finds no idle worker then
+        // costs the fork it costs anyway and a wake-up less than an idle
+        // worker's (measured on an AMD EPYC: 6.5% more tasks per second at
+        // 16 clients, the same at 1). It refills, to the demand, when
+        // nothing runs, so a lone task still finds a worker waiting.
+        if self.cfg.tasks.prespawn.is_none() && self.tasks_started() > 0 && self.can_hand() {
+            return;
+        }
         // While tasks run, a fork competes with them for the core: a pool
         // still half full waits until they are done (one task at a time,
         // the fork then happens while its client reads the answer).

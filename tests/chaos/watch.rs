@@ -193,14 +193,19 @@ impl Watch {
 
     /// agentd keeps one fork server at most, and (tasks.prespawn auto) at
     /// least one idle worker: none for 10 s outside an fd squeeze is a pool
-    /// that was not refilled.
+    /// that was not refilled. Where agentd hands tasks to their workers at
+    /// birth (no v1 cgroup: isolation cgroup2 or subreaper only), `auto`
+    /// refills only when no task runs: there, 10 s with no idle worker and
+    /// no task worker either.
     fn helpers(&mut self, table: &HashMap<i32, procs::Proc>, daemon: i32) {
         let live = |comm: &str| {
             procs::children(table, daemon)
                 .filter(|p| p.comm == comm && p.state != 'Z')
                 .count()
         };
-        if live("agentd-idle") > 0 {
+        let iso = self.env.daemon.isolation();
+        let hands_at_birth = iso == "process-group+cgroup2" || iso == "process-group+subreaper";
+        if live("agentd-idle") > 0 || (hands_at_birth && live("agentd-task") > 0) {
             self.no_idle_since = None;
             self.no_idle_reported = false;
             return;
