@@ -196,10 +196,14 @@ fn a_stopped_idle_worker_does_not_fail_the_task_it_is_given() {
 /// moment), it kept none once the limit was back, until the next task came
 /// — although tasks.prespawn=auto promises an idle daemon keeps one, and
 /// the next task paid for the fork (or failed, if the limit was short
-/// again).
+/// again). With tasks.prespawn=1 here: the refill is then asked while the
+/// task runs and holds its descriptors, so the squeeze fails it for sure
+/// (`auto` asks only once nothing runs where tasks are handed to workers at
+/// birth, when the task's descriptors are free again); the retry after a
+/// failed ask is the same code for both.
 #[test]
 fn the_idle_pool_is_refilled_after_a_failed_prespawn() {
-    let d = Daemon::start(&[]);
+    let d = Daemon::start(&["--set", "tasks.prespawn=1"]);
     let pid = d.pid();
     assert!(wait_for(Duration::from_secs(10), || common::idle_workers(pid).len() == 1));
     d.settle();
@@ -347,4 +351,65 @@ fn a_stop_with_a_task_in_an_unborn_workers_pipe_ends_in_time() {
         wait_for(Duration::from_secs(5), || !common::alive(server)),
         "the stopped fork server outlived the daemon"
     );
+}
+
+/// The second SIGTERM SIGKILLs every task now: also one whose worker is
+/// named only after it (its task was in the pipe of a worker the stopped
+/// fork server had yet to fork). Its program ignores SIGTERM, so the ladder
+/// would hold the exit for tasks.cancel_grace_ms + tasks.term_grace_ms (3 s).
+#[test]
+fn a_second_sigterm_kills_a_worker_named_after_it_at_once() {
+    let tmp = common::TempDir::new("killall");
+    let started = tmp.0.join("started");
+    let prog = common::script(
+        &tmp.0,
+        "stubborn.sh",
+        &format!(
+            "read l\ncase \"$l\" in warm) echo ok ;; *) trap '' TERM; echo \"$$\" > {}; sleep 30 ;; esac",
+            started.display()
+        ),
+    );
+    let mut d = Daemon::start(&["--exec", prog.to_str().unwrap(), "--set", "tasks.prespawn=0"]);
+    let warm = d.ok("SendMessage", json!({"message": message("warm", "warm")}));
+    assert_eq!(state(&warm["task"]), "TASK_STATE_COMPLETED", "{warm}");
+    let server = the_fork_server(&d);
+    let stopped = Stopped::stop(server);
+    d.ok(
+        "SendMessage",
+        json!({"message": message("stubborn", "stubborn"), "configuration": {"returnImmediately": true}}),
+    );
+    assert!(wait_for(Duration::from_secs(10), || common::unread_requests_bytes(
+        d.pid()
+    ) > 0));
+    let pid = d.pid();
+    signal(pid, libc::SIGTERM);
+    // The first SIGTERM is taken (the drain has begun) before the second.
+    assert!(wait_for(Duration::from_secs(5), || d
+        .log_text()
+        .contains("procman.shutdown")));
+    signal(pid, libc::SIGTERM);
+    let t = Instant::now();
+    drop(stopped); // the fork server forks the worker now, well within its 1 s
+    let mut child = d.child.take().unwrap();
+    let status = common::wait_child(&mut child, Duration::from_secs(10));
+    let took = t.elapsed();
+    assert!(
+        status.is_some(),
+        "agentd still running 10 s after the second SIGTERM; log:\n{}",
+        d.log_text()
+    );
+    let program: Option<i32> = std::fs::read_to_string(&started)
+        .ok()
+        .and_then(|s| s.trim().parse().ok());
+    assert!(
+        took < Duration::from_millis(2500),
+        "the second SIGTERM took {took:?} to end a task named after it (the ladder's 3 s?); program {program:?}; log:\n{}",
+        d.log_text()
+    );
+    if let Some(p) = program {
+        assert!(
+            wait_for(Duration::from_secs(5), || !common::alive(p)),
+            "the program {p} survived"
+        );
+    }
 }

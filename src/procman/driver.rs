@@ -211,6 +211,12 @@ impl<O: Os> Driver<O> {
         }
     }
 
+    /// SIGKILLs one worker's task group now (the daemon's second SIGTERM
+    /// found it not yet named).
+    pub fn kill_now(&mut self, pid: i32, cause: Cause) {
+        self.event(pid, Event::KillNow(Stop::new(cause)));
+    }
+
     /// An idle worker the pool no longer needs.
     pub fn retire(&mut self, pid: i32) {
         self.event(pid, Event::Stop(Stop::new(Cause::Shutdown)));

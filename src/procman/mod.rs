@@ -149,6 +149,8 @@ struct Loop {
     /// in buffers kept from the last.
     poll_set: (Vec<libc::pollfd>, Vec<(i32, bool)>),
     shutdown: Option<Sender<()>>,
+    /// The second SIGTERM came: a worker named from now on is killed too.
+    killing_all: bool,
     poll_failures: PollFailures,
 }
 
@@ -238,6 +240,7 @@ pub fn spawn(
         },
         poll_set: (Vec::new(), Vec::new()),
         shutdown: None,
+        killing_all: false,
         poll_failures: PollFailures::default(),
     };
     let handle = std::thread::Builder::new()
@@ -389,7 +392,10 @@ impl Loop {
                 self.pool.stop_every_handed(Cause::Shutdown);
                 self.driver.stop_all(Cause::Shutdown, false);
             }
-            Msg::KillAll => self.driver.stop_all(Cause::Shutdown, true),
+            Msg::KillAll => {
+                self.killing_all = true;
+                self.driver.stop_all(Cause::Shutdown, true);
+            }
             Msg::Wake => {}
             Msg::Ping(answer) => {
                 let _ = answer.try_send(());

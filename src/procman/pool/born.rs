@@ -110,6 +110,8 @@ impl Loop {
                 let stop = stop.or(self.shutdown.is_some().then_some(Cause::Shutdown));
                 if let Some(status) = early_exit {
                     self.driver.exited(pid, status);
+                } else if self.killing_all {
+                    self.driver.kill_now(pid, Cause::Shutdown);
                 } else if let Some(cause) = stop {
                     self.driver.stop_task(&id, cause);
                 }
@@ -117,6 +119,8 @@ impl Loop {
             None => {
                 if let Some(status) = early_exit {
                     self.driver.exited(pid, status);
+                } else if self.killing_all {
+                    self.driver.kill_now(pid, Cause::Shutdown);
                 } else if self.shutdown.is_some() {
                     // Asked for before the daemon began to stop, made after:
                     // it gets no task, and goes the way of the idle workers
