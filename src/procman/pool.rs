@@ -212,8 +212,11 @@ impl Loop {
                 self.pop_waiting(attempt); // cancelled while queued, or pruned
                 continue;
             }
+            // With no idle worker: handed to a worker of its own, unless
+            // that cannot be, or workers already asked for (without a task)
+            // are enough for every task waiting — then it waits for one.
             let idle = self.driver.idle().map(|(pid, _)| pid).min();
-            if idle.is_none() && !self.can_hand() {
+            if idle.is_none() && (!self.can_hand() || self.pool.unhanded_forks() >= self.pool.queued()) {
                 self.ask_for_workers();
                 return;
             }
