@@ -14,6 +14,12 @@ variant alike, so the per-round ratio is what to read, and its median.
 
 A variant is NAME=BINARY, optionally followed by daemon flags. The first
 variant is the baseline every other is divided by.
+
+Read a median against the noise of the same run: `--control` runs the
+baseline a second time as one more variant (NAME-again). On a shared 2-vCPU
+machine an identical binary has come out anywhere from 0.94 to 1.10 of
+itself over 8–14 rounds; a change that does not clear its control did not
+show.
 """
 import argparse
 import os
@@ -63,9 +69,11 @@ def main():
     ap.add_argument("--oha", default=os.path.join(HERE, "..", "target", "bench", "tools", "bin", "oha"))
     ap.add_argument("--server-cpu", default=os.environ.get("BENCH_SERVER_CPU", "1"))
     ap.add_argument("--loadgen-cpu", default=os.environ.get("BENCH_LOADGEN_CPU", "0"))
+    ap.add_argument("--control", action="store_true",
+                    help="run the baseline twice: its second copy's ratio is this run's noise")
     args = ap.parse_args()
-    if len(args.variants) < 2:
-        ap.error("give at least two variants")
+    if len(args.variants) < 2 and not args.control:
+        ap.error("give at least two variants (or one and --control)")
     if not os.access(args.oha, os.X_OK):
         ap.error(f"no oha at {args.oha}: run bench/run.sh --setup-only first")
     variants = {}
@@ -74,6 +82,9 @@ def main():
         if not rest:
             ap.error(f"{v!r}: write NAME=BINARY [flags]")
         variants[name] = shlex.split(rest)
+    if args.control:
+        base_name = next(iter(variants))
+        variants[base_name + "-again"] = variants[base_name]
     names = list(variants)
     with tempfile.TemporaryDirectory(prefix="agentd-ab-raw-") as out:
         results = measure(args, variants, out)
