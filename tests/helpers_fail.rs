@@ -60,6 +60,28 @@ fn message(text: &str, ctx: &str) -> Value {
     json!({"messageId": common::new_id(), "role": "ROLE_USER", "contextId": ctx, "parts": [{"text": text}]})
 }
 
+/// Completes one task (the fork server is up and has forked), stops the
+/// fork server, then sends `text` without waiting: with no idle worker
+/// (tasks.prespawn=0) its spawn frame goes into the pipe of a worker the
+/// stopped fork server has yet to fork. Returns the task's id, the fork
+/// server's pid and its stop (dropping it lets the fork server go on).
+fn task_in_an_unborn_workers_pipe(d: &Daemon, text: &str) -> (String, i32, Stopped) {
+    let warm = d.ok("SendMessage", json!({"message": message("warm", "warm")}));
+    assert_eq!(state(&warm["task"]), "TASK_STATE_COMPLETED", "{warm}");
+    let server = the_fork_server(d);
+    let stopped = Stopped::stop(server);
+    let r = d.ok(
+        "SendMessage",
+        json!({"message": message(text, "unborn"), "configuration": {"returnImmediately": true}}),
+    );
+    let id = r["task"]["id"].as_str().unwrap().to_string();
+    assert!(
+        wait_for(Duration::from_secs(10), || common::unread_requests_bytes(d.pid()) > 0),
+        "the task's fork request never reached the fork server"
+    );
+    (id, server, stopped)
+}
+
 /// One JSON-RPC call that gives up after `timeout` (the harness waits 30 s).
 fn call_within(d: &Daemon, method: &str, params: Value, timeout: Duration) -> std::io::Result<Value> {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string();
@@ -276,19 +298,7 @@ fn a_task_cancelled_before_its_worker_is_born_never_runs() {
         &format!("read l; echo \"$l\" >> {}; echo ok", ran.display()),
     );
     let d = Daemon::start(&["--exec", prog.to_str().unwrap(), "--set", "tasks.prespawn=0"]);
-    let warm = d.ok("SendMessage", json!({"message": message("warm", "warm")}));
-    assert_eq!(state(&warm["task"]), "TASK_STATE_COMPLETED", "{warm}");
-    let server = the_fork_server(&d);
-    let stopped = Stopped::stop(server);
-    let r = d.ok(
-        "SendMessage",
-        json!({"message": message("cancelled", "unborn"), "configuration": {"returnImmediately": true}}),
-    );
-    let id = r["task"]["id"].as_str().unwrap().to_string();
-    assert!(
-        wait_for(Duration::from_secs(10), || common::unread_requests_bytes(d.pid()) > 0),
-        "the task's fork request never reached the fork server"
-    );
+    let (id, _, stopped) = task_in_an_unborn_workers_pipe(&d, "cancelled");
     let cancelled = call_within(&d, "CancelTask", json!({"id": id}), Duration::from_secs(20))
         .unwrap_or_else(|e| panic!("no answer to CancelTask within 20 s: {e}; log:\n{}", d.log_text()));
     assert_eq!(
@@ -324,17 +334,7 @@ fn a_task_cancelled_before_its_worker_is_born_never_runs() {
 #[test]
 fn a_stop_with_a_task_in_an_unborn_workers_pipe_ends_in_time() {
     let mut d = Daemon::start(&["--set", "tasks.prespawn=0"]);
-    let warm = d.ok("SendMessage", json!({"message": message("warm", "warm")}));
-    assert_eq!(state(&warm["task"]), "TASK_STATE_COMPLETED", "{warm}");
-    let server = the_fork_server(&d);
-    let stopped = Stopped::stop(server);
-    d.ok(
-        "SendMessage",
-        json!({"message": message("unborn", "unborn"), "configuration": {"returnImmediately": true}}),
-    );
-    assert!(wait_for(Duration::from_secs(10), || common::unread_requests_bytes(
-        d.pid()
-    ) > 0));
+    let (_, server, stopped) = task_in_an_unborn_workers_pipe(&d, "unborn");
     let pid = d.pid();
     let t = Instant::now();
     let code = d.stop();
@@ -370,17 +370,7 @@ fn a_second_sigterm_kills_a_worker_named_after_it_at_once() {
         ),
     );
     let mut d = Daemon::start(&["--exec", prog.to_str().unwrap(), "--set", "tasks.prespawn=0"]);
-    let warm = d.ok("SendMessage", json!({"message": message("warm", "warm")}));
-    assert_eq!(state(&warm["task"]), "TASK_STATE_COMPLETED", "{warm}");
-    let server = the_fork_server(&d);
-    let stopped = Stopped::stop(server);
-    d.ok(
-        "SendMessage",
-        json!({"message": message("stubborn", "stubborn"), "configuration": {"returnImmediately": true}}),
-    );
-    assert!(wait_for(Duration::from_secs(10), || common::unread_requests_bytes(
-        d.pid()
-    ) > 0));
+    let (_, _, stopped) = task_in_an_unborn_workers_pipe(&d, "stubborn");
     let pid = d.pid();
     signal(pid, libc::SIGTERM);
     // The first SIGTERM is taken (the drain has begun) before the second.
