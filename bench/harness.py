@@ -661,6 +661,7 @@ def machine():
         pass
     m = {
         "cpu_model": fields.get("model name", "?"),
+        "cpu_id": cpu_id(fields),
         "cpus": os.cpu_count(),
         "kernel": os.uname().release,
     }
@@ -672,6 +673,17 @@ def machine():
     except (KeyError, ValueError):
         m["threads_per_core"] = None
     return m
+
+
+def cpu_id(fields):
+    """Vendor, family, model and stepping from /proc/cpuinfo: a VM may name two
+    CPU generations alike ("AMD EPYC" has been Zen 3 and Zen 5 here), and a
+    fork's cost differs between them, so a run says which it had."""
+    parts = [fields.get("vendor_id")]
+    for key, label in (("cpu family", "family"), ("model", "model"), ("stepping", "stepping")):
+        if fields.get(key):
+            parts.append(f"{label} {fields[key]}")
+    return " ".join(p for p in parts if p) or None
 
 
 def sh(cmd, **kw):
@@ -735,10 +747,11 @@ def main():
         log(f"warning: the CPUs were {busy:.0%} busy over 2 s before the run: this machine is "
             "not quiet, so treat these numbers as a smoke run")
 
-    baseline = None
+    baseline = baseline_context = None
     if args.baseline:
         try:
             baseline = report.baseline_of(args.baseline)
+            baseline_context = report.baseline_context_of(args.baseline)
         except (OSError, ValueError, KeyError) as e:
             ap.error(f"--baseline {args.baseline}: no agentd results in it ({e})")
 
@@ -799,6 +812,7 @@ def main():
         "results": results,
         "floor": floor,
         "baseline": baseline,
+        "baseline_context": baseline_context,
         "machine": mach,
         "header": header,
         "facts": facts,

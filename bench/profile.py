@@ -51,6 +51,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.dont_write_bytecode = True  # no __pycache__ in bench/
 import harness  # noqa: E402  (AgentdBinary, pinned_oha, run_oha, raw_get, machine)
+import report  # noqa: E402  (cpu_line)
 
 SYSCALL = re.compile(r"^__(?:x64|do)_sys_(\w+)$")
 
@@ -160,7 +161,7 @@ def print_census(args, script):
     if tasks <= 0:
         raise SystemExit("profile: no worker forked in the window: nothing to report")
     m = harness.machine()
-    print(f"{m['cpu_model']}, {m['cpus']} CPUs, Linux {m['kernel']}; server on CPU {args.server_cpu}")
+    print(f"{report.cpu_line(m)}, {m['cpus']} CPUs, Linux {m['kernel']}; server on CPU {args.server_cpu}")
     print(f"SendMessage c={args.concurrency}: {tasks:,} tasks (workers forked) in {args.seconds:g} s;"
           " events per task:")
     print()
@@ -248,7 +249,7 @@ def main():
     window_s = total / 4999
     us = window_s * 1e6 / tasks  # core time per task in the window
     m = harness.machine()
-    print(f"{m['cpu_model']}, {m['cpus']} CPUs, Linux {m['kernel']}; server on CPU {args.server_cpu}")
+    print(f"{report.cpu_line(m)}, {m['cpus']} CPUs, Linux {m['kernel']}; server on CPU {args.server_cpu}")
     print(f"SendMessage c={args.concurrency}: {tasks:,} tasks (workers forked) in {window_s:.2f} s sampled"
           f" = {us:.0f} µs of core time each; {total:,} samples")
     print()

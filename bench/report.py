@@ -12,9 +12,10 @@ the no-worse-than-before checks). Standard library only.
 `run` is a dict: servers (names in run order), labels (name -> column title),
 results (name -> what harness.bench_server measured), floor (spawn_floor's
 rows by `how`: the exec floor and the fork floor, or {"error": ...}),
-baseline (a previous run's agentd results, or None), machine (the CPU model
-and count; older runs name the CPU in the header instead), header, facts,
-versions.
+baseline (a previous run's agentd results, or None), baseline_context (that run's machine
+and SDK servers' results, to tell code from machine drift), machine (the CPU model, its
+vendor, family, model and stepping, the CPU count and kernel; older runs name the CPU in
+the header instead), header, facts, versions.
 """
 
 import json
@@ -316,12 +317,28 @@ def check_lines(run):
             oks.append(x >= NOCG_RATE_AT_LEAST)
         return (", ".join(parts), all(oks))
 
-    def vs_before(r, path, higher_better, fmt):
+    context = run.get("baseline_context") or {}
+    other_cpu = another_cpu(run.get("machine"), context.get("machine"))
+
+    def vs_before(r, path, higher_better, fmt, timed=True):
         now, then = dig(r, *path), dig(before, *path)
         if now is None or then is None:
             return (fmt(now) if now is not None else "–") + " (no --baseline)", None
+        text = f"{fmt(now)} vs {fmt(then)} before ({now / then:.2f}×)"
+        if other_cpu and timed:
+            # Another CPU model: a rate or a time compares machines, not code.
+            return f"{text}; not judged: the --baseline run had {other_cpu}", None
+        # How the SDK servers moved between the same two runs: the machine's
+        # own drift, beside agentd's.
+        peers = []
+        for name in SDK_NAMES:
+            x = div(dig(run["results"].get(name), *path), dig((context.get("results") or {}).get(name), *path))
+            if x is not None:
+                peers.append(f"{name} {x:.2f}×")
+        if peers:
+            text += f"; the SDK servers between the same runs: {', '.join(peers)}"
         ok = now >= then * (1 - BEFORE_TOLERANCE) if higher_better else now <= then * (1 + BEFORE_TOLERANCE)
-        return (f"{fmt(now)} vs {fmt(then)} before ({now / then:.2f}×)", ok)
+        return text, ok
 
     # (check, its value for one agentd variant, shown for cgroup off too)
     checks = [
@@ -339,7 +356,7 @@ def check_lines(run):
         ("GET card c=16 rate no worse than the --baseline run",
          lambda r: vs_before(r, ("card16", "rps"), True, lambda x: f"{x:,.0f} req/s"), False),
         ("idle RSS no worse than the --baseline run",
-         lambda r: vs_before(r, ("idle_rss_kib",), False, mib), False),
+         lambda r: vs_before(r, ("idle_rss_kib",), False, mib, timed=False), False),
         ("start-up no worse than the --baseline run",
          lambda r: vs_before(r, ("startup_ms",), False, lambda x: f"{x:.1f} ms"), False),
     ]
@@ -376,13 +393,20 @@ def check_lines(run):
     return [note, "", *table(head, rows), "", summary]
 
 
+def cpu_line(m):
+    """`AMD EPYC (AuthenticAMD family 25 model 1 stepping 1)`; the name alone
+    for a run recorded before the id was kept."""
+    name = m.get("cpu_model", "?")
+    return f"{name} ({m['cpu_id']})" if m.get("cpu_id") else name
+
+
 def machine_line(run):
     m = run.get("machine")
     if not m:
         return []  # an older run: its header names the CPU
     smt = m.get("threads_per_core")
     smt = "" if not smt else f", {smt} thread{'s' if smt > 1 else ''} per core"
-    return [f"Machine: **{m.get('cpu_model', '?')}**, {m.get('cpus', '?')} CPUs{smt}; "
+    return [f"Machine: **{cpu_line(m)}**, {m.get('cpus', '?')} CPUs{smt}; "
             f"Linux {m.get('kernel', '?')}."]
 
 
@@ -402,11 +426,32 @@ def render(run):
     return "\n\n".join("\n".join(s) for s in sections if s) + "\n"
 
 
+def another_cpu(now, then):
+    """The --baseline run's CPU, named, when it was not this run's (None when
+    it was, or when either run does not say)."""
+    if not now or not then:
+        return None
+    key = "cpu_id" if now.get("cpu_id") and then.get("cpu_id") else "cpu_model"
+    if now.get(key) == then.get(key):
+        return None
+    return f"another CPU ({cpu_line(then)})"
+
+
 def baseline_of(path):
     """A previous results.json's agentd (as shipped) results."""
     with open(path) as f:
         doc = json.load(f)
     return doc["results"]["agentd"]
+
+
+def baseline_context_of(path):
+    """What else a previous results.json says of its run: its machine, and the
+    SDK servers' results (how far the machine itself moved between the runs)."""
+    with open(path) as f:
+        doc = json.load(f)
+    results = doc.get("results") or {}
+    return {"machine": doc.get("machine"),
+            "results": {n: results[n] for n in SDK_NAMES if n in results}}
 
 
 def main(argv):
@@ -424,6 +469,7 @@ def main(argv):
         run = json.load(f)
     if baseline:
         run["baseline"] = baseline_of(baseline)
+        run["baseline_context"] = baseline_context_of(baseline)
     sys.stdout.write(render(run))
     return 0
 
