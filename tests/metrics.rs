@@ -132,7 +132,13 @@ fn metrics_parse_and_move_after_tasks() {
         ),
         1.0
     );
-    assert!(moved("agentd_worker_spawns_total", &[]) >= 2.0);
+    // Two tasks, two fresh workers, each born before its task ran: the
+    // second after the first scrape. Whether the first (an idle worker made
+    // at start-up) and a refill after the cancel were counted by either
+    // scrape is timing: on a slow-forking CPU the refill's answer often
+    // comes after the last scrape.
+    assert!(value(&after, "agentd_worker_spawns_total", &[]) >= 2.0);
+    assert!(moved("agentd_worker_spawns_total", &[]) >= 1.0);
     assert!(moved("agentd_worker_spawn_seconds_count", &[]) >= 1.0);
     assert!(value(&after, "agentd_worker_spawn_seconds_sum", &[]) > 0.0);
     assert_eq!(moved("agentd_kill_ladder_rungs_total", &[("rung", "cancel")]), 1.0);
