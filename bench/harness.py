@@ -750,8 +750,7 @@ def main():
     baseline = baseline_context = None
     if args.baseline:
         try:
-            baseline = report.baseline_of(args.baseline)
-            baseline_context = report.baseline_context_of(args.baseline)
+            baseline, baseline_context = report.baseline_of(args.baseline)
         except (OSError, ValueError, KeyError) as e:
             ap.error(f"--baseline {args.baseline}: no agentd results in it ({e})")
 

@@ -438,20 +438,15 @@ def another_cpu(now, then):
 
 
 def baseline_of(path):
-    """A previous results.json's agentd (as shipped) results."""
+    """A previous results.json's agentd (as shipped) results, and what else it
+    says of its run: its machine and the SDK servers' results (how far the
+    machine itself moved between the runs)."""
     with open(path) as f:
         doc = json.load(f)
-    return doc["results"]["agentd"]
-
-
-def baseline_context_of(path):
-    """What else a previous results.json says of its run: its machine, and the
-    SDK servers' results (how far the machine itself moved between the runs)."""
-    with open(path) as f:
-        doc = json.load(f)
-    results = doc.get("results") or {}
-    return {"machine": doc.get("machine"),
-            "results": {n: results[n] for n in SDK_NAMES if n in results}}
+    results = doc["results"]
+    context = {"machine": doc.get("machine"),
+               "results": {n: results[n] for n in SDK_NAMES if n in results}}
+    return results["agentd"], context
 
 
 def main(argv):
@@ -468,8 +463,7 @@ def main(argv):
     with open(args[0]) as f:
         run = json.load(f)
     if baseline:
-        run["baseline"] = baseline_of(baseline)
-        run["baseline_context"] = baseline_context_of(baseline)
+        run["baseline"], run["baseline_context"] = baseline_of(baseline)
     sys.stdout.write(render(run))
     return 0
 
