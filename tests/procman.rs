@@ -303,3 +303,135 @@ fn a_task_with_no_idle_worker_is_in_its_workers_pipe_at_birth_and_contained() {
         );
     }
 }
+
+/// The scheduling policy of a process or thread (proc(5) stat field 41):
+/// 0 SCHED_OTHER, 3 SCHED_BATCH.
+fn policy(stat_path: &str) -> Option<u32> {
+    let stat = std::fs::read_to_string(stat_path).ok()?;
+    stat.rsplit_once(')')?.1.split_whitespace().nth(41 - 3)?.parse().ok()
+}
+
+#[test]
+fn helpers_wait_their_turn_and_a_tasks_program_runs_under_the_default_policy() {
+    // Connection threads, the fork server and its workers run under
+    // SCHED_BATCH, so a wake-up of theirs does not cut procman's turn short;
+    // procman itself and every program a task runs keep SCHED_OTHER.
+    let tmp = common::TempDir::new("sched");
+    let daemon = Daemon::start(&["--exec", policy_script(&tmp).to_str().unwrap()]);
+    check_policies(
+        &daemon,
+        Policies {
+            procman: 0,
+            helpers: 3,
+            program: 0,
+        },
+    );
+}
+
+#[test]
+fn a_policy_the_operator_chose_is_left_alone() {
+    // Started under SCHED_IDLE (chrt -i 0), every thread and process keeps it.
+    if !std::path::Path::new("/usr/bin/chrt").exists() {
+        common::skip_or_fail("a_policy_the_operator_chose_is_left_alone", "no /usr/bin/chrt");
+        return;
+    }
+    let tmp = common::TempDir::new("sched-idle");
+    let under_idle = common::script(
+        &tmp.0,
+        "agentd-idle-policy.sh",
+        &format!("exec /usr/bin/chrt -i 0 {} \"$@\"", env!("CARGO_BIN_EXE_agentd")),
+    );
+    let daemon = Daemon::start_with_binary(&under_idle, &["--exec", policy_script(&tmp).to_str().unwrap()]);
+    check_policies(
+        &daemon,
+        Policies {
+            procman: 5,
+            helpers: 5,
+            program: 5,
+        },
+    );
+}
+
+/// An exec program that answers with its own scheduling policy.
+fn policy_script(tmp: &common::TempDir) -> std::path::PathBuf {
+    common::script(
+        &tmp.0,
+        "policy.sh",
+        "read -r line\necho \"policy=$(cut -d')' -f2 /proc/$$/stat | awk '{print $39}')\"",
+    )
+}
+
+/// Policies by proc(5) number: 0 SCHED_OTHER, 3 SCHED_BATCH, 5 SCHED_IDLE.
+struct Policies {
+    procman: u32,
+    /// Connection threads, the fork server, idle workers.
+    helpers: u32,
+    /// What a task's program runs under.
+    program: u32,
+}
+
+fn check_policies(d: &Daemon, want: Policies) {
+    let pid = d.pid();
+    let task = d.ok("SendMessage", json!({"message": user_message("which policy?")}))["task"].clone();
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{task}");
+    assert_eq!(
+        artifact_text(&task).trim(),
+        format!("policy={}", want.program),
+        "a task's program: {task}"
+    );
+
+    // A connection held open: its thread is there to look at.
+    let mut conn = d.connect();
+    std::io::Write::write_all(
+        &mut conn,
+        b"GET /.well-known/agent-card.json HTTP/1.1\r\nHost: x\r\n\r\n",
+    )
+    .unwrap();
+    let head = common::read_response(&mut std::io::BufReader::new(&conn)).expect("the card");
+    assert_eq!(head.status, 200);
+    let threads: Vec<(String, Option<u32>)> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .map(|t| {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            (
+                comm.trim_end().to_string(),
+                policy(&t.path().join("stat").to_string_lossy()),
+            )
+        })
+        .collect();
+    let of = |name: &str| -> Vec<Option<u32>> {
+        threads
+            .iter()
+            .filter(|(c, _)| c.starts_with(name))
+            .map(|(_, p)| *p)
+            .collect()
+    };
+    assert!(!of("conn-").is_empty(), "a connection thread: {threads:?}");
+    assert!(
+        of("conn-").iter().all(|p| *p == Some(want.helpers)),
+        "connection threads: {threads:?}"
+    );
+    assert_eq!(of("procman"), [Some(want.procman)], "procman: {threads:?}");
+    drop(conn);
+
+    assert!(
+        wait_for(Duration::from_secs(10), || !common::fork_servers(pid).is_empty()
+            && !common::idle_workers(pid).is_empty()),
+        "a fork server and an idle worker"
+    );
+    for fs in common::fork_servers(pid) {
+        assert_eq!(
+            policy(&format!("/proc/{fs}/stat")),
+            Some(want.helpers),
+            "the fork server {fs}"
+        );
+    }
+    for w in common::idle_workers(pid) {
+        assert_eq!(
+            policy(&format!("/proc/{w}/stat")),
+            Some(want.helpers),
+            "the idle worker {w}"
+        );
+    }
+}

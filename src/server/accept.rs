@@ -64,12 +64,29 @@ pub(super) fn accept_loop(listener: &AcceptHandle, shared: &Arc<Shared>, name: &
             .spawn(move || {
                 // Dropped however the thread ends, a panic included.
                 let _slot = slot;
+                yield_on_wakeup(conn_id);
                 let reason = serve_connection(stream, &principal, &shared2);
                 log::debug!("a2a.conn.close conn={conn_id} reason={reason}");
             });
         // A failed spawn dropped the closure, and the slot with it.
         if let Err(e) = spawned {
             log::warn!("a2a.conn.thread conn={conn_id} error={e}");
+        }
+    }
+}
+
+/// Makes this connection thread wait its turn when woken (a request in,
+/// its task settled) instead of cutting procman's turn short: under load
+/// procman then settles and starts a run of tasks in one go, without a
+/// switch away and back per task (see sys::yield_on_wakeup). Its share of
+/// the CPU is unchanged; a policy other than the default is the operator's
+/// and stays. Where the kernel refuses (a seccomp filter), the thread keeps
+/// its policy; that is said once.
+fn yield_on_wakeup(conn_id: usize) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if let Err(e) = crate::sys::yield_on_wakeup() {
+        if !SAID.swap(true, Ordering::Relaxed) {
+            log::info!("a2a.conn.sched conn={conn_id} SCHED_BATCH refused: {e}; connection threads keep their policy");
         }
     }
 }

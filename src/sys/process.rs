@@ -119,3 +119,36 @@ pub fn env_is_set(name: &std::ffi::CStr) -> bool {
     // is called before any thread exists that could change it.
     unsafe { !libc::getenv(name.as_ptr()).is_null() }
 }
+
+/// Puts the calling thread under SCHED_BATCH if it runs under the default
+/// policy (true: it does now); any other policy is the operator's choice
+/// and stays (false). Woken, a SCHED_BATCH thread does not preempt the
+/// thread running but waits for it to block or end its slice, with the
+/// same share of the CPU as before; no privilege is needed. What the
+/// thread forks inherits it (SCHED_RESET_ON_FORK resets only real-time
+/// policies): see [`default_scheduling`].
+pub fn yield_on_wakeup() -> io::Result<bool> {
+    // SAFETY: sched_getscheduler takes a tid (0 = the caller), no memory.
+    let policy = cvt(unsafe { libc::syscall(libc::SYS_sched_getscheduler, 0) } as libc::c_int)?;
+    if policy != libc::SCHED_OTHER {
+        return Ok(false);
+    }
+    set_scheduling(libc::SCHED_BATCH).map(|()| true)
+}
+
+/// Puts the calling thread back under SCHED_OTHER, the default policy.
+/// Async-signal-safe (one system call), so usable between fork and exec.
+pub fn default_scheduling() -> io::Result<()> {
+    set_scheduling(libc::SCHED_OTHER)
+}
+
+/// sched_setscheduler(2) on the calling thread (tid 0) at priority 0. The
+/// system call itself: musl's wrapper is a stub that fails with ENOSYS.
+fn set_scheduling(policy: libc::c_int) -> io::Result<()> {
+    // The kernel's struct sched_param is one int (musl's has more fields).
+    let priority: libc::c_int = 0;
+    // SAFETY: sched_setscheduler reads one int (the priority) from a valid
+    // pointer and changes only the calling thread's policy.
+    let ret = unsafe { libc::syscall(libc::SYS_sched_setscheduler, 0, policy, &priority as *const libc::c_int) };
+    cvt(ret as libc::c_int).map(drop)
+}

@@ -418,11 +418,15 @@ impl ReceivedFds {
 /// (tini's `isolate_child`, firecracker's jailer). It stays in the
 /// worker's process group, so the kill ladder reaches it and all it forks.
 /// 1. PDEATHSIG — it dies with the thread that forked it;
-/// 2. rlimits.
+/// 2. rlimits;
+/// 3. the default scheduling policy (SCHED_OTHER), if asked.
 #[derive(Debug, Clone, Default)]
 pub struct ChildSetup {
     pub parent_death: Option<libc::c_int>,
     pub rlimits: Vec<(super::Rlimit, u64)>,
+    /// Back under SCHED_OTHER: the worker runs under SCHED_BATCH because
+    /// agentd put it there, not its operator.
+    pub default_policy: bool,
 }
 
 /// Installs `setup` as the command's pre-exec hook.
@@ -435,10 +439,13 @@ pub fn prepare_child(cmd: &mut std::process::Command, setup: ChildSetup) {
         for &(which, value) in &setup.rlimits {
             super::set_rlimit(which, value)?;
         }
+        if setup.default_policy {
+            super::default_scheduling()?;
+        }
         Ok(())
     };
     // SAFETY: the hook runs in the forked child before exec. It makes only
-    // async-signal-safe system calls (prctl, setrlimit), reads data captured before the fork, and allocates
+    // async-signal-safe system calls (prctl, setrlimit, sched_setscheduler), reads data captured before the fork, and allocates
     // nothing (io::Error::last_os_error does not allocate).
     unsafe { cmd.pre_exec(hook) };
 }

@@ -12,6 +12,7 @@
 //! if agentd dies.
 
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::{Birth, EXIT_ORPHANED, FRAME_MAX_ENV, LOG_LEVEL_ENV, SUPERVISOR_PID_ENV};
 use crate::control::{ForkReply, ForkRequest};
@@ -21,6 +22,16 @@ use crate::sys;
 pub const NAME: &std::ffi::CStr = c"agentd-fork";
 /// Its request socket: stdin.
 const REQUESTS: i32 = 0;
+
+/// Whether the fork server put itself, and so every worker it forks, under
+/// SCHED_BATCH (it was under the default policy): a task's program is then
+/// put back under SCHED_OTHER. A worker sees the value its fork server set.
+static HELPERS_BATCHED: AtomicBool = AtomicBool::new(false);
+
+/// See [`HELPERS_BATCHED`].
+pub(super) fn helpers_batched() -> bool {
+    HELPERS_BATCHED.load(Ordering::Relaxed)
+}
 
 /// `agentd __forkserver`: returns the process exit code.
 pub fn main() -> i32 {
@@ -49,6 +60,14 @@ pub fn main() -> i32 {
     };
     let level = std::env::var(LOG_LEVEL_ENV).unwrap_or_else(|_| "info".into());
     crate::logging::init(&level, "worker");
+    // Asked for workers while procman is in the middle of a turn, it waits
+    // for that turn to end rather than cutting it short, and so do the
+    // workers it forks (they inherit the policy), given their task; a
+    // task's program gets the default policy back (worker/program.rs).
+    match sys::yield_on_wakeup() {
+        Ok(batched) => HELPERS_BATCHED.store(batched, Ordering::Relaxed),
+        Err(e) => log::info!("forkserver.sched SCHED_BATCH refused: {e}; the fork server keeps its policy"),
+    }
     // Anything inherited past stdio is a leak from whoever started agentd.
     sys::close_fds_from(3);
     if let Err(e) = sys::set_parent_death_signal(libc::SIGKILL) {

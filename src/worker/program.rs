@@ -89,6 +89,7 @@ pub fn start(prog: &Program) -> Result<Running, Done> {
         sys::ChildSetup {
             parent_death: Some(libc::SIGKILL),
             rlimits,
+            default_policy: super::forkserver::helpers_batched(),
         },
     );
     let mut child = cmd.spawn().map_err(|e| {
