@@ -23,6 +23,11 @@ use crate::rng::Rng;
 /// The longest a blocking call may take: the deadline, a long stop, the
 /// kill ladder and a loaded machine.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(45);
+/// How long a call that broke may still turn into a task: a request the
+/// daemon has whole is read when its connection thread gets its turn, or
+/// once accept has waited out an fd squeeze. Only then is "no task with its
+/// contextId" taken to mean none was made.
+const CREATE_GRACE: Duration = Duration::from_secs(5);
 const SHORT: Duration = Duration::from_secs(15);
 
 pub struct Env {
@@ -121,7 +126,9 @@ impl Env {
     /// Polls the task (found by its id, or by its contextId) until it is
     /// terminal, then records it. Gives up when the daemon is killed.
     pub fn follow(&self, ctx: &str, epoch: u32, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
+        let started = Instant::now();
+        let deadline = started + timeout;
+        let mut none_yet = false;
         while Instant::now() < deadline {
             if self.daemon.disrupted_since(epoch) {
                 return;
@@ -130,8 +137,16 @@ impl Env {
                 Some(id) => id,
                 None => match self.find_by_ctx(ctx) {
                     Ok(Some(id)) => {
+                        if none_yet {
+                            self.ledger.count("calls.task_made_after_a_first_look_found_none");
+                        }
                         self.ledger.set_task(ctx, &id);
                         id
+                    }
+                    Ok(None) if started.elapsed() < CREATE_GRACE => {
+                        none_yet = true;
+                        std::thread::sleep(Duration::from_millis(200));
+                        continue;
                     }
                     Ok(None) => {
                         // Nothing was created (the call broke before the task was).
