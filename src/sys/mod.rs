@@ -6,7 +6,7 @@
 //! `sys::pipe`): `fds` (descriptors, pipes, poll, plain reads and writes),
 //! `dirfd` (directories by fd, getdents64), `sockets` (peer credentials,
 //! hang-ups, adopting a listener), `signals` (masks, handlers, names),
-//! `process` (ids, prctl, process groups, kill, `_exit`), `cmdline` (the
+//! `process` (ids, prctl, process groups, kill, scheduling policy, `_exit`), `cmdline` (the
 //! command line `ps` shows, rewritten in place), `reap` (wait4 with its
 //! rusage, waitpid, and the exit vocabulary), `rlimit`, `random`, `pid1`
 //! (mounts, modules, console and power-off for a VM guest's init), `spawn` (the fork

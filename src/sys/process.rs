@@ -1,5 +1,6 @@
 //! This process: its ids and prctl settings, process groups and signals
-//! sent to them or to one pid, a pause, and `_exit`.
+//! sent to them or to one pid, a thread's scheduling policy, a pause, and
+//! `_exit`.
 
 use std::io;
 
