@@ -308,7 +308,7 @@ fn a_task_with_no_idle_worker_is_in_its_workers_pipe_at_birth_and_contained() {
 /// 0 SCHED_OTHER, 3 SCHED_BATCH.
 fn policy(stat_path: &str) -> Option<u32> {
     let stat = std::fs::read_to_string(stat_path).ok()?;
-    stat.rsplit_once(')')?.1.split_whitespace().nth(41 - 3)?.parse().ok()
+    common::stat_field(&stat, 41)?.parse().ok()
 }
 
 #[test]

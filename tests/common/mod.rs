@@ -378,7 +378,7 @@ pub fn alive(pid: i32) -> bool {
 }
 
 /// Field N (1-based, as in proc(5)) of a /proc/PID/stat line.
-fn stat_field(stat: &str, n: usize) -> Option<String> {
+pub fn stat_field(stat: &str, n: usize) -> Option<String> {
     let after = stat.rsplit_once(')')?.1;
     after.split_whitespace().nth(n - 3).map(String::from)
 }
