@@ -54,7 +54,12 @@ SERVER_LABELS = {
     "python": "python (a2a-sdk + uvicorn)",
     "js": "js (@a2a-js/sdk + express, 1 event per task)",
     "js-3ev": "js-3ev (@a2a-js/sdk + express, 3 events per task)",
+    "floor": "supervised floor (no A2A: HTTP + a fresh supervised process per task)",
 }
+
+# benches/supervised_floor.rs: not a peer but a yardstick, the least a server
+# with agentd's per-task guarantees spends on a task (see report.py).
+FLOOR_SERVER = "floor"
 
 # bench/js/server.mjs --events N: the same SDK server, answering each task
 # with one published event (the completed Task) or three (submitted, the
@@ -311,6 +316,8 @@ def server_cmd(args, name, sock_path):
         ]
     if name in JS_VARIANTS:
         return ["node", os.path.join(args.js_dir, "server.mjs"), sock_path, "--events", JS_VARIANTS[name]]
+    if name == FLOOR_SERVER:
+        return [args.supervised_floor, sock_path]
     raise ValueError(name)
 
 
@@ -479,6 +486,9 @@ class Bench:
             r["idle_rss_kib"] = vm_rss_kib(self.srv.proc.pid)
             if self.name in AGENTD_VARIANTS:
                 r["isolation"] = agentd_isolation(args, self.srv.sock)
+            elif self.name == FLOOR_SERVER:
+                said = Path(self.srv.log_path).read_text(errors="replace")
+                r["isolation"] = "cgroup2" if "cgroup v2 slot" in said else "fork, no cgroup"
             self.check()
             log(f"{self.name}: warm-up, SendMessage c=16 for {args.warmup}s")
             run_oha(args, self.srv.sock, 16, args.warmup, True, f"{self.name}-warmup")
@@ -729,6 +739,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--mode", default="full")
     ap.add_argument("--spawn-floor", help="the built benches/spawn_floor.rs executable")
+    ap.add_argument("--supervised-floor", help="the built benches/supervised_floor.rs executable")
     ap.add_argument("--baseline", help="a previous results.json: its agentd is the 'before'")
     args = ap.parse_args()
     args.servers = [s for s in args.servers.split(",") if s]
@@ -739,6 +750,8 @@ def main():
     for s in args.servers:
         if s not in SERVER_LABELS:
             ap.error(f"unknown server {s!r}")
+    if FLOOR_SERVER in args.servers and not args.supervised_floor:
+        ap.error(f"server {FLOOR_SERVER!r}: no --supervised-floor executable given")
     (Path(args.out) / "raw").mkdir(parents=True, exist_ok=True)
 
     busy = cpu_busy(2.0)

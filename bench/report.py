@@ -26,6 +26,8 @@ AGENTD_NAMES = ("agentd", "agentd-nocg")
 # every agentd ÷ js ratio and check is against the faster of the two.
 JS_NAMES = ("js", "js-3ev")
 SDK_NAMES = ("python",) + JS_NAMES
+# benches/supervised_floor.rs, run as a server: no peer, a yardstick.
+FLOOR_SERVER = "floor"
 EXEC_FLOOR = "posix_spawn"  # how agentd spawns its fork server
 FORK_FLOOR = "fork+_exit"  # how the fork server makes every worker, at the least
 
@@ -106,7 +108,8 @@ def results_table(run):
     row("loaded RSS incl. task workers (peak sum)", lambda r, n: (
         f"{mib(r['loaded_tree_rss_kib'])} (≤{r.get('max_children', 0)} processes below)"
         if n in AGENTD_NAMES and r.get("loaded_tree_rss_kib") else "–"))
-    row("isolation (agentd's status command)", lambda r, n: r.get("isolation", "–"))
+    row("isolation (agentd: its status command; the floor: where its tasks are born)",
+        lambda r, n: r.get("isolation", "–"))
 
     def check(r, n):
         if "error" in r:
@@ -199,12 +202,14 @@ def floor_table(run):
 
 
 def cost_lines(run):
-    """agentd's per-task core time against both floors, both ways of counting it."""
+    """agentd's per-task core time against both floors, both ways of counting it,
+    and against the supervised floor where it ran."""
     res, floor = run["results"], run.get("floor") or {}
     ew, ec = dig(floor, EXEC_FLOOR, "wall_us_per_spawn"), dig(floor, EXEC_FLOOR, "cpu_us_per_spawn")
     fw, fc = dig(floor, FORK_FLOOR, "wall_us_per_spawn"), dig(floor, FORK_FLOOR, "cpu_us_per_spawn")
+    supervised = dig(ok_results(run, FLOOR_SERVER), "send16", "cpu_us_per_req")
     rows = []
-    for n in AGENTD_NAMES:
+    for n in (*AGENTD_NAMES, FLOOR_SERVER):
         if n not in run["servers"]:
             continue
         s16 = res[n].get("send16")
@@ -223,6 +228,7 @@ def cost_lines(run):
             num(measured, ".0f", " µs"),
             num(div(measured, ec), ".2f", "×"),
             num(div(measured, fc), ".2f", "×"),
+            num(div(measured, supervised), ".2f", "×") if n != FLOOR_SERVER else "1×",
             num(dig(s16, "core_busy"), ".0%"),
         ])
     if not rows:
@@ -236,9 +242,18 @@ def cost_lines(run):
         f"{SATURATED_AT_LEAST:.0%} the inferred figure is void (the core idled or something else had "
         "it), and the measured one stands. The measured CPU ÷ the fork floor is the one issue 20 checks.",
         "",
+        "The *supervised floor* (benches/supervised_floor.rs, measured like a server) is the least a "
+        "server can spend on a task with agentd's per-task guarantees: one thread, epoll, HTTP "
+        "keep-alive, fixed answers, no JSON and no task table; each task a process born by clone3 "
+        "into a cgroup v2 slot with two fresh pipes, PDEATHSIG, a process group of its own, a frame "
+        "each way, reaped, its group probed and its slot's cpu.stat read. What agentd spends above "
+        "it is its A2A handling and its structure (threads, procman, the fork server); what the "
+        "supervised floor spends above the fork floor, any server with those guarantees spends.",
+        "",
         *table([
             "server", "1 / rate", "÷ exec floor (wall)", "÷ fork floor (wall)",
-            "measured CPU per task", "÷ exec floor (CPU)", "÷ fork floor (CPU)", "core busy",
+            "measured CPU per task", "÷ exec floor (CPU)", "÷ fork floor (CPU)",
+            "÷ supervised floor (CPU)", "core busy",
         ], rows),
     ]
 

@@ -12,7 +12,7 @@
 # Options: --duration N (seconds per load run, split over the rounds),
 # --rounds N (rounds: each measures the floors and every server once, in
 # turn, so a slow stretch of the machine falls on all alike), --servers
-# agentd,agentd-nocg,python,js,js-3ev, --baseline OLD.json (a previous
+# agentd,agentd-nocg,python,js,js-3ev,floor, --baseline OLD.json (a previous
 # results.json, the "before" of the no-worse-than-before checks), --setup-only.
 # Environment: BENCH_SERVER_CPU (default 1) and BENCH_LOADGEN_CPU (default 0)
 # pick the cores; AGENTD_BENCH_ARGS adds daemon flags to every agentd; PYTHON
@@ -34,7 +34,7 @@ musl=x86_64-unknown-linux-musl
 oha_version=1.16.0
 
 duration=16 rounds=8 warmup=2 startups=5 mode=full setup_only=0
-servers=agentd,agentd-nocg,python,js,js-3ev baseline=
+servers=agentd,agentd-nocg,python,js,js-3ev,floor baseline=
 while [ $# -gt 0 ]; do
     case "$1" in
         --quick) duration=3 rounds=1 warmup=1 startups=1 mode=quick ;;
@@ -114,12 +114,16 @@ agentd="$repo/target/$musl/release/agentd"
 
 # The process floors: a small compiled loop (benches/spawn_floor.rs), built
 # for the same target as agentd, so it spawns and forks through the same libc,
-# as a small static binary (which is what a fork's cost depends on).
-say "cargo build --release --target $musl --bench spawn_floor -j$jobs"
-floor=$(cd "$repo" && cargo build --release --target "$musl" --bench spawn_floor -j"$jobs" \
-            --quiet --message-format json \
-        | sed -n 's/.*"executable":"\([^"]*spawn_floor-[^"]*\)".*/\1/p' | tail -n 1)
+# as a small static binary (which is what a fork's cost depends on); and the
+# supervised floor (benches/supervised_floor.rs), a server that does for each
+# task what agentd does for its worker and nothing else.
+say "cargo build --release --target $musl --bench spawn_floor --bench supervised_floor -j$jobs"
+built=$(cd "$repo" && cargo build --release --target "$musl" --bench spawn_floor --bench supervised_floor \
+            -j"$jobs" --quiet --message-format json)
+floor=$(printf '%s\n' "$built" | sed -n 's/.*"executable":"\([^"]*spawn_floor-[^"]*\)".*/\1/p' | tail -n 1)
+supervised=$(printf '%s\n' "$built" | sed -n 's/.*"executable":"\([^"]*supervised_floor-[^"]*\)".*/\1/p' | tail -n 1)
 [ -n "$floor" ] && [ -x "$floor" ] || die "no spawn_floor executable from cargo build"
+[ -n "$supervised" ] && [ -x "$supervised" ] || die "no supervised_floor executable from cargo build"
 
 [ "$setup_only" = 1 ] && { say "setup done"; exit 0; }
 
@@ -130,5 +134,5 @@ exec taskset -c "$loadgen_cpu" "$venv/bin/python" "$here/harness.py" \
     --mode "$mode" --duration "$duration" --rounds "$rounds" --warmup "$warmup" --startups "$startups" \
     --servers "$servers" --server-cpu "$server_cpu" --loadgen-cpu "$loadgen_cpu" \
     --agentd "$agentd" --oha "$oha" --venv "$venv" --js-dir "$js" \
-    --py-dir "$out/py" --repo "$repo" --out "$out" --spawn-floor "$floor" \
+    --py-dir "$out/py" --repo "$repo" --out "$out" --spawn-floor "$floor" --supervised-floor "$supervised" \
     ${baseline:+--baseline "$baseline"}
