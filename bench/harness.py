@@ -488,7 +488,8 @@ class Bench:
                 r["isolation"] = agentd_isolation(args, self.srv.sock)
             elif self.name == FLOOR_SERVER:
                 said = Path(self.srv.log_path).read_text(errors="replace")
-                r["isolation"] = "cgroup2" if "cgroup v2 slot" in said else "fork, no cgroup"
+                by = "fork server" if "by a fork server" in said else "forked inline"
+                r["isolation"] = f"{by}+{'cgroup2' if 'cgroup v2 slot' in said else 'no cgroup'}"
             self.check()
             log(f"{self.name}: warm-up, SendMessage c=16 for {args.warmup}s")
             run_oha(args, self.srv.sock, 16, args.warmup, True, f"{self.name}-warmup")

@@ -244,11 +244,12 @@ def cost_lines(run):
         "",
         "The *supervised floor* (benches/supervised_floor.rs, measured like a server) is the least a "
         "server can spend on a task with agentd's per-task guarantees: one thread, epoll, HTTP "
-        "keep-alive, fixed answers, no JSON and no task table; each task a process born by clone3 "
-        "into a cgroup v2 slot with two fresh pipes, PDEATHSIG, a process group of its own, a frame "
-        "each way, reaped, its group probed and its slot's cpu.stat read. What agentd spends above "
-        "it is its A2A handling and its structure (threads, procman, the fork server); what the "
-        "supervised floor spends above the fork floor, any server with those guarantees spends.",
+        "keep-alive, fixed answers, no JSON and no task table; each task a process forked by a fork "
+        "server (a fresh image that never held another task's data), born by clone3 into a cgroup v2 "
+        "slot with two fresh pipes, PDEATHSIG, a process group of its own, a frame each way, reaped, "
+        "its group probed and its slot's cpu.stat read. What agentd spends above it is its A2A "
+        "handling and its structure (connection threads, procman); what the supervised floor spends "
+        "above the fork floor, any server with those guarantees spends.",
         "",
         *table([
             "server", "1 / rate", "÷ exec floor (wall)", "÷ fork floor (wall)",

@@ -1,33 +1,41 @@
 //! The supervised floor: the least a server can spend on a task with the
 //! guarantees agentd gives every task, measured on this machine, now.
 //!
-//! `supervised_floor SOCKET [--no-cgroup]` serves HTTP/1.1 on a unix socket
-//! from one thread (epoll, keep-alive, no parsing beyond finding where a
-//! request ends). A GET is answered with a fixed small card. Every other
-//! request is a task, and the answer, a fixed Task of the size agentd sends,
-//! waits for a fresh process made with what agentd does for each of its
-//! workers, and nothing else:
+//! `supervised_floor SOCKET [--no-cgroup] [--inline]` serves HTTP/1.1 on a
+//! unix socket from one thread (epoll, keep-alive, no parsing beyond finding
+//! where a request ends). A GET is answered with a fixed small card. Every
+//! other request is a task, and the answer, a fixed Task of the size agentd
+//! sends, waits for a fresh process made with what agentd does for each of
+//! its workers, and nothing else:
 //!
-//! - born by clone3 straight into a cgroup v2 slot (a directory made under
-//!   this process's own v2 cgroup; plain fork(2) with `--no-cgroup` or where
-//!   none can be made, said on stderr), given two fresh pipes;
-//! - the child arms PDEATHSIG, checks its parent is still the one it was born
-//!   to, takes a process group of its own, reads a 300-byte frame and writes a
-//!   200-byte one, and exits;
-//! - the parent writes the frame, polls for and reads the answer, reaps the
+//! - forked by a fork server: a helper forked once at start-up, before the
+//!   server has held any task's data, that is asked over a seqpacket socket
+//!   (the child's two pipe ends passed with SCM_RIGHTS) and answers the pid.
+//!   Every task is so a fresh image that never held another task's data, as
+//!   agentd's design requires (DESIGN.md §5); `--inline` forks from the
+//!   server itself instead, for comparison only;
+//! - born by clone3 (CLONE_PARENT: the server's child) straight into a
+//!   cgroup v2 slot, a directory made under this process's own v2 cgroup
+//!   (no cgroup with `--no-cgroup` or where none can be made, said on
+//!   stderr), given two fresh pipes;
+//! - the child arms PDEATHSIG, checks its parent is the server, takes a
+//!   process group of its own, reads a 300-byte frame, writes a 200-byte
+//!   one, and exits;
+//! - the server writes the frame, polls for and reads the answer, reaps the
 //!   child (wait4), probes its process group for escapees, reads the slot's
 //!   cpu.stat, and closes its ends.
 //!
-//! No JSON, no task table, no threads, no helper processes: whatever agentd
-//! spends above this is what its A2A handling and its structure cost.
-//! bench/run.sh runs it as the server `floor`, on the server core, measured
-//! like every other server (its CPU and its reaped children's from /proc).
-//! It runs until SIGTERM or SIGINT, then removes its slot.
+//! No JSON, no task table, no threads: whatever agentd spends above this is
+//! what its A2A handling and its structure (connection threads, procman)
+//! cost. bench/run.sh runs it as the server `floor`, on the server core,
+//! measured like every other server (its CPU, its reaped children's and its
+//! live descendants', the fork server's, from /proc). It runs until SIGTERM
+//! or SIGINT, then removes its slot.
 
 use std::collections::HashMap;
 use std::fs;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::FileExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
@@ -45,7 +53,7 @@ const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(sock) = args.first() else {
-        eprintln!("usage: supervised_floor SOCKET [--no-cgroup]");
+        eprintln!("usage: supervised_floor SOCKET [--no-cgroup] [--inline]");
         return ExitCode::from(2);
     };
     let slot = if args.iter().any(|a| a == "--no-cgroup") {
@@ -53,11 +61,30 @@ fn main() -> ExitCode {
     } else {
         Slot::make()
     };
+    let cgroup_fd = slot.as_ref().map(|s| s.dir_fd.as_raw_fd());
+    let births = if args.iter().any(|a| a == "--inline") {
+        Births::Inline(cgroup_fd)
+    } else {
+        match ForkServer::start(cgroup_fd) {
+            Ok(f) => Births::ForkServer(f),
+            Err(e) => {
+                eprintln!("supervised_floor: no fork server: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    };
+    let by = match births {
+        Births::Inline(_) => "forked by the server itself (--inline)",
+        Births::ForkServer(_) => "forked by a fork server",
+    };
     match &slot {
-        Some(s) => eprintln!("supervised_floor: tasks born in cgroup v2 slot {}", s.dir.display()),
-        None => eprintln!("supervised_floor: tasks forked, in no cgroup of their own"),
+        Some(s) => eprintln!(
+            "supervised_floor: tasks {by}, born in cgroup v2 slot {}",
+            s.dir.display()
+        ),
+        None => eprintln!("supervised_floor: tasks {by}, in no cgroup of their own"),
     }
-    let result = serve(sock, slot.as_ref());
+    let result = serve(sock, slot.as_ref(), &births);
     if let Some(s) = slot {
         let _ = fs::remove_dir(&s.dir);
     }
@@ -106,7 +133,7 @@ impl Slot {
     }
 }
 
-fn serve(sock: &str, slot: Option<&Slot>) -> io::Result<()> {
+fn serve(sock: &str, slot: Option<&Slot>, births: &Births) -> io::Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, Arc::clone(&stop))?;
@@ -149,7 +176,7 @@ fn serve(sock: &str, slot: Option<&Slot>) -> io::Result<()> {
                 let answer = if buf.starts_with(b"GET ") {
                     &card
                 } else {
-                    supervised_task(slot, parent)?;
+                    supervised_task(slot, births, parent)?;
                     &task
                 };
                 buf.drain(..end);
@@ -216,22 +243,155 @@ fn request_end(buf: &[u8]) -> Option<(usize, bool)> {
     (buf.len() >= head + body).then_some((head + body, close))
 }
 
+/// How a task's process is made.
+enum Births {
+    /// Forked by the fork server.
+    ForkServer(ForkServer),
+    /// Forked by the server itself (into this cgroup slot, if any).
+    Inline(Option<RawFd>),
+}
+
+/// The helper that forks every task's process, asked one at a time.
+struct ForkServer {
+    sock: OwnedFd,
+}
+
+impl ForkServer {
+    /// Forks the helper now, while this process is single-threaded and has
+    /// held no task's data.
+    fn start(cgroup_fd: Option<RawFd>) -> io::Result<ForkServer> {
+        let mut pair = [0; 2];
+        // SAFETY: pair is valid for two ints.
+        cvt(unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+                0,
+                pair.as_mut_ptr(),
+            )
+        })?;
+        // SAFETY: the socketpair just returned these fds, each owned once.
+        let (ours, theirs) = unsafe { (OwnedFd::from_raw_fd(pair[0]), OwnedFd::from_raw_fd(pair[1])) };
+        let server = std::process::id() as libc::pid_t;
+        // SAFETY: this program has one thread here, so the child may go on
+        // running ordinary code (it holds no lock another thread held).
+        let pid = cvt(unsafe { libc::fork() })?;
+        if pid == 0 {
+            drop(ours);
+            serve_forks(theirs.as_raw_fd(), cgroup_fd, server);
+        }
+        Ok(ForkServer { sock: ours })
+    }
+
+    /// A task's process, its ends of the pipes given; its pid.
+    fn ask(&self, down_r: RawFd, up_w: RawFd) -> io::Result<libc::pid_t> {
+        send_fds(self.sock.as_raw_fd(), &[down_r, up_w])?;
+        let mut pid = [0u8; 4];
+        // SAFETY: pid is valid for writes of its length.
+        let n = unsafe { libc::recv(self.sock.as_raw_fd(), pid.as_mut_ptr().cast(), 4, 0) };
+        match n {
+            4 => cvt(i32::from_ne_bytes(pid)),
+            _ => Err(io::Error::other("the fork server did not answer")),
+        }
+    }
+}
+
+/// The fork server's life: a process for every request, until EOF.
+fn serve_forks(sock: RawFd, cgroup_fd: Option<RawFd>, server: libc::pid_t) -> ! {
+    // SAFETY: prctl takes integers; the fork server dies with the server.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+    while let Ok([down_r, up_w]) = recv_fds(sock) {
+        let answer = match clone_parent(cgroup_fd) {
+            Ok(0) => child(server, down_r, up_w),
+            Ok(pid) => pid,
+            Err(e) => -e.raw_os_error().unwrap_or(libc::EIO),
+        };
+        close(down_r);
+        close(up_w);
+        let bytes = answer.to_ne_bytes();
+        // SAFETY: bytes is valid for reads of its length.
+        if unsafe { libc::send(sock, bytes.as_ptr().cast(), 4, 0) } != 4 {
+            break;
+        }
+    }
+    // SAFETY: _exit ends the fork server without running the server's exit
+    // handlers.
+    unsafe { libc::_exit(0) }
+}
+
+const FDS_SPACE: usize = 64; // room for CMSG_SPACE(2 * sizeof(int)), aligned
+
+fn send_fds(sock: RawFd, fds: &[RawFd; 2]) -> io::Result<()> {
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    let mut control = [0u64; FDS_SPACE / 8];
+    // SAFETY: msghdr is plain old data; all zeroes is a valid value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE only computes a size.
+    msg.msg_controllen = unsafe { libc::CMSG_SPACE(8) } as _;
+    // SAFETY: msg_control points at a buffer of msg_controllen bytes, room
+    // for one header and two ints, which is all that is written.
+    unsafe {
+        let h = libc::CMSG_FIRSTHDR(&msg);
+        (*h).cmsg_level = libc::SOL_SOCKET;
+        (*h).cmsg_type = libc::SCM_RIGHTS;
+        (*h).cmsg_len = libc::CMSG_LEN(8) as _;
+        std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(h).cast::<RawFd>(), 2);
+    }
+    // SAFETY: msg and everything it points at live for the call.
+    cvt(unsafe { libc::sendmsg(sock, &msg, 0) } as i32).map(drop)
+}
+
+fn recv_fds(sock: RawFd) -> io::Result<[RawFd; 2]> {
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    let mut control = [0u64; FDS_SPACE / 8];
+    // SAFETY: msghdr is plain old data; all zeroes is a valid value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = FDS_SPACE as _;
+    // SAFETY: msg and everything it points at live for the call.
+    if cvt(unsafe { libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC) } as i32)? == 0 {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
+    // SAFETY: the kernel filled msg_control; the header is checked before
+    // its two ints are read.
+    unsafe {
+        let h = libc::CMSG_FIRSTHDR(&msg);
+        if h.is_null() || (*h).cmsg_type != libc::SCM_RIGHTS || (*h).cmsg_len as usize != libc::CMSG_LEN(8) as usize {
+            return Err(io::Error::other("no two fds in the request"));
+        }
+        let mut fds = [0; 2];
+        std::ptr::copy_nonoverlapping(libc::CMSG_DATA(h).cast::<RawFd>(), fds.as_mut_ptr(), 2);
+        Ok(fds)
+    }
+}
+
 /// One task: a fresh process with agentd's per-worker guarantees, a frame
 /// each way, reaped, its group probed and its slot's CPU read.
-fn supervised_task(slot: Option<&Slot>, parent: libc::pid_t) -> io::Result<()> {
+fn supervised_task(slot: Option<&Slot>, births: &Births, parent: libc::pid_t) -> io::Result<()> {
     let (down_r, down_w) = pipe()?;
     let (up_r, up_w) = pipe()?;
     set_nonblocking(up_r)?;
     set_nonblocking(down_w)?;
-    let pid = match slot {
-        Some(s) => clone_into(s.dir_fd.as_raw_fd())?,
-        // SAFETY: one thread, so the child holds no lock another could hold;
-        // it calls only async-signal-safe functions before _exit.
-        None => cvt(unsafe { libc::fork() })?,
+    let pid = match births {
+        Births::ForkServer(f) => f.ask(down_r, up_w)?,
+        Births::Inline(cgroup_fd) => match clone_into(*cgroup_fd)? {
+            0 => child(parent, down_r, up_w),
+            pid => pid,
+        },
     };
-    if pid == 0 {
-        child(parent, down_r, up_w);
-    }
     close(down_r);
     close(up_w);
     let frame = [b'x'; DOWN_FRAME];
@@ -282,14 +442,32 @@ fn child(parent: libc::pid_t, down_r: RawFd, up_w: RawFd) -> ! {
     }
 }
 
-fn clone_into(cgroup_fd: RawFd) -> io::Result<libc::pid_t> {
+/// clone3 like fork(2), into the cgroup if one is given.
+fn clone_into(cgroup_fd: Option<RawFd>) -> io::Result<libc::pid_t> {
+    clone3(cgroup_fd, false)
+}
+
+/// clone3 making the child the caller's parent's (the fork server's
+/// children are the server's, which reaps them), into the cgroup if given.
+fn clone_parent(cgroup_fd: Option<RawFd>) -> io::Result<libc::pid_t> {
+    clone3(cgroup_fd, true)
+}
+
+fn clone3(cgroup_fd: Option<RawFd>, parent: bool) -> io::Result<libc::pid_t> {
     let mut args = [0u64; 11]; // struct clone_args up to `cgroup` (CLONE_ARGS_SIZE_VER2)
-    args[0] = CLONE_INTO_CGROUP; // flags
-    args[4] = libc::SIGCHLD as u64; // exit_signal
-    args[10] = cgroup_fd as u64; // cgroup
-                                 // SAFETY: args is a clone_args of the size passed; with no CLONE_VM the
-                                 // child gets its own copy of this single-threaded process and returns
-                                 // here like fork's child.
+    if let Some(fd) = cgroup_fd {
+        args[0] |= CLONE_INTO_CGROUP; // flags
+        args[10] = fd as u64; // cgroup
+    }
+    if parent {
+        // The kernel takes the exit signal from the parent's own then.
+        args[0] |= libc::CLONE_PARENT as u64;
+    } else {
+        args[4] = libc::SIGCHLD as u64; // exit_signal
+    }
+    // SAFETY: args is a clone_args of the size passed; with no CLONE_VM the
+    // child gets its own copy of this single-threaded process and returns
+    // here like fork's child.
     let pid = unsafe { libc::syscall(libc::SYS_clone3, args.as_mut_ptr(), std::mem::size_of_val(&args)) };
     cvt(pid as i32)
 }
