@@ -55,11 +55,13 @@ SERVER_LABELS = {
     "js": "js (@a2a-js/sdk + express, 1 event per task)",
     "js-3ev": "js-3ev (@a2a-js/sdk + express, 3 events per task)",
     "floor": "supervised floor (no A2A: HTTP + a fresh supervised process per task)",
+    "floor-threads": "supervised floor, agentd's structure (threads per connection + a supervisor thread)",
 }
 
 # benches/supervised_floor.rs: not a peer but a yardstick, the least a server
-# with agentd's per-task guarantees spends on a task (see report.py).
-FLOOR_SERVER = "floor"
+# with agentd's per-task guarantees spends on a task (see report.py); and the
+# same with agentd's structure around it (not run unless asked for).
+FLOOR_SERVERS = {"floor": [], "floor-threads": ["--threads"]}
 
 # bench/js/server.mjs --events N: the same SDK server, answering each task
 # with one published event (the completed Task) or three (submitted, the
@@ -316,8 +318,8 @@ def server_cmd(args, name, sock_path):
         ]
     if name in JS_VARIANTS:
         return ["node", os.path.join(args.js_dir, "server.mjs"), sock_path, "--events", JS_VARIANTS[name]]
-    if name == FLOOR_SERVER:
-        return [args.supervised_floor, sock_path]
+    if name in FLOOR_SERVERS:
+        return [args.supervised_floor, sock_path, *FLOOR_SERVERS[name]]
     raise ValueError(name)
 
 
@@ -486,7 +488,7 @@ class Bench:
             r["idle_rss_kib"] = vm_rss_kib(self.srv.proc.pid)
             if self.name in AGENTD_VARIANTS:
                 r["isolation"] = agentd_isolation(args, self.srv.sock)
-            elif self.name == FLOOR_SERVER:
+            elif self.name in FLOOR_SERVERS:
                 said = Path(self.srv.log_path).read_text(errors="replace")
                 by = "fork server" if "by a fork server" in said else "forked inline"
                 r["isolation"] = f"{by}+{'cgroup2' if 'cgroup v2 slot' in said else 'no cgroup'}"
@@ -751,8 +753,9 @@ def main():
     for s in args.servers:
         if s not in SERVER_LABELS:
             ap.error(f"unknown server {s!r}")
-    if FLOOR_SERVER in args.servers and not args.supervised_floor:
-        ap.error(f"server {FLOOR_SERVER!r}: no --supervised-floor executable given")
+    for s in args.servers:
+        if s in FLOOR_SERVERS and not args.supervised_floor:
+            ap.error(f"server {s!r}: no --supervised-floor executable given")
     (Path(args.out) / "raw").mkdir(parents=True, exist_ok=True)
 
     busy = cpu_busy(2.0)

@@ -26,8 +26,10 @@ AGENTD_NAMES = ("agentd", "agentd-nocg")
 # every agentd ÷ js ratio and check is against the faster of the two.
 JS_NAMES = ("js", "js-3ev")
 SDK_NAMES = ("python",) + JS_NAMES
-# benches/supervised_floor.rs, run as a server: no peer, a yardstick.
+# benches/supervised_floor.rs, run as a server: no peer, a yardstick; and the
+# same with agentd's structure around it (--threads).
 FLOOR_SERVER = "floor"
+FLOOR_THREADS = "floor-threads"
 EXEC_FLOOR = "posix_spawn"  # how agentd spawns its fork server
 FORK_FLOOR = "fork+_exit"  # how the fork server makes every worker, at the least
 
@@ -209,7 +211,7 @@ def cost_lines(run):
     fw, fc = dig(floor, FORK_FLOOR, "wall_us_per_spawn"), dig(floor, FORK_FLOOR, "cpu_us_per_spawn")
     supervised = dig(ok_results(run, FLOOR_SERVER), "send16", "cpu_us_per_req")
     rows = []
-    for n in (*AGENTD_NAMES, FLOOR_SERVER):
+    for n in (*AGENTD_NAMES, FLOOR_SERVER, FLOOR_THREADS):
         if n not in run["servers"]:
             continue
         s16 = res[n].get("send16")
@@ -249,7 +251,9 @@ def cost_lines(run):
         "slot with two fresh pipes, PDEATHSIG, a process group of its own, a frame each way, reaped, "
         "its group probed and its slot's cpu.stat read. What agentd spends above it is its A2A "
         "handling and its structure (connection threads, procman); what the supervised floor spends "
-        "above the fork floor, any server with those guarantees spends.",
+        "above the fork floor, any server with those guarantees spends. Where it ran, the same with "
+        "agentd's structure around it (a thread per connection under SCHED_BATCH handing each task "
+        "to one supervisor thread) tells the structure's share from the A2A handling's.",
         "",
         *table([
             "server", "1 / rate", "÷ exec floor (wall)", "÷ fork floor (wall)",

@@ -27,10 +27,14 @@
 //!
 //! No JSON, no task table, no threads: whatever agentd spends above this is
 //! what its A2A handling and its structure (connection threads, procman)
-//! cost. bench/run.sh runs it as the server `floor`, on the server core,
-//! measured like every other server (its CPU, its reaped children's and its
-//! live descendants', the fork server's, from /proc). It runs until SIGTERM
-//! or SIGINT, then removes its slot.
+//! cost. `--threads` puts agentd's structure around the same tasks (a
+//! thread per connection under SCHED_BATCH, each task handed to one
+//! supervisor thread and waited for), to tell the two apart.
+//!
+//! bench/run.sh runs it as the server `floor` (and `floor-threads`, when
+//! asked for), on the server core, measured like every other server (its
+//! CPU, its reaped children's and its live descendants', the fork server's,
+//! from /proc). It runs until SIGTERM or SIGINT, then removes its slot.
 
 use std::collections::HashMap;
 use std::fs;
@@ -41,7 +45,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 
 const CARD: &str = r#"{"name":"supervised floor","description":"the least a supervised task can cost","version":"1","supportedInterfaces":[{"url":"unix:///","protocolBinding":"JSONRPC","protocolVersion":"1.0"}],"capabilities":{"streaming":false},"defaultInputModes":["text/plain"],"defaultOutputModes":["text/plain"],"skills":[]}"#;
 const TASK: &str = r#"{"jsonrpc":"2.0","id":1,"result":{"task":{"id":"0b6c5e8e-8f3a-4a57-9d2b-1f0c2d3e4f50","contextId":"5c1d7e2a-3b4c-4d5e-8f60-718293a4b5c6","status":{"state":"TASK_STATE_COMPLETED","timestamp":"2026-12-03T16:00:00.000Z"},"artifacts":[{"artifactId":"7d9e0f1a-2b3c-4d5e-9f60-718293a4b5c6","name":"echo","parts":[{"text":"hi"}]}],"history":[{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}],"contextId":"5c1d7e2a-3b4c-4d5e-8f60-718293a4b5c6","taskId":"0b6c5e8e-8f3a-4a57-9d2b-1f0c2d3e4f50"}]}}}"#;
@@ -53,7 +57,7 @@ const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(sock) = args.first() else {
-        eprintln!("usage: supervised_floor SOCKET [--no-cgroup] [--inline]");
+        eprintln!("usage: supervised_floor SOCKET [--no-cgroup] [--inline] [--threads]");
         return ExitCode::from(2);
     };
     let slot = if args.iter().any(|a| a == "--no-cgroup") {
@@ -84,9 +88,22 @@ fn main() -> ExitCode {
         ),
         None => eprintln!("supervised_floor: tasks {by}, in no cgroup of their own"),
     }
-    let result = serve(sock, slot.as_ref(), &births);
-    if let Some(s) = slot {
-        let _ = fs::remove_dir(&s.dir);
+    let slot_dir = slot.as_ref().map(|s| s.dir.clone());
+    let threads = args.iter().any(|a| a == "--threads");
+    // Lives as long as the process: the threads mode's threads are not
+    // joined, they end with it.
+    let sup: &'static Supervisor = Box::leak(Box::new(Supervisor {
+        slot,
+        births,
+        server: std::process::id() as libc::pid_t,
+    }));
+    let result = if threads {
+        serve_threads(sock, sup)
+    } else {
+        serve(sock, sup)
+    };
+    if let Some(dir) = slot_dir {
+        let _ = fs::remove_dir(dir);
     }
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -133,11 +150,19 @@ impl Slot {
     }
 }
 
-fn serve(sock: &str, slot: Option<&Slot>, births: &Births) -> io::Result<()> {
+/// Set by SIGTERM or SIGINT.
+fn stop_flag() -> io::Result<Arc<AtomicBool>> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, Arc::clone(&stop))?;
     }
+    Ok(stop)
+}
+
+/// One thread: epoll over the listener and every connection, each task
+/// supervised in line.
+fn serve(sock: &str, sup: &Supervisor) -> io::Result<()> {
+    let stop = stop_flag()?;
     let listener = UnixListener::bind(sock)?;
     listener.set_nonblocking(true)?;
     // SAFETY: epoll_create1 takes no pointers; the fd it returns is ours.
@@ -146,7 +171,6 @@ fn serve(sock: &str, slot: Option<&Slot>, births: &Births) -> io::Result<()> {
     let mut conns: HashMap<RawFd, (UnixStream, Vec<u8>)> = HashMap::new();
     let card = response(CARD);
     let task = response(TASK);
-    let parent = std::process::id() as libc::pid_t;
     let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
     while !stop.load(Ordering::Relaxed) {
         // SAFETY: events is a valid array of 64 epoll_events for the call.
@@ -176,7 +200,7 @@ fn serve(sock: &str, slot: Option<&Slot>, births: &Births) -> io::Result<()> {
                 let answer = if buf.starts_with(b"GET ") {
                     &card
                 } else {
-                    supervised_task(slot, births, parent)?;
+                    sup.task()?;
                     &task
                 };
                 buf.drain(..end);
@@ -191,6 +215,85 @@ fn serve(sock: &str, slot: Option<&Slot>, births: &Births) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// agentd's structure around the same tasks: a thread per connection
+/// (blocking reads, under SCHED_BATCH as agentd's are) handing each task to
+/// one supervisor thread and waiting for it to end, as agentd's connection
+/// threads hand theirs to procman. What this costs above [`serve`] is what
+/// the structure costs, before any A2A handling.
+fn serve_threads(sock: &str, sup: &'static Supervisor) -> io::Result<()> {
+    let stop = stop_flag()?;
+    let listener = UnixListener::bind(sock)?;
+    listener.set_nonblocking(true)?;
+    let (jobs, queue) = mpsc::channel::<mpsc::SyncSender<bool>>();
+    std::thread::spawn(move || {
+        for done in queue {
+            let ok = sup.task().is_ok();
+            let _ = done.send(ok);
+        }
+    });
+    while !stop.load(Ordering::Relaxed) {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                stream.set_nonblocking(false)?;
+                let jobs = jobs.clone();
+                std::thread::spawn(move || connection(stream, jobs));
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                let mut pfd = libc::pollfd {
+                    fd: listener.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: pfd is one valid pollfd for the call.
+                unsafe { libc::poll(&mut pfd, 1, 100) };
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// One connection's thread: its requests in turn, each task waited for.
+fn connection(mut stream: UnixStream, jobs: mpsc::Sender<mpsc::SyncSender<bool>>) {
+    // The kernel's struct sched_param is one int (musl's has more fields).
+    let priority: libc::c_int = 0;
+    // SAFETY: the call reads one int, which lives for it; musl's wrapper is a
+    // stub, so the system call itself (as agentd makes it).
+    unsafe {
+        libc::syscall(
+            libc::SYS_sched_setscheduler,
+            0,
+            libc::SCHED_BATCH,
+            &priority as *const libc::c_int,
+        )
+    };
+    let (card, task) = (response(CARD), response(TASK));
+    let (done, finished) = mpsc::sync_channel(1);
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        while let Some((end, close_after)) = request_end(&buf) {
+            let answer = if buf.starts_with(b"GET ") {
+                &card
+            } else {
+                if jobs.send(done.clone()).is_err() || finished.recv() != Ok(true) {
+                    return;
+                }
+                &task
+            };
+            buf.drain(..end);
+            if stream.write_all(answer).is_err() || close_after {
+                return;
+            }
+        }
+        match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
 }
 
 fn response(body: &str) -> Vec<u8> {
@@ -243,6 +346,20 @@ fn request_end(buf: &[u8]) -> Option<(usize, bool)> {
     (buf.len() >= head + body).then_some((head + body, close))
 }
 
+/// What makes and supervises each task's process.
+struct Supervisor {
+    slot: Option<Slot>,
+    births: Births,
+    /// This process: the parent every task's process checks it has.
+    server: libc::pid_t,
+}
+
+impl Supervisor {
+    fn task(&self) -> io::Result<()> {
+        supervised_task(self.slot.as_ref(), &self.births, self.server)
+    }
+}
+
 /// How a task's process is made.
 enum Births {
     /// Forked by the fork server.
@@ -290,7 +407,10 @@ impl ForkServer {
         // SAFETY: pid is valid for writes of its length.
         let n = unsafe { libc::recv(self.sock.as_raw_fd(), pid.as_mut_ptr().cast(), 4, 0) };
         match n {
-            4 => cvt(i32::from_ne_bytes(pid)),
+            4 => match i32::from_ne_bytes(pid) {
+                errno if errno < 0 => Err(io::Error::from_raw_os_error(-errno)),
+                pid => Ok(pid),
+            },
             _ => Err(io::Error::other("the fork server did not answer")),
         }
     }
