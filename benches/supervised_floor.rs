@@ -138,11 +138,29 @@ impl Slot {
                 .then(|| fields.split(' ').nth(4).map(PathBuf::from))?
         })?;
         let dir = mount.join(rel).join(format!("supervised-floor-{}", std::process::id()));
-        fs::create_dir(&dir).ok()?;
+        if let Err(e) = fs::create_dir(&dir) {
+            eprintln!("supervised_floor: cannot make cgroup {}: {e}", dir.display());
+            return None;
+        }
         let opened = fs::File::open(&dir).and_then(|d| Ok((d, fs::File::open(dir.join("cpu.stat"))?)));
-        match opened {
+        // One process born there and reaped first: a cgroup that takes none
+        // (controllers on in its parent's subtree, no delegation) is not used.
+        let usable = opened.and_then(|(dir_fd, cpu_stat)| {
+            match clone_into(Some(dir_fd.as_raw_fd()))? {
+                // SAFETY: _exit is async-signal-safe and ends the probe at once.
+                0 => unsafe { libc::_exit(0) },
+                pid => {
+                    let mut status = 0;
+                    // SAFETY: status is valid and writable for the call.
+                    cvt(unsafe { libc::waitpid(pid, &mut status, 0) })?;
+                }
+            }
+            Ok((dir_fd, cpu_stat))
+        });
+        match usable {
             Ok((dir_fd, cpu_stat)) => Some(Slot { dir, dir_fd, cpu_stat }),
-            Err(_) => {
+            Err(e) => {
+                eprintln!("supervised_floor: cannot use cgroup {}: {e}", dir.display());
                 let _ = fs::remove_dir(&dir);
                 None
             }
