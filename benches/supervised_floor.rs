@@ -39,13 +39,15 @@
 use std::collections::HashMap;
 use std::fs;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::FileExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
+
+use agentd::sys;
 
 const CARD: &str = r#"{"name":"supervised floor","description":"the least a supervised task can cost","version":"1","supportedInterfaces":[{"url":"unix:///","protocolBinding":"JSONRPC","protocolVersion":"1.0"}],"capabilities":{"streaming":false},"defaultInputModes":["text/plain"],"defaultOutputModes":["text/plain"],"skills":[]}"#;
 const TASK: &str = r#"{"jsonrpc":"2.0","id":1,"result":{"task":{"id":"0b6c5e8e-8f3a-4a57-9d2b-1f0c2d3e4f50","contextId":"5c1d7e2a-3b4c-4d5e-8f60-718293a4b5c6","status":{"state":"TASK_STATE_COMPLETED","timestamp":"2026-12-03T16:00:00.000Z"},"artifacts":[{"artifactId":"7d9e0f1a-2b3c-4d5e-9f60-718293a4b5c6","name":"echo","parts":[{"text":"hi"}]}],"history":[{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}],"contextId":"5c1d7e2a-3b4c-4d5e-8f60-718293a4b5c6","taskId":"0b6c5e8e-8f3a-4a57-9d2b-1f0c2d3e4f50"}]}}}"#;
@@ -276,18 +278,8 @@ fn serve_threads(sock: &str, sup: &'static Supervisor) -> io::Result<()> {
 
 /// One connection's thread: its requests in turn, each task waited for.
 fn connection(mut stream: UnixStream, jobs: mpsc::Sender<mpsc::SyncSender<bool>>) {
-    // The kernel's struct sched_param is one int (musl's has more fields).
-    let priority: libc::c_int = 0;
-    // SAFETY: the call reads one int, which lives for it; musl's wrapper is a
-    // stub, so the system call itself (as agentd makes it).
-    unsafe {
-        libc::syscall(
-            libc::SYS_sched_setscheduler,
-            0,
-            libc::SCHED_BATCH,
-            &priority as *const libc::c_int,
-        )
-    };
+    // Under SCHED_BATCH, as agentd's connection threads are.
+    let _ = sys::yield_on_wakeup();
     let (card, task) = (response(CARD), response(TASK));
     let (done, finished) = mpsc::sync_channel(1);
     let mut buf = Vec::new();
@@ -395,18 +387,7 @@ impl ForkServer {
     /// Forks the helper now, while this process is single-threaded and has
     /// held no task's data.
     fn start(cgroup_fd: Option<RawFd>) -> io::Result<ForkServer> {
-        let mut pair = [0; 2];
-        // SAFETY: pair is valid for two ints.
-        cvt(unsafe {
-            libc::socketpair(
-                libc::AF_UNIX,
-                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-                0,
-                pair.as_mut_ptr(),
-            )
-        })?;
-        // SAFETY: the socketpair just returned these fds, each owned once.
-        let (ours, theirs) = unsafe { (OwnedFd::from_raw_fd(pair[0]), OwnedFd::from_raw_fd(pair[1])) };
+        let (ours, theirs) = sys::seqpacket_pair()?;
         let server = std::process::id() as libc::pid_t;
         // SAFETY: this program has one thread here, so the child may go on
         // running ordinary code (it holds no lock another thread held).
@@ -420,11 +401,11 @@ impl ForkServer {
 
     /// A task's process, its ends of the pipes given; its pid.
     fn ask(&self, down_r: RawFd, up_w: RawFd) -> io::Result<libc::pid_t> {
-        send_fds(self.sock.as_raw_fd(), &[down_r, up_w])?;
+        let sock = self.sock.as_raw_fd();
+        sys::send_with_fds(sock, &[0], &[down_r, up_w], false)?;
         let mut pid = [0u8; 4];
-        // SAFETY: pid is valid for writes of its length.
-        let n = unsafe { libc::recv(self.sock.as_raw_fd(), pid.as_mut_ptr().cast(), 4, 0) };
-        match n {
+        let mut none = sys::ReceivedFds::default();
+        match sys::recv_with_fds(sock, &mut pid, &mut none, false)? {
             4 => match i32::from_ne_bytes(pid) {
                 errno if errno < 0 => Err(io::Error::from_raw_os_error(-errno)),
                 pid => Ok(pid),
@@ -438,17 +419,19 @@ impl ForkServer {
 fn serve_forks(sock: RawFd, cgroup_fd: Option<RawFd>, server: libc::pid_t) -> ! {
     // SAFETY: prctl takes integers; the fork server dies with the server.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
-    while let Ok([down_r, up_w]) = recv_fds(sock) {
+    let mut byte = [0u8; 1];
+    let mut fds = sys::ReceivedFds::default();
+    while sys::recv_with_fds(sock, &mut byte, &mut fds, false).is_ok_and(|n| n > 0) {
+        let (Some(down_r), Some(up_w)) = (fds.get(0), fds.get(1)) else {
+            break;
+        };
         let answer = match clone_parent(cgroup_fd) {
-            Ok(0) => child(server, down_r, up_w),
+            Ok(0) => child(server, down_r.as_raw_fd(), up_w.as_raw_fd()),
             Ok(pid) => pid,
             Err(e) => -e.raw_os_error().unwrap_or(libc::EIO),
         };
-        close(down_r);
-        close(up_w);
-        let bytes = answer.to_ne_bytes();
-        // SAFETY: bytes is valid for reads of its length.
-        if unsafe { libc::send(sock, bytes.as_ptr().cast(), 4, 0) } != 4 {
+        fds.clear();
+        if sys::send_with_fds(sock, &answer.to_ne_bytes(), &[], false).is_err() {
             break;
         }
     }
@@ -457,86 +440,29 @@ fn serve_forks(sock: RawFd, cgroup_fd: Option<RawFd>, server: libc::pid_t) -> ! 
     unsafe { libc::_exit(0) }
 }
 
-const FDS_SPACE: usize = 64; // room for CMSG_SPACE(2 * sizeof(int)), aligned
-
-fn send_fds(sock: RawFd, fds: &[RawFd; 2]) -> io::Result<()> {
-    let mut byte = [0u8; 1];
-    let mut iov = libc::iovec {
-        iov_base: byte.as_mut_ptr().cast(),
-        iov_len: 1,
-    };
-    let mut control = [0u64; FDS_SPACE / 8];
-    // SAFETY: msghdr is plain old data; all zeroes is a valid value.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    // SAFETY: CMSG_SPACE only computes a size.
-    msg.msg_controllen = unsafe { libc::CMSG_SPACE(8) } as _;
-    // SAFETY: msg_control points at a buffer of msg_controllen bytes, room
-    // for one header and two ints, which is all that is written.
-    unsafe {
-        let h = libc::CMSG_FIRSTHDR(&msg);
-        (*h).cmsg_level = libc::SOL_SOCKET;
-        (*h).cmsg_type = libc::SCM_RIGHTS;
-        (*h).cmsg_len = libc::CMSG_LEN(8) as _;
-        std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(h).cast::<RawFd>(), 2);
-    }
-    // SAFETY: msg and everything it points at live for the call.
-    cvt(unsafe { libc::sendmsg(sock, &msg, 0) } as i32).map(drop)
-}
-
-fn recv_fds(sock: RawFd) -> io::Result<[RawFd; 2]> {
-    let mut byte = [0u8; 1];
-    let mut iov = libc::iovec {
-        iov_base: byte.as_mut_ptr().cast(),
-        iov_len: 1,
-    };
-    let mut control = [0u64; FDS_SPACE / 8];
-    // SAFETY: msghdr is plain old data; all zeroes is a valid value.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = FDS_SPACE as _;
-    // SAFETY: msg and everything it points at live for the call.
-    if cvt(unsafe { libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC) } as i32)? == 0 {
-        return Err(io::ErrorKind::UnexpectedEof.into());
-    }
-    // SAFETY: the kernel filled msg_control; the header is checked before
-    // its two ints are read.
-    unsafe {
-        let h = libc::CMSG_FIRSTHDR(&msg);
-        if h.is_null() || (*h).cmsg_type != libc::SCM_RIGHTS || (*h).cmsg_len as usize != libc::CMSG_LEN(8) as usize {
-            return Err(io::Error::other("no two fds in the request"));
-        }
-        let mut fds = [0; 2];
-        std::ptr::copy_nonoverlapping(libc::CMSG_DATA(h).cast::<RawFd>(), fds.as_mut_ptr(), 2);
-        Ok(fds)
-    }
-}
-
 /// One task: a fresh process with agentd's per-worker guarantees, a frame
 /// each way, reaped, its group probed and its slot's CPU read.
 fn supervised_task(slot: Option<&Slot>, births: &Births, parent: libc::pid_t) -> io::Result<()> {
-    let (down_r, down_w) = pipe()?;
-    let (up_r, up_w) = pipe()?;
-    set_nonblocking(up_r)?;
-    set_nonblocking(down_w)?;
+    let (down_r, down_w) = sys::pipe()?;
+    let (up_r, up_w) = sys::pipe()?;
+    sys::set_pipe_nonblocking(up_r.as_raw_fd())?;
+    sys::set_pipe_nonblocking(down_w.as_raw_fd())?;
+    // Ours, open until the task is done.
+    let (to_child, from_child) = (down_w.as_raw_fd(), up_r.as_raw_fd());
     let pid = match births {
-        Births::ForkServer(f) => f.ask(down_r, up_w)?,
+        Births::ForkServer(f) => f.ask(down_r.as_raw_fd(), up_w.as_raw_fd())?,
         Births::Inline(cgroup_fd) => match clone_into(*cgroup_fd)? {
-            0 => child(parent, down_r, up_w),
+            0 => child(parent, down_r.as_raw_fd(), up_w.as_raw_fd()),
             pid => pid,
         },
     };
-    close(down_r);
-    close(up_w);
+    // The child's ends are the child's now.
+    drop((down_r, up_w));
     let frame = [b'x'; DOWN_FRAME];
     // SAFETY: frame is valid for reads of its length.
-    cvt(unsafe { libc::write(down_w, frame.as_ptr().cast(), frame.len()) } as i32)?;
+    cvt(unsafe { libc::write(to_child, frame.as_ptr().cast(), frame.len()) } as i32)?;
     let mut pfd = libc::pollfd {
-        fd: up_r,
+        fd: from_child,
         events: libc::POLLIN,
         revents: 0,
     };
@@ -544,7 +470,7 @@ fn supervised_task(slot: Option<&Slot>, births: &Births, parent: libc::pid_t) ->
     cvt(unsafe { libc::poll(&mut pfd, 1, -1) })?;
     let mut answer = [0u8; 512];
     // SAFETY: answer is valid for writes of its length.
-    cvt(unsafe { libc::read(up_r, answer.as_mut_ptr().cast(), answer.len()) } as i32)?;
+    cvt(unsafe { libc::read(from_child, answer.as_mut_ptr().cast(), answer.len()) } as i32)?;
     let mut status = 0;
     let mut usage: libc::rusage = unsafe_zeroed_rusage();
     // SAFETY: status and usage are valid and writable for the call.
@@ -555,8 +481,6 @@ fn supervised_task(slot: Option<&Slot>, births: &Births, parent: libc::pid_t) ->
         let mut stat = [0u8; 256];
         s.cpu_stat.read_at(&mut stat, 0)?;
     }
-    close(up_r);
-    close(down_w);
     Ok(())
 }
 
@@ -608,23 +532,6 @@ fn clone3(cgroup_fd: Option<RawFd>, parent: bool) -> io::Result<libc::pid_t> {
     // here like fork's child.
     let pid = unsafe { libc::syscall(libc::SYS_clone3, args.as_mut_ptr(), std::mem::size_of_val(&args)) };
     cvt(pid as i32)
-}
-
-fn pipe() -> io::Result<(RawFd, RawFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: fds is valid for two ints.
-    cvt(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
-    Ok((fds[0], fds[1]))
-}
-
-fn set_nonblocking(fd: RawFd) -> io::Result<()> {
-    // SAFETY: F_SETFL on an fd we own takes no pointers.
-    cvt(unsafe { libc::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK) }).map(drop)
-}
-
-fn close(fd: RawFd) {
-    // SAFETY: fd is ours and closed once.
-    unsafe { libc::close(fd) };
 }
 
 fn unsafe_zeroed_rusage() -> libc::rusage {
