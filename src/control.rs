@@ -4,6 +4,7 @@
 //! ```text
 //!  supervisor (procman)                               worker (forked by agentd __forkserver)
 //!        │                                                │  forked, waiting
+//!        │ ◀─ hello {pid} ─────────────────────────────── │  with its first frame (held)
 //!        │ ── spawn {task_id, context_id, message, runner, trace?} ▶ │
 //!        │ ◀─ status {state, text?} / artifact {artifact, append, last_chunk} ─ │  progress
 //!        │ ◀─ reply {message} ───────────────────────────  │  a direct Message instead of a task
@@ -72,8 +73,7 @@ pub enum Cause {
     Completed,
     Refused,
     /// Spelled as A2A spells the state it gives (TASK_STATE_CANCELED).
-    #[serde(rename = "canceled")]
-    Cancelled,
+    Canceled,
     Deadline,
     Stalled,
     Exhausted,
@@ -88,7 +88,7 @@ impl Cause {
         match self {
             Cause::Completed => "completed",
             Cause::Refused => "refused",
-            Cause::Cancelled => "canceled",
+            Cause::Canceled => "canceled",
             Cause::Deadline => "deadline",
             Cause::Stalled => "stalled",
             Cause::Exhausted => "exhausted",
@@ -153,6 +153,12 @@ pub enum Progress {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FromWorker {
+    /// Who it is: the first frame of every worker (held back to go out
+    /// with its next one, so it costs no write of its own). A worker whose
+    /// fork server was lost before it named the worker is adopted by it.
+    Hello {
+        pid: i32,
+    },
     Status {
         state: Progress,
         #[serde(default, skip_serializing_if = "Option::is_none")]

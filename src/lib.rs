@@ -30,5 +30,6 @@ pub mod systemd;
 pub mod tasks;
 pub mod trace;
 pub mod transport;
+pub mod vital;
 pub mod wire;
 pub mod worker;

@@ -27,7 +27,7 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 const CAUSES: [Cause; 10] = [
     Cause::Completed,
     Cause::Refused,
-    Cause::Cancelled,
+    Cause::Canceled,
     Cause::Deadline,
     Cause::Stalled,
     Cause::Exhausted,
@@ -300,7 +300,7 @@ pub fn render(g: &Gauges) -> String {
                 (state, cause),
                 (TaskState::Completed, Cause::Completed)
                     | (TaskState::Failed, Cause::Failed)
-                    | (TaskState::Canceled, Cause::Cancelled)
+                    | (TaskState::Canceled, Cause::Canceled)
                     | (TaskState::Rejected, Cause::Refused)
             );
             if n > 0 || natural {

@@ -18,6 +18,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::config::Config;
+use crate::control::Cause;
 use crate::ext;
 use crate::principal::Principal;
 use crate::procman::Procman;
@@ -221,7 +222,7 @@ impl Agent {
                 } else {
                     None
                 };
-                self.procman.input(&task_id, message);
+                self.procman.input(&task_id, message).map_err(supervisor_gone)?;
                 Ok(Begun {
                     task,
                     seq,
@@ -272,7 +273,12 @@ impl Agent {
                 } else {
                     None
                 };
-                self.procman.start(task.id());
+                if let Err(gone) = self.procman.start(task.id()) {
+                    // Never left SUBMITTED for ever: it ends, and says why.
+                    self.tasks
+                        .finish(task.id(), TaskState::Failed, Cause::Crashed, Some(gone.to_string()));
+                    return Err(supervisor_gone(gone));
+                }
                 Ok(Begun {
                     task,
                     seq: 0,
@@ -503,7 +509,7 @@ impl Agent {
                 &[("taskId", &req.id), ("state", task.state().wire_name())],
             ));
         }
-        self.procman.cancel(&req.id);
+        self.procman.cancel(&req.id).map_err(supervisor_gone)?;
         let t = &self.cfg.tasks;
         // The ladder is bounded; past it (and a margin for reaping) answer
         // with whatever the task is now rather than hang the client.
@@ -619,4 +625,16 @@ fn legacy_hint(method: &str) -> &'static str {
         "tasks/list" => " (1.0 calls it ListTasks)",
         _ => "",
     }
+}
+
+/// A request procman can no longer take (its thread is gone and the
+/// daemon is on its way out): an error to the caller, never a silent drop.
+fn supervisor_gone(gone: crate::procman::ProcmanGone) -> RpcError {
+    RpcError::with_reason(
+        rpc::INTERNAL_ERROR,
+        "SUPERVISOR_GONE",
+        rpc::AGENTD_DOMAIN,
+        gone.to_string(),
+        &[],
+    )
 }

@@ -17,7 +17,9 @@ pub fn run(agent: &Agent, op: &Op) -> Map<String, Value> {
         Op::Resume => agent.daemon.draining.store(false, Ordering::SeqCst),
         Op::Limits { max_running: Some(n) } => {
             agent.tasks.set_max_running(*n);
-            agent.procman.wake();
+            if let Err(gone) = agent.procman.wake() {
+                log::warn!("a2a.limits {gone}");
+            }
         }
         Op::Limits { max_running: None } => {}
     }

@@ -1,8 +1,10 @@
-//! procman's driver: the table of workers, each with its [`Life`], fed
-//! events and carrying out their actions. It reads frames, reaps, keeps the
-//! timers and sweeps what a task leaves behind, all through the [`Os`] seam,
-//! and tells the task table the verdicts the lifecycle makes, with what
-//! each task cost (its cgroup's counters and its worker's rusage, read when
+//! procman's driver: the table of workers, each with its [`WorkerLife`],
+//! and the [`StartPath`] of the tasks on their way to one — the two
+//! machines — fed events and carrying out their actions. It reads frames,
+//! reaps, keeps the timers and sweeps what a task leaves behind, all
+//! through the [`Os`] seam, and is **the one place that ends a task**: it
+//! tells the task table the verdicts the two machines make, with what each
+//! task cost (its cgroup's counters and its worker's rusage, read when
 //! nothing of the task is left: a measurement, no verdict). Events go
 //! through one queue, so an action that learns something (a sweep, a frame
 //! that would not fit) feeds the machine after the actions before it, never
@@ -12,9 +14,10 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::channel::{Channel, Queued};
-use super::lifecycle::{Action, Counters, Ending, Event, Life, Stop, Timing};
+use super::channel::{Channel, Queued, Turn};
+use super::lifecycle::{Counters, Ending, Stop, TaskRef, Timing, WorkerAction, WorkerEvent, WorkerLife};
 use super::os::Os;
+use super::start::{StartAction, StartEvent, StartLimits, StartPath, Way};
 use crate::cgroup::Usage;
 use crate::control::{Cause, FromWorker, Progress, ToWorker};
 use crate::cost::{Cost, Cpu, Memory, CPU_CGROUP2, CPU_RUSAGE, MEMORY_RUSAGE};
@@ -26,48 +29,38 @@ use crate::wire::{Message, TaskState};
 pub(super) struct Worker<C> {
     pub pid: i32,
     pub chan: Channel,
-    pub life: Life,
+    pub life: WorkerLife,
     pub cgroups: Option<C>,
     /// When it joined the pool: surplus idle workers retire oldest first.
     pub born: Instant,
-    /// Which worker in a row its task was given to (1: the first).
-    attempt: u32,
     /// What wait4 counted for it (and the descendants it waited for).
     rusage: Option<Rusage>,
 }
 
-/// agentd's own helpers, as the pool sees them now: a sweep must not take
-/// them for a task's escapees.
+/// agentd's own helpers as the pool sees them at the call that passes
+/// this: a sweep must not take them for a task's escapees.
 #[derive(Debug, Default, Clone, Copy)]
-pub(super) struct Helpers {
-    pub fork_server: Option<i32>,
-    /// Workers asked of the fork server and not yet named: any unknown
+pub(super) struct Helpers<'a> {
+    /// Fork servers started and not reaped yet.
+    pub fork_servers: &'a [i32],
+    /// Workers asked for or being adopted, not yet named: any unknown
     /// child may be one of them.
-    pub forks_pending: usize,
-}
-
-/// A task whose worker never read it, to start again on a fresh one.
-#[derive(Debug, PartialEq, Eq)]
-pub(super) struct GivenBack {
-    pub task: String,
-    /// Workers it was given to so far.
-    pub attempts: u32,
+    pub unnamed: usize,
 }
 
 pub(super) struct Driver<O: Os> {
     pub os: O,
     pub tasks: Arc<TaskTable>,
+    /// Where each task on its way to a worker is, and which worker has it.
+    pub start: StartPath,
     timing: Timing,
     workers: HashMap<i32, Worker<O::Cgroup>>,
-    by_task: HashMap<String, i32>,
-    events: VecDeque<(i32, Event)>,
+    events: VecDeque<(i32, WorkerEvent)>,
     /// Set while `events` is being worked through.
     stepping: bool,
     /// Exits reaped that are no worker's (the fork server, workers not yet
     /// named, orphans): the pool's to route.
     pub unclaimed: Vec<(i32, ExitStatus)>,
-    pub given_back: Vec<GivenBack>,
-    pub helpers: Helpers,
     next_counters_at: Instant,
     /// When the next finished task is due to be dropped (tasks.retain_ms).
     retention_due: Option<Instant>,
@@ -76,19 +69,17 @@ pub(super) struct Driver<O: Os> {
 }
 
 impl<O: Os> Driver<O> {
-    pub fn new(os: O, tasks: Arc<TaskTable>, timing: Timing) -> Driver<O> {
+    pub fn new(os: O, tasks: Arc<TaskTable>, timing: Timing, start: StartLimits) -> Driver<O> {
         Driver {
             next_counters_at: os.now(),
             os,
             tasks,
+            start: StartPath::new(start),
             timing,
             workers: HashMap::new(),
-            by_task: HashMap::new(),
             events: VecDeque::new(),
             stepping: false,
             unclaimed: Vec::new(),
-            given_back: Vec::new(),
-            helpers: Helpers::default(),
             retention_due: None,
             scratch: vec![0; limits::PROCMAN_READ_BUFFER_BYTES],
         }
@@ -97,14 +88,13 @@ impl<O: Os> Driver<O> {
     /// A new worker joins the pool, idle.
     pub fn add(&mut self, pid: i32, chan: Channel, cgroups: Option<O::Cgroup>) {
         let now = self.os.now();
-        let life = Life::idle(pid, cgroups.is_some(), now, self.timing);
+        let life = WorkerLife::idle(pid, cgroups.is_some(), now, self.timing);
         let worker = Worker {
             pid,
             chan,
             life,
             cgroups,
             born: now,
-            attempt: 0,
             rusage: None,
         };
         self.workers.insert(pid, worker);
@@ -114,9 +104,8 @@ impl<O: Os> Driver<O> {
         self.workers.is_empty()
     }
 
-    /// Tasks with a worker, stopping ones too: their processes still run.
-    pub fn tasks_running(&self) -> usize {
-        self.by_task.len()
+    pub fn knows(&self, pid: i32) -> bool {
+        self.workers.contains_key(&pid)
     }
 
     /// Idle workers that can take a task: (pid, since when).
@@ -125,6 +114,11 @@ impl<O: Os> Driver<O> {
             .values()
             .filter(|w| w.life.is_idle() && w.chan.is_open())
             .map(|w| (w.pid, w.born))
+    }
+
+    /// Tasks whose workers still run (stopping ones too).
+    pub fn tasks_running(&self) -> usize {
+        self.workers.values().filter(|w| w.life.task().is_some()).count()
     }
 
     /// Every open control pipe, for the poll set: (fd, pid, is the pipe to
@@ -136,36 +130,61 @@ impl<O: Os> Driver<O> {
         })
     }
 
+    /// Feeds the start path and carries out what it decides.
+    pub fn start_event(&mut self, h: Helpers, event: StartEvent) {
+        let now = self.os.now();
+        for action in self.start.step(event, now) {
+            match action {
+                StartAction::End { task, ending } => {
+                    if end_task(&self.tasks, &task, ending.clone(), None) {
+                        log::info!(
+                            "task.end task={task} state={} cause={} (no worker ran it)",
+                            ending.state.short_name(),
+                            ending.cause.as_str()
+                        );
+                    }
+                }
+                StartAction::StopWorker { pid, stop } => {
+                    log::info!("task.stop pid={pid} cause={}", stop.cause.as_str());
+                    self.event(h, pid, WorkerEvent::Stop(stop));
+                }
+                StartAction::KillWorker { pid } => self.event(h, pid, WorkerEvent::KillNow(Stop::new(Cause::Shutdown))),
+            }
+        }
+    }
+
     /// Gives an idle worker its task: `spawn` is the frame that starts it,
-    /// `deadline` the task's wall-clock budget, `attempt` which worker in a
-    /// row the task goes to.
-    pub fn assign(&mut self, pid: i32, task_id: String, spawn: &ToWorker, deadline: Option<Instant>, attempt: u32) {
+    /// `deadline` the task's wall-clock budget.
+    pub fn assign(&mut self, h: Helpers, pid: i32, task_id: String, spawn: &ToWorker, deadline: Option<Instant>) {
         let Some(w) = self.workers.get_mut(&pid) else { return };
         w.chan.mark();
-        self.bind(pid, task_id, deadline, attempt);
-        self.send(pid, spawn);
+        self.bind(h, pid, task_id, deadline);
+        self.send(h, pid, spawn);
     }
 
     /// A new worker whose task's `spawn` frame went into its pipe before
     /// it was born (the channel was marked before it): it starts running.
-    pub fn assign_handed(&mut self, pid: i32, task_id: String, deadline: Option<Instant>, attempt: u32) {
-        self.bind(pid, task_id, deadline, attempt);
+    pub fn assign_handed(&mut self, h: Helpers, pid: i32, task_id: String, deadline: Option<Instant>) {
+        self.bind(h, pid, task_id, deadline);
     }
 
-    fn bind(&mut self, pid: i32, task_id: String, deadline: Option<Instant>, attempt: u32) {
-        let Some(w) = self.workers.get_mut(&pid) else { return };
-        w.attempt = attempt;
-        self.by_task.insert(task_id.clone(), pid);
-        self.event(
-            pid,
-            Event::Assigned {
+    fn bind(&mut self, h: Helpers, pid: i32, task_id: String, deadline: Option<Instant>) {
+        if !self.workers.contains_key(&pid) {
+            return;
+        }
+        let task = task_id.clone();
+        self.event(h, pid, WorkerEvent::Assigned { task, deadline });
+        // A stop that waited for the worker to be named comes now.
+        self.start_event(
+            h,
+            StartEvent::Bound {
                 task: task_id.clone(),
-                deadline,
+                pid,
             },
         );
         self.tasks
             .worker_notice(&Notice::WorkerSpawn { task_id: &task_id, pid });
-        if attempt <= 1 {
+        if let Some(Way::Bound { attempt: 1, .. }) = self.start.way(&task_id) {
             self.tasks.set_progress(&task_id, TaskState::Working, None);
         }
         // The trace is looked up only for a line that is written.
@@ -177,62 +196,51 @@ impl<O: Os> Driver<O> {
         }
     }
 
-    /// A follow-up message for the task's warm worker; false if it has none.
-    pub fn input(&mut self, task_id: &str, message: Message) -> bool {
-        let Some(pid) = self.by_task.get(task_id).copied() else {
+    /// A follow-up message for the task's warm worker; false if it has
+    /// none (the worker's lifecycle decides whether it goes out).
+    pub fn input(&mut self, h: Helpers, task_id: &str, message: Message) -> bool {
+        let Some(pid) = self.start.worker_of(task_id) else {
             return false;
         };
-        self.send(pid, &ToWorker::Input { message });
-        self.event(pid, Event::Resumed);
-        true
-    }
-
-    /// Runs the kill ladder on the task's worker; false if it has none.
-    pub fn stop_task(&mut self, task_id: &str, cause: Cause) -> bool {
-        let Some(pid) = self.by_task.get(task_id).copied() else {
-            return false;
-        };
-        log::info!("task.stop task={task_id} pid={pid} cause={}", cause.as_str());
-        self.event(pid, Event::Stop(Stop::new(cause)));
+        self.event(h, pid, WorkerEvent::Input(message));
         true
     }
 
     /// Every worker: the ladder (`kill_now`: straight to SIGKILL).
-    pub fn stop_all(&mut self, cause: Cause, kill_now: bool) {
+    pub fn stop_all(&mut self, h: Helpers, kill_now: bool) {
         let pids: Vec<i32> = self.workers.keys().copied().collect();
         for pid in pids {
-            let stop = Stop::new(cause);
+            let stop = Stop::new(Cause::Shutdown);
             let event = if kill_now {
-                Event::KillNow(stop)
+                WorkerEvent::KillNow(stop)
             } else {
-                Event::Stop(stop)
+                WorkerEvent::Stop(stop)
             };
-            self.event(pid, event);
+            self.event(h, pid, event);
         }
     }
 
-    /// SIGKILLs one worker's task group now (the daemon's second SIGTERM
-    /// found it not yet named).
-    pub fn kill_now(&mut self, pid: i32, cause: Cause) {
-        self.event(pid, Event::KillNow(Stop::new(cause)));
-    }
-
-    /// An idle worker the pool no longer needs.
-    pub fn retire(&mut self, pid: i32) {
-        self.event(pid, Event::Stop(Stop::new(Cause::Shutdown)));
+    /// A worker agentd no longer needs: killed, no verdict.
+    pub fn retire(&mut self, h: Helpers, pid: i32) {
+        self.event(h, pid, WorkerEvent::Retire);
     }
 
     /// An exit reaped before the worker joined (the fork server had yet to
     /// name it).
-    pub fn exited(&mut self, pid: i32, status: ExitStatus) {
-        self.before_loss(pid);
-        self.event(pid, Event::Exited(status));
+    pub fn exited(&mut self, h: Helpers, pid: i32, status: ExitStatus) {
+        let Some(w) = self.workers.get(&pid) else { return };
+        let channel_open = w.chan.is_open();
+        let event = WorkerEvent::Exited {
+            exit: status,
+            channel_open,
+        };
+        self.event(h, pid, event);
     }
 
     /// `wait4(-1, WNOHANG)` until nothing is left: a worker's exit goes to
     /// its lifecycle (its rusage kept for its task's cost), anything else
     /// to `unclaimed`.
-    pub fn reap(&mut self) {
+    pub fn reap(&mut self, h: Helpers) {
         loop {
             match self.os.reap() {
                 Ok(Some(r)) if self.workers.contains_key(&r.pid) => {
@@ -240,7 +248,7 @@ impl<O: Os> Driver<O> {
                     if let Some(w) = self.workers.get_mut(&r.pid) {
                         w.rusage = Some(r.usage);
                     }
-                    self.exited(r.pid, r.status);
+                    self.exited(h, r.pid, r.status);
                 }
                 Ok(Some(other)) => self.unclaimed.push((other.pid, other.status)),
                 Ok(None) => return,
@@ -253,19 +261,24 @@ impl<O: Os> Driver<O> {
     }
 
     /// Frames from a worker whose pipe is readable.
-    pub fn read_from(&mut self, pid: i32) {
+    pub fn read_from(&mut self, h: Helpers, pid: i32) {
         let Some(w) = self.workers.get_mut(&pid) else { return };
         let turn = w.chan.read_turn(&mut self.scratch);
+        self.heard(h, pid, turn);
+    }
+
+    /// A turn of frames read from worker `pid`'s pipe (by the driver, or
+    /// by the pool before it knew whose pipe it was).
+    pub fn heard(&mut self, h: Helpers, pid: i32, turn: Turn) {
         for frame in turn.frames {
-            self.on_frame(pid, frame);
+            self.event(h, pid, WorkerEvent::Said(frame));
         }
         if let Some(why) = &turn.broken {
             log::warn!("procman.control pid={pid} error={why}; killing the worker");
         }
         if turn.closed || turn.broken.is_some() {
-            self.before_loss(pid);
             let broken = turn.broken.is_some();
-            self.event(pid, Event::ChannelClosed { broken });
+            self.event(h, pid, WorkerEvent::ChannelClosed { broken });
         }
     }
 
@@ -278,7 +291,7 @@ impl<O: Os> Driver<O> {
 
     /// Every timer that is due, the cgroup counters now and then, and the
     /// retention of finished tasks.
-    pub fn tick(&mut self) {
+    pub fn tick(&mut self, h: Helpers) {
         let now = self.os.now();
         let due: Vec<i32> = self
             .workers
@@ -287,7 +300,7 @@ impl<O: Os> Driver<O> {
             .map(|w| w.pid)
             .collect();
         for pid in due {
-            self.event(pid, Event::Tick);
+            self.event(h, pid, WorkerEvent::Tick);
         }
         if now >= self.next_counters_at {
             self.next_counters_at = now + Duration::from_millis(limits::CGROUP_CHECK_MS);
@@ -301,16 +314,15 @@ impl<O: Os> Driver<O> {
                 let Some(cg) = self.workers.get(&pid).and_then(|w| w.cgroups.as_ref()) else {
                     continue;
                 };
-                let pids_refused = self.os.pids_refused(cg);
-                if pids_refused > 0 {
-                    log::info!("task.exhausted pid={pid} forks_refused={pids_refused}");
-                    let counters = Counters {
-                        pids_refused,
-                        pids_max: self.os.pids_max(),
-                        out_of_memory: false,
-                    };
-                    self.event(pid, Event::Counters(counters));
+                let counters = Counters {
+                    pids_refused: self.os.pids_refused(cg),
+                    pids_max: self.os.pids_max(),
+                    out_of_memory: false,
+                };
+                if counters.pids_refused > 0 {
+                    log::info!("task.exhausted pid={pid} forks_refused={}", counters.pids_refused);
                 }
+                self.event(h, pid, WorkerEvent::Counters(counters));
             }
         }
         // Finished tasks past tasks.retain_ms go even on an idle daemon.
@@ -334,7 +346,7 @@ impl<O: Os> Driver<O> {
 
     /// Feeds one event to a worker's lifecycle and carries out its actions,
     /// and those of whatever they led to, in order.
-    fn event(&mut self, pid: i32, event: Event) {
+    fn event(&mut self, h: Helpers, pid: i32, event: WorkerEvent) {
         self.events.push_back((pid, event));
         if self.stepping {
             return; // the loop below, further up the stack, takes it
@@ -344,49 +356,80 @@ impl<O: Os> Driver<O> {
             let Some(w) = self.workers.get_mut(&pid) else { continue };
             let actions = w.life.step(event, self.os.now());
             for action in actions {
-                self.act(pid, action);
+                self.act(h, pid, action);
             }
         }
         self.stepping = false;
     }
 
-    fn act(&mut self, pid: i32, action: Action) {
+    fn act(&mut self, h: Helpers, pid: i32, action: WorkerAction) {
         let Some(w) = self.workers.get(&pid) else { return };
         match action {
-            Action::SendPing => self.send(pid, &ToWorker::Ping),
-            Action::SendCancel => {
-                crate::metrics::ladder_rung("cancel");
-                self.send(pid, &ToWorker::Cancel)
+            WorkerAction::SendPing => self.send(h, pid, &ToWorker::Ping),
+            WorkerAction::SendCancel => {
+                if w.chan.is_open() {
+                    crate::metrics::ladder_rung("cancel");
+                }
+                self.send(h, pid, &ToWorker::Cancel)
             }
-            Action::Terminate => {
+            WorkerAction::SendInput(message) => self.send(h, pid, &ToWorker::Input { message }),
+            WorkerAction::Relay(frame) => {
+                let id = w.life.task_id().to_string();
+                self.relay(&id, frame);
+            }
+            WorkerAction::Terminate => {
                 self.os.signal_group(pid, libc::SIGTERM);
                 self.os.signal_group(pid, libc::SIGCONT);
             }
-            Action::Kill => self.kill(pid),
-            Action::Note(what) => {
+            WorkerAction::Kill => self.kill(pid),
+            WorkerAction::Note(what) => {
                 crate::metrics::ladder_rung(what);
-                let task = w.life.task().map_or("-", |(id, _)| id);
-                log::info!("task.ladder task={task} pid={pid} rung={what}");
+                log::info!("task.ladder task={} pid={pid} rung={what}", w.life.task_id());
             }
-            Action::Sweep { adopted } => self.sweep(pid, adopted),
-            Action::CheckTaken => {
+            WorkerAction::Sweep { adopted } => self.sweep(h, pid, adopted),
+            WorkerAction::CheckTaken => {
                 let event = if w.chan.take_back() {
-                    Event::Untouched
+                    WorkerEvent::Untouched
                 } else {
-                    Event::Took
+                    WorkerEvent::Took
                 };
-                self.event(pid, event);
+                self.event(h, pid, event);
             }
-            Action::Requeue(task) => {
+            WorkerAction::Again(event) => self.event(h, pid, *event),
+            WorkerAction::GiveBack(task) => {
                 log::warn!(
                     "procman.untaken task={task} pid={pid}: the worker never read its task; \
                      starting it on a fresh worker"
                 );
-                self.by_task.remove(&task);
-                let attempts = w.attempt;
-                self.given_back.push(GivenBack { task, attempts });
+                self.start_event(h, StartEvent::GivenBack(task));
             }
-            Action::Finish { ending, exit } => self.finish(pid, ending, exit),
+            WorkerAction::Finish { ended, exit } => self.finish(h, pid, ended, exit),
+        }
+    }
+
+    /// A frame of the worker's that counts for its task, to the table.
+    fn relay(&self, id: &str, frame: FromWorker) {
+        match frame {
+            // A status makes the task a task (not a direct reply); an
+            // artifact does so itself, and a reply marks the task
+            // atomically with the message (a stream waking in between
+            // would open as a task).
+            FromWorker::Status { state, text } => {
+                self.tasks.mark_spoke(id);
+                let state = match state {
+                    Progress::Working => TaskState::Working,
+                    Progress::InputRequired => TaskState::InputRequired,
+                    Progress::AuthRequired => TaskState::AuthRequired,
+                };
+                self.tasks.set_progress(id, state, text);
+            }
+            FromWorker::Artifact {
+                artifact,
+                append,
+                last_chunk,
+            } => self.tasks.add_artifact(id, artifact, append, last_chunk),
+            FromWorker::Reply { message } => self.tasks.set_direct_reply(id, message),
+            FromWorker::Hello { .. } | FromWorker::Pong | FromWorker::Done { .. } => {}
         }
     }
 
@@ -400,17 +443,17 @@ impl<O: Os> Driver<O> {
     }
 
     /// Looks for what is left of a task and reports it to its lifecycle.
-    fn sweep(&mut self, pid: i32, adopted: bool) {
+    fn sweep(&mut self, h: Helpers, pid: i32, adopted: bool) {
         // Escapees of a SIGKILLed worker come to agentd. Nothing but
         // workers may be ours: the task is not over while any is left. A
         // worker asked for may be a child already, its pid not yet known:
         // then look again at the next sweep.
-        let escapees = adopted && (self.helpers.forks_pending > 0 || self.kill_adopted() > 0);
+        let escapees = adopted && (h.unnamed > 0 || self.kill_adopted(h) > 0);
         let mut left = escapees || self.group_or_cgroup_left(pid);
         if left && !escapees {
             // Leftovers of the group re-parent to us (a subreaper): their
             // zombies keep the group alive until they are reaped.
-            self.reap();
+            self.reap(h);
             left = self.group_or_cgroup_left(pid);
         }
         let Some(w) = self.workers.get(&pid) else { return };
@@ -422,7 +465,7 @@ impl<O: Os> Driver<O> {
             }),
             _ => None,
         };
-        self.event(pid, Event::Swept { left, counters });
+        self.event(h, pid, WorkerEvent::Swept { left, counters });
     }
 
     /// Whether anything of the task is still in its process group or its
@@ -432,12 +475,12 @@ impl<O: Os> Driver<O> {
         w.cgroups.as_ref().is_some_and(|cg| self.os.cgroup_populated(cg)) || self.os.group_alive(pid)
     }
 
-    /// SIGKILLs every child of agentd that is no worker (nor the fork
+    /// SIGKILLs every child of agentd that is no worker (nor a fork
     /// server); returns how many there were.
-    fn kill_adopted(&mut self) -> usize {
+    fn kill_adopted(&mut self, h: Helpers) -> usize {
         let mut found = 0;
         for child in self.os.children() {
-            if !self.workers.contains_key(&child) && self.helpers.fork_server != Some(child) {
+            if !self.workers.contains_key(&child) && !h.fork_servers.contains(&child) {
                 log::info!("procman.adopted pid={child} killed: it outlived its task's worker");
                 self.os.kill_pid(child, libc::SIGKILL);
                 found += 1;
@@ -446,74 +489,21 @@ impl<O: Os> Driver<O> {
         found
     }
 
-    /// Before a worker's exit or EOF is told: a task it never read is not
-    /// its to end.
-    fn before_loss(&mut self, pid: i32) {
-        let Some(w) = self.workers.get(&pid) else { return };
-        if w.life.may_not_have_taken() && w.chan.take_back() {
-            self.event(pid, Event::Untouched);
-        }
-    }
-
-    /// Queues a frame; a worker that does not read is stopped for it.
-    fn send(&mut self, pid: i32, frame: &ToWorker) {
+    /// Queues a frame; what the channel cannot take goes to the lifecycle.
+    fn send(&mut self, h: Helpers, pid: i32, frame: &ToWorker) {
         let Some(w) = self.workers.get_mut(&pid) else { return };
-        let task = w.life.task().map_or("-", |(id, _)| id);
         match w.chan.send(frame) {
             Queued::Ok => {}
             Queued::Full => {
-                log::warn!("procman.control task={task} pid={pid} outbox full: the worker stopped reading");
-                self.event(pid, Event::Unwritable);
+                log::warn!(
+                    "procman.control task={} pid={pid} outbox full: the worker stopped reading",
+                    w.life.task_id()
+                );
+                self.event(h, pid, WorkerEvent::Unwritable);
             }
             Queued::Refused(e) => {
-                log::warn!("procman.control task={task} pid={pid} error={e}");
-                let stop = Stop {
-                    cause: Cause::Failed,
-                    why: Some(format!("failed: {e}")),
-                };
-                self.event(pid, Event::Stop(stop));
-            }
-        }
-    }
-
-    fn on_frame(&mut self, pid: i32, frame: FromWorker) {
-        self.event(pid, Event::Heard);
-        let Some(w) = self.workers.get(&pid) else { return };
-        let Some((id, _)) = w.life.task() else { return };
-        let id = id.to_string();
-        let running = w.life.speaks_for_its_task();
-        // A status makes the task a task (not a direct reply); an artifact
-        // does so itself, and a reply marks the task atomically with the
-        // message (a stream waking in between would open as a task).
-        if matches!(frame, FromWorker::Status { .. }) {
-            self.tasks.mark_spoke(&id);
-        }
-        match frame {
-            FromWorker::Pong => {}
-            FromWorker::Status { state, text } => {
-                let state = match state {
-                    Progress::Working => TaskState::Working,
-                    Progress::InputRequired => TaskState::InputRequired,
-                    Progress::AuthRequired => TaskState::AuthRequired,
-                };
-                if running {
-                    self.tasks.set_progress(&id, state, text);
-                }
-                let event = if state.is_interrupted() {
-                    Event::Asked
-                } else {
-                    Event::Resumed
-                };
-                self.event(pid, event);
-            }
-            FromWorker::Artifact {
-                artifact,
-                append,
-                last_chunk,
-            } => self.tasks.add_artifact(&id, artifact, append, last_chunk),
-            FromWorker::Reply { message } => self.tasks.set_direct_reply(&id, message),
-            FromWorker::Done { outcome, cause, text } => {
-                self.event(pid, Event::Reported(Ending::reported(outcome, cause, text)));
+                log::warn!("procman.control task={} pid={pid} error={e}", w.life.task_id());
+                self.event(h, pid, WorkerEvent::Unsendable(e.to_string()));
             }
         }
     }
@@ -521,7 +511,7 @@ impl<O: Os> Driver<O> {
     /// The worker is gone and so is everything of its task: the task gets
     /// the verdict its lifecycle made and what it cost, and the cgroup slot
     /// is free again.
-    fn finish(&mut self, pid: i32, ending: Option<Ending>, exit: ExitStatus) {
+    fn finish(&mut self, h: Helpers, pid: i32, ended: Option<(TaskRef, Ending)>, exit: ExitStatus) {
         let Some(mut w) = self.workers.remove(&pid) else { return };
         // Read for a worker without a task too: the reading is the slot's
         // baseline for its next task.
@@ -529,11 +519,12 @@ impl<O: Os> Driver<O> {
         if let Some(cg) = w.cgroups.take() {
             self.os.release_cgroup(cg);
         }
-        let (Some((id, since)), Some(ending)) = (w.life.task(), ending) else {
+        let Some((task, ending)) = ended else {
             return; // a worker without a task: nobody to tell
         };
-        let cost = task_cost(self.os.now().saturating_duration_since(since), usage, w.rusage);
-        self.by_task.remove(id);
+        let id = task.id.as_str();
+        self.start_event(h, StartEvent::Released(task.id.clone()));
+        let cost = task_cost(self.os.now().saturating_duration_since(task.since), usage, w.rusage);
         self.tasks.worker_notice(&Notice::WorkerExit {
             task_id: id,
             pid,
@@ -547,7 +538,7 @@ impl<O: Os> Driver<O> {
                 "task.end task={id} pid={pid} state={} cause={} ms={} cpu_us={} peak_bytes={}{}",
                 ending.state.short_name(),
                 ending.cause.as_str(),
-                since.elapsed().as_millis(),
+                task.since.elapsed().as_millis(),
                 cost.cpu.map_or(0, |c| c.user_usec + c.system_usec),
                 cost.memory.map_or(0, |m| m.peak_bytes),
                 trace.unwrap_or_default()
@@ -594,13 +585,18 @@ fn task_cost(wall: Duration, cgroup: Option<Usage>, rusage: Option<Rusage>) -> C
     }
 }
 
-/// A task's verdict (and what it cost, if it ran), counted for /metrics.
-pub(super) fn end_task(tasks: &TaskTable, id: &str, ending: Ending, cost: Option<Cost>) {
-    crate::metrics::task_ended(ending.state, ending.cause);
-    if let Some(c) = &cost {
-        crate::metrics::task_cost(c);
+/// A task's verdict (and what it cost, if it ran), counted for /metrics
+/// when it ended the task (a task that had ended already keeps its first).
+fn end_task(tasks: &TaskTable, id: &str, ending: Ending, cost: Option<Cost>) -> bool {
+    let (state, cause) = (ending.state, ending.cause);
+    let ended = tasks.finish_with_cost(id, state, cause, ending.text, cost);
+    if ended {
+        crate::metrics::task_ended(state, cause);
+        if let Some(c) = &cost {
+            crate::metrics::task_cost(c);
+        }
     }
-    tasks.finish_with_cost(id, ending.state, ending.cause, ending.text, cost);
+    ended
 }
 
 #[cfg(test)]

@@ -1,34 +1,41 @@
-//! A worker's lifecycle as a type: one [`Phase`] and one pure transition,
-//! [`Life::step`]`(event, now) → actions`. procman's driver carries the
-//! actions out (frames, signals, sweeps, the task's verdict) and reports what
-//! the kernel said back as events; nothing here does I/O, so the table tests
-//! walk every path without a process. **Every verdict is made here**: a
-//! reported result, a stop's cause, a crash, and what the final sweep found
-//! in the task's cgroup (forks refused at pids.max, the OOM killer).
+//! A worker's lifecycle as a type: one [`WorkerPhase`] and one pure
+//! transition, [`WorkerLife::step`]`(event, now) → actions`. procman's
+//! driver carries the actions out (frames, signals, sweeps, the task's
+//! verdict) and reports what the kernel and the worker said back as
+//! events; nothing here does I/O, so the table tests walk every path
+//! without a process. **Every verdict of a task that reached a worker is
+//! made here**: a reported result, a stop's cause, a crash, a frame that
+//! cannot be sent, and what the final sweep found in the task's cgroup
+//! (forks refused at pids.max, the OOM killer). Which of the worker's
+//! frames reach the task table, and when input goes to the worker, is
+//! decided here too (the `Relay` and `SendInput` actions). The way of a
+//! task *to* a worker is the start path's machine (`start.rs`).
 //!
 //! ```text
 //!          assign            done                 exit
 //!   Idle ─────────▶ Running ─────▶ Reported ───────────┐
-//!                    │  ▲ input-required / input       │
-//!                    │  └──────┘ (Running{waiting})    ▼
-//!                    │ stop(cause)              Draining ──EOF or drain──▶ Emptying ──swept, nothing left──▶ Finished
-//!                    ▼                             ▲                         │ sweep every group_poll
-//!                 Stopping: cancel frame ─cancel_grace─▶ SIGTERM+SIGCONT     │ (SIGKILL what is left)
+//!    │               │  ▲ input-required / input       │
+//!    │ retire        │  └──────┘ (Running{waiting})    ▼
+//!    │               │ stop(cause)              Draining ──EOF or drain──▶ Emptying ──swept, nothing left──▶ Finished
+//!    ▼               ▼                             ▲                         │ sweep every group_poll
+//!   Stopping{no task}  Stopping: cancel frame ─cancel_grace─▶ SIGTERM+SIGCONT│ (SIGKILL what is left)
 //!                           ─term_grace─▶ SIGKILL (again every group_poll) ──┘ exit
 //! ```
 //! Liveness is judged on what is read: any frame is life. After `ping_every`
 //! of silence one ping goes out; `stall_after` more of silence stops the task
 //! as `stalled`. A worker that reported its result has `exit_grace` to exit.
 //! A worker that has not read its task's `spawn` frame within `take_within`
-//! (a stopped or lost helper of agentd's own) gives the task back to be
-//! started on a fresh worker: the task had not started, so it is not failed.
-//! The task's verdict is decided when the process is gone, from what came
-//! before: a result reported before any stop wins; a stop decides otherwise.
+//! (a stopped or lost helper of agentd's own), or that is lost before it
+//! read it, gives the task back to be started on a fresh worker: the task
+//! had not started, so it is not failed. The task's verdict is decided when
+//! the process is gone, from what came before: a result reported before any
+//! stop wins; a stop decides otherwise.
 
 use std::time::{Duration, Instant};
 
-use crate::control::Cause;
+use crate::control::{Cause, FromWorker, Progress};
 use crate::sys::ExitStatus;
+use crate::wire::Message;
 
 mod verdict;
 pub use verdict::{Before, Counters, Ending, Stop};
@@ -47,27 +54,19 @@ pub struct Timing {
     pub drain: Duration,
     /// How often a group that outlives its worker is SIGKILLed and checked.
     pub group_poll: Duration,
-    /// How long a worker may leave its task's `spawn` frame unread.
+    /// How long a worker may leave its task's `spawn` frame unread. Not
+    /// sooner where pings come sooner: a worker only slow to be scheduled
+    /// would be killed for it, and its task given back three times fails
+    /// (a 1 ms ping interval did that). Until it has read its task a
+    /// worker is not judged stalled, so the two clocks need not agree.
     pub take_within: Duration,
 }
 
-impl Timing {
-    /// When a worker that has said nothing yet is asked whether it read its
-    /// task. Not sooner where pings come sooner: a worker only slow to be
-    /// scheduled would be killed for it, and its task given back three times
-    /// fails (a 1 ms ping interval did that). Until it has read its task a
-    /// worker is not judged stalled, so the two clocks need not agree.
-    fn take_check(&self) -> Duration {
-        self.take_within
-    }
-}
-
-fn running(waiting: Option<Instant>, deadline: Option<Instant>, taken: bool) -> Phase {
-    Phase::Running {
-        waiting,
-        deadline,
-        taken,
-    }
+/// The task a worker works for, and since when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskRef {
+    pub id: String,
+    pub since: Instant,
 }
 
 /// The rungs of the kill ladder.
@@ -82,30 +81,41 @@ pub enum Rung {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Phase {
+pub enum WorkerPhase {
     /// Spawned ahead of demand; no task yet.
     Idle,
     /// Working on its task: `waiting` since when it waits for input, the
     /// task's wall-clock `deadline`, and whether it has read its `spawn`.
     Running {
+        task: TaskRef,
         waiting: Option<Instant>,
         deadline: Option<Instant>,
         taken: bool,
     },
     /// It reported its result; its exit is due by `due`.
-    Reported { verdict: Ending, due: Instant },
-    /// The kill ladder runs for `stop`; the next rung at `due`.
-    Stopping { stop: Stop, rung: Rung, due: Instant },
+    Reported {
+        task: TaskRef,
+        verdict: Ending,
+        due: Instant,
+    },
+    /// The kill ladder runs, for the task's `stop` (None: a worker without
+    /// a task — retired, or one whose task went back); the next rung at `due`.
+    Stopping {
+        task: Option<(TaskRef, Stop)>,
+        rung: Rung,
+        due: Instant,
+    },
     /// Reaped; its channel may still hold frames until EOF or `due`.
     Draining {
+        task: Option<TaskRef>,
         before: Before,
         exit: ExitStatus,
         due: Instant,
     },
     /// Channel done; whatever is left of the task is SIGKILLed until a
-    /// sweep finds nothing.
+    /// sweep finds nothing. `ended`: the task and its verdict, if it had one.
     Emptying {
-        ending: Option<Ending>,
+        ended: Option<(TaskRef, Ending)>,
         exit: ExitStatus,
         due: Instant,
     },
@@ -115,29 +125,31 @@ pub enum Phase {
 
 /// What happened to a worker: from the rest of agentd, its frames, the
 /// clock, and what the driver read from the kernel.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Event {
+#[derive(Debug, Clone, PartialEq)]
+pub enum WorkerEvent {
     /// An idle worker got a task (its `spawn` frame is queued), with the
     /// task's wall-clock deadline.
     Assigned { task: String, deadline: Option<Instant> },
-    /// A frame arrived (any frame: liveness).
-    Heard,
-    /// It asked for input (input-required / auth-required).
-    Asked,
-    /// Input went to it, or it said it is working again.
-    Resumed,
-    /// Its `done` frame.
-    Reported(Ending),
-    /// procman wants it stopped.
+    /// A frame from it (any frame is life).
+    Said(FromWorker),
+    /// A follow-up message for its task (the task table took it).
+    Input(Message),
+    /// procman wants its task stopped (an idle worker is killed).
     Stop(Stop),
     /// Straight to SIGKILL (a second SIGTERM to agentd).
     KillNow(Stop),
+    /// agentd no longer needs this worker (the pool shrank, it could not
+    /// be contained, the daemon stops): it is killed without a verdict.
+    Retire,
     /// Its control channel reached EOF (`broken`: a bad frame or I/O error).
     ChannelClosed { broken: bool },
     /// Frames to it could not be queued: it stopped reading.
     Unwritable,
-    /// wait4 reported it.
-    Exited(ExitStatus),
+    /// A frame to it cannot be sent at all (over the frame limit): why.
+    Unsendable(String),
+    /// wait4 reported it; `channel_open`: its control channel has not
+    /// reached EOF yet (the channel's own flag, read by the driver).
+    Exited { exit: ExitStatus, channel_open: bool },
     /// It has read its `spawn` frame.
     Took,
     /// Its `spawn` frame was still unread, all of it, and is taken back
@@ -153,10 +165,13 @@ pub enum Event {
 }
 
 /// What the driver must do, in order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
+#[derive(Debug, Clone, PartialEq)]
+pub enum WorkerAction {
     SendPing,
     SendCancel,
+    SendInput(Message),
+    /// A frame of the worker's that counts for its task: to the task table.
+    Relay(FromWorker),
     /// SIGTERM + SIGCONT to the group.
     Terminate,
     /// SIGKILL to the group and the cgroup.
@@ -169,176 +184,188 @@ pub enum Action {
         adopted: bool,
     },
     /// Look whether the worker has read its `spawn` frame, taking it back
-    /// if not; answer `Took` or `Untouched`.
+    /// if not; answer `Took` or `Untouched` at once.
     CheckTaken,
-    /// The task goes back to the queue, to start on a fresh worker.
-    Requeue(String),
+    /// Step this event again, after the answer to the actions before it
+    /// (a loss heard before the worker was known to have read its task).
+    Again(Box<WorkerEvent>),
+    /// The task goes back to the start path, to start on a fresh worker.
+    GiveBack(String),
     /// Log the rung or stop reached (for the operator).
     Note(&'static str),
     /// The worker is gone and so is everything of its task: the task ends
-    /// with `ending` (None: it had no task).
+    /// (`ended`: the task and its verdict; None: it had none).
     Finish {
-        ending: Option<Ending>,
+        ended: Option<(TaskRef, Ending)>,
         exit: ExitStatus,
     },
 }
 
-/// One worker's lifecycle: its phase, its task, and the clocks every phase
-/// shares.
+use WorkerAction as Do;
+use WorkerEvent as Ev;
+use WorkerPhase as Ph;
+
+/// One worker's lifecycle: its phase (which holds its task) and the
+/// clocks every phase shares.
 #[derive(Debug, Clone)]
-pub struct Life {
+pub struct WorkerLife {
     pid: i32,
-    phase: Phase,
-    /// The task and when it was assigned; only `Assigned` sets it.
-    task: Option<(String, Instant)>,
+    phase: WorkerPhase,
     heard: Instant,
     ping_sent: Option<Instant>,
-    channel_open: bool,
     /// In a cgroup of its own, which holds whatever escapes its group.
     contained: bool,
     timing: Timing,
 }
 
-impl Life {
-    pub fn idle(pid: i32, contained: bool, now: Instant, timing: Timing) -> Life {
-        Life {
+impl WorkerLife {
+    pub fn idle(pid: i32, contained: bool, now: Instant, timing: Timing) -> WorkerLife {
+        WorkerLife {
             pid,
-            phase: Phase::Idle,
-            task: None,
+            phase: Ph::Idle,
             heard: now,
             ping_sent: None,
-            channel_open: true,
             contained,
             timing,
         }
     }
 
-    pub fn phase(&self) -> &Phase {
+    #[cfg(test)]
+    pub fn phase(&self) -> &WorkerPhase {
         &self.phase
     }
 
-    /// The task it works for, and since when.
-    pub fn task(&self) -> Option<(&str, Instant)> {
-        self.task.as_ref().map(|(id, at)| (id.as_str(), *at))
+    /// The task it works for, if any.
+    pub fn task(&self) -> Option<&TaskRef> {
+        match &self.phase {
+            Ph::Running { task, .. } | Ph::Reported { task, .. } => Some(task),
+            Ph::Stopping { task, .. } => task.as_ref().map(|(t, _)| t),
+            Ph::Draining { task, .. } => task.as_ref(),
+            Ph::Emptying { ended, .. } => ended.as_ref().map(|(t, _)| t),
+            Ph::Idle | Ph::Finished => None,
+        }
+    }
+
+    /// The task's id, or `-` (for log lines).
+    pub fn task_id(&self) -> &str {
+        self.task().map_or("-", |t| t.id.as_str())
     }
 
     pub fn is_idle(&self) -> bool {
-        self.phase == Phase::Idle
+        self.phase == Ph::Idle
     }
 
+    #[cfg(test)]
     pub fn is_finished(&self) -> bool {
-        self.phase == Phase::Finished
+        self.phase == Ph::Finished
     }
 
     /// Whether it still works for its task (not idle, not stopping, not gone).
     pub fn is_running(&self) -> bool {
-        matches!(self.phase, Phase::Running { .. })
-    }
-
-    /// Whether what it says of its task's progress still counts: while it
-    /// runs, and after it exited without being stopped (frames it wrote
-    /// before it died are read after the exit was reaped).
-    pub fn speaks_for_its_task(&self) -> bool {
-        matches!(
-            self.phase,
-            Phase::Running { .. }
-                | Phase::Draining {
-                    before: Before::Running,
-                    ..
-                }
-        )
-    }
-
-    /// Whether it has a task whose `spawn` frame it may not have read yet.
-    pub fn may_not_have_taken(&self) -> bool {
-        matches!(self.phase, Phase::Running { taken: false, .. })
+        matches!(self.phase, Ph::Running { .. })
     }
 
     /// When `step(Tick)` next has something to do.
     pub fn next_due(&self) -> Option<Instant> {
         let t = &self.timing;
         match &self.phase {
-            Phase::Idle | Phase::Finished => None,
-            Phase::Running {
+            Ph::Idle | Ph::Finished => None,
+            Ph::Running {
+                task,
                 waiting,
                 deadline,
                 taken,
             } => {
-                let liveness = match self.ping_sent {
-                    Some(at) => at + t.stall_after,
-                    None => self.heard + t.ping_every,
+                // Until it has read its task, only whether it will is
+                // asked; liveness (ping, stall) is judged once it has.
+                let judged = if *taken {
+                    match self.ping_sent {
+                        Some(at) => at + t.stall_after,
+                        None => self.heard + t.ping_every,
+                    }
+                } else {
+                    task.since + t.take_within
                 };
-                // Until it has read its task, only whether it will is asked;
-                // liveness (ping, stall) is judged once it has.
-                let liveness = Some(liveness).filter(|_| *taken);
-                let take = self
-                    .task
-                    .as_ref()
-                    .filter(|_| !taken)
-                    .map(|(_, at)| *at + t.take_check());
-                [liveness, *deadline, waiting.map(|w| w + t.input_idle), take]
+                [Some(judged), *deadline, waiting.map(|w| w + t.input_idle)]
                     .into_iter()
                     .flatten()
                     .min()
             }
-            Phase::Reported { due, .. }
-            | Phase::Stopping { due, .. }
-            | Phase::Draining { due, .. }
-            | Phase::Emptying { due, .. } => Some(*due),
+            Ph::Reported { due, .. }
+            | Ph::Stopping { due, .. }
+            | Ph::Draining { due, .. }
+            | Ph::Emptying { due, .. } => Some(*due),
         }
     }
 
     /// The transition.
-    pub fn step(&mut self, event: Event, now: Instant) -> Vec<Action> {
+    pub fn step(&mut self, event: WorkerEvent, now: Instant) -> Vec<WorkerAction> {
         let t = self.timing;
-        match &event {
-            Event::Heard => {
-                self.heard = now;
-                self.ping_sent = None;
-                if let Phase::Running { taken, .. } = &mut self.phase {
-                    *taken = true; // it spoke: it read its spawn
-                }
-                return Vec::new();
+        if let Ev::Said(_) = &event {
+            // Any frame is life, and a worker that speaks read its spawn.
+            self.heard = now;
+            self.ping_sent = None;
+            if let Ph::Running { taken, .. } = &mut self.phase {
+                *taken = true;
             }
-            Event::ChannelClosed { .. } => self.channel_open = false,
-            _ => {}
         }
-        let phase = std::mem::replace(&mut self.phase, Phase::Finished);
+        let phase = std::mem::replace(&mut self.phase, Ph::Finished);
         let (next, actions) = match (phase, event) {
-            (Phase::Idle, Event::Assigned { task, deadline }) => {
+            (Ph::Idle, Ev::Assigned { task, deadline }) => {
                 self.heard = now;
-                self.task = Some((task, now));
-                (running(None, deadline, false), vec![])
+                let task = TaskRef { id: task, since: now };
+                (running(task, None, deadline, false), vec![])
             }
             // An idle worker has no task to ask: it is killed (retired,
             // refused, gone quiet) and ends as a worker without a task.
-            (Phase::Idle, Event::Stop(stop) | Event::KillNow(stop)) => Self::kill_now(stop, now, t),
-            (Phase::Idle, Event::Unwritable | Event::ChannelClosed { .. }) => {
-                Self::kill_now(Stop::new(Cause::Shutdown), now, t)
+            (Ph::Idle, Ev::Stop(_) | Ev::KillNow(_) | Ev::Retire | Ev::Unwritable | Ev::ChannelClosed { .. }) => {
+                kill_now(None, now, t)
             }
+            // A frame it says while idle is only life (its hello, a pong).
+            (phase @ Ph::Idle, Ev::Said(_)) => (phase, vec![]),
 
-            (Phase::Running { deadline, taken, .. }, Event::Asked) => (running(Some(now), deadline, taken), vec![]),
-            (Phase::Running { deadline, taken, .. }, Event::Resumed) => (running(None, deadline, taken), vec![]),
-            (Phase::Running { waiting, deadline, .. }, Event::Took) => (running(waiting, deadline, true), vec![]),
-            (Phase::Running { taken: false, .. }, Event::Untouched) => self.give_back(now),
-            (Phase::Running { .. }, Event::Counters(c)) if c.pids_refused > 0 => self.ladder(
-                Stop {
+            (Ph::Running { task, taken: false, .. }, Ev::Untouched) => self.give_back(task, now),
+            // Lost before it was known to have read its task: ask first.
+            (phase @ Ph::Running { taken: false, .. }, event @ (Ev::Exited { .. } | Ev::ChannelClosed { .. })) => {
+                (phase, vec![Do::CheckTaken, Do::Again(Box::new(event))])
+            }
+            (
+                Ph::Running {
+                    task,
+                    waiting,
+                    deadline,
+                    ..
+                },
+                Ev::Took,
+            ) => (running(task, waiting, deadline, true), vec![]),
+            (
+                Ph::Running {
+                    task,
+                    waiting,
+                    deadline,
+                    taken,
+                },
+                Ev::Said(frame),
+            ) => self.running_said(task, waiting, deadline, taken, frame, now),
+            (
+                Ph::Running {
+                    task, deadline, taken, ..
+                },
+                Ev::Input(message),
+            ) => (running(task, None, deadline, taken), vec![Do::SendInput(message)]),
+            (Ph::Running { task, .. }, Ev::Counters(c)) if c.pids_refused > 0 => {
+                let stop = Stop {
                     cause: Cause::Exhausted,
                     why: Some(verdict::fork_bomb_text(&c)),
-                },
-                now,
-            ),
-            (phase @ Phase::Running { .. }, Event::Counters(_)) => (phase, vec![]),
-            (Phase::Running { .. }, Event::Reported(verdict)) => (
-                Phase::Reported {
-                    verdict,
-                    due: now + t.exit_grace,
-                },
-                vec![],
-            ),
-            (Phase::Running { .. }, Event::Stop(stop)) => self.ladder(stop, now),
-            (Phase::Running { .. }, Event::KillNow(stop)) => Self::kill_now(stop, now, t),
-            (Phase::Running { .. }, Event::Unwritable) => Self::terminate(
+                };
+                ladder(task, stop, now, t)
+            }
+            (phase @ Ph::Running { .. }, Ev::Counters(_)) => (phase, vec![]),
+            (Ph::Running { task, .. }, Ev::Stop(stop)) => ladder(task, stop, now, t),
+            (Ph::Running { task, .. }, Ev::KillNow(stop)) => kill_now(Some((task, stop)), now, t),
+            (Ph::Running { task, .. }, Ev::Retire) => kill_now(Some((task, Stop::new(Cause::Shutdown))), now, t),
+            (Ph::Running { task, .. }, Ev::Unwritable) => terminate(
+                task,
                 Stop {
                     cause: Cause::Stalled,
                     why: Some("failed: the worker stopped reading its control channel".into()),
@@ -346,131 +373,183 @@ impl Life {
                 now,
                 t,
             ),
-            (Phase::Running { .. }, Event::ChannelClosed { broken: true }) => {
-                Self::kill_now(Stop::new(Cause::Crashed), now, t)
+            (Ph::Running { task, .. }, Ev::Unsendable(why)) => ladder(
+                task,
+                Stop {
+                    cause: Cause::Failed,
+                    why: Some(format!("failed: {why}")),
+                },
+                now,
+                t,
+            ),
+            (Ph::Running { task, .. }, Ev::ChannelClosed { broken: true }) => {
+                kill_now(Some((task, Stop::new(Cause::Crashed))), now, t)
             }
             // A clean EOF without a result: it is on its way out. The exit
             // says how; if it lingers, the ladder (minus the frame) ends it.
-            (Phase::Running { .. }, Event::ChannelClosed { broken: false }) => (
-                Phase::Stopping {
-                    stop: Stop::new(Cause::Crashed),
+            (Ph::Running { task, .. }, Ev::ChannelClosed { broken: false }) => (
+                Ph::Stopping {
+                    task: Some((task, Stop::new(Cause::Crashed))),
                     rung: Rung::Asked,
                     due: now + t.cancel_grace,
                 },
                 vec![],
             ),
             (
-                Phase::Running {
+                Ph::Running {
+                    task,
                     waiting,
                     deadline,
                     taken,
                 },
-                Event::Tick,
-            ) => self.running_tick(waiting, deadline, taken, now),
+                Ev::Tick,
+            ) => self.running_tick(task, waiting, deadline, taken, now),
 
             // A result came: later stops change nothing, but it must exit.
-            (Phase::Reported { verdict, due }, Event::Tick) if now >= due => (
-                Phase::Reported {
+            (Ph::Reported { task, verdict, due }, Ev::Tick) if now >= due => (
+                Ph::Reported {
+                    task,
                     verdict,
                     due: now + t.group_poll,
                 },
-                vec![Action::Note("exit_grace"), Action::Kill],
+                vec![Do::Note("exit_grace"), Do::Kill],
             ),
-            (Phase::Reported { verdict, .. }, Event::KillNow(_) | Event::ChannelClosed { broken: true }) => (
-                Phase::Reported {
+            (Ph::Reported { task, verdict, .. }, Ev::KillNow(_) | Ev::ChannelClosed { broken: true }) => (
+                Ph::Reported {
+                    task,
                     verdict,
                     due: now + t.group_poll,
                 },
-                vec![Action::Kill],
+                vec![Do::Kill],
             ),
+            // What it wrote before its `done` is still its task's output.
+            (phase @ Ph::Reported { .. }, Ev::Said(frame)) => {
+                let relay = relay_output(frame);
+                (phase, relay)
+            }
 
-            (Phase::Stopping { stop, rung, due }, Event::Tick) if now >= due => {
+            (Ph::Stopping { task, rung, due }, Ev::Tick) if now >= due => {
                 let (rung, actions) = match rung {
-                    Rung::Asked => (Rung::Terminated, vec![Action::Note("SIGTERM"), Action::Terminate]),
-                    Rung::Terminated => (Rung::Killed, vec![Action::Note("SIGKILL"), Action::Kill]),
-                    Rung::Killed => (Rung::Killed, vec![Action::Kill]),
+                    Rung::Asked => (Rung::Terminated, vec![Do::Note("SIGTERM"), Do::Terminate]),
+                    Rung::Terminated => (Rung::Killed, vec![Do::Note("SIGKILL"), Do::Kill]),
+                    Rung::Killed => (Rung::Killed, vec![Do::Kill]),
                 };
                 let wait = match rung {
                     Rung::Terminated => t.term_grace,
                     _ => t.group_poll,
                 };
                 (
-                    Phase::Stopping {
-                        stop,
+                    Ph::Stopping {
+                        task,
                         rung,
                         due: now + wait,
                     },
                     actions,
                 )
             }
-            (Phase::Stopping { stop, rung, .. }, Event::KillNow(_) | Event::ChannelClosed { broken: true })
+            (Ph::Stopping { task, rung, .. }, Ev::KillNow(_) | Ev::ChannelClosed { broken: true } | Ev::Unwritable)
                 if rung != Rung::Killed =>
             {
-                Self::kill_now(stop, now, t)
+                kill_now(task, now, t)
+            }
+            // Output it wrote while being stopped is still its task's; a
+            // status no longer is (the stop decides its state).
+            (phase @ Ph::Stopping { task: Some(_), .. }, Ev::Said(frame)) => {
+                let relay = relay_output(frame);
+                (phase, relay)
             }
 
             (
-                phase @ (Phase::Idle | Phase::Running { .. } | Phase::Reported { .. } | Phase::Stopping { .. }),
-                Event::Exited(exit),
+                phase @ (Ph::Idle | Ph::Running { .. } | Ph::Reported { .. } | Ph::Stopping { .. }),
+                Ev::Exited { exit, channel_open },
             ) => {
-                let before = match phase {
-                    Phase::Idle => Before::Idle,
-                    Phase::Running { .. } => Before::Running,
-                    Phase::Reported { verdict, .. } => Before::Reported(verdict),
-                    Phase::Stopping { stop, .. } => Before::Stopping(stop),
+                let (task, before) = match phase {
+                    Ph::Idle => (None, Before::Idle),
+                    Ph::Running { task, .. } => (Some(task), Before::Running),
+                    Ph::Reported { task, verdict, .. } => (Some(task), Before::Reported(verdict)),
+                    Ph::Stopping {
+                        task: Some((task, stop)),
+                        ..
+                    } => (Some(task), Before::Stopping(stop)),
+                    Ph::Stopping { task: None, .. } => (None, Before::Idle),
                     _ => unreachable!("matched above"),
                 };
-                if self.channel_open {
+                if channel_open {
+                    let due = now + t.drain;
                     (
-                        Phase::Draining {
+                        Ph::Draining {
+                            task,
                             before,
                             exit,
-                            due: now + t.drain,
+                            due,
                         },
                         vec![],
                     )
                 } else {
-                    self.empty(before, exit, now)
+                    self.empty(task, before, exit, now)
                 }
             }
 
             // Frames read after the exit still count: a `done` that was
-            // written before the worker died is its verdict.
+            // written before the worker died is its verdict, and what it
+            // said of its task while it ran is relayed.
             (
-                Phase::Draining {
+                Ph::Draining {
+                    task: Some(task),
                     before: Before::Running,
                     exit,
                     due,
                 },
-                Event::Reported(verdict),
-            ) => (
-                Phase::Draining {
-                    before: Before::Reported(verdict),
+                Ev::Said(frame),
+            ) => {
+                let (before, actions) = match frame {
+                    FromWorker::Done { outcome, cause, text } => {
+                        (Before::Reported(Ending::reported(outcome, cause, text)), vec![])
+                    }
+                    other => (Before::Running, relay_any(other)),
+                };
+                (
+                    Ph::Draining {
+                        task: Some(task),
+                        before,
+                        exit,
+                        due,
+                    },
+                    actions,
+                )
+            }
+            (phase @ Ph::Draining { task: Some(_), .. }, Ev::Said(frame)) => {
+                let relay = relay_output(frame);
+                (phase, relay)
+            }
+            (Ph::Draining { task, before, exit, .. }, Ev::ChannelClosed { .. }) => self.empty(task, before, exit, now),
+            (
+                Ph::Draining {
+                    task,
+                    before,
                     exit,
                     due,
                 },
-                vec![],
-            ),
-            (Phase::Draining { before, exit, .. }, Event::ChannelClosed { .. }) => self.empty(before, exit, now),
-            (Phase::Draining { before, exit, due }, Event::Tick) if now >= due => self.empty(before, exit, now),
+                Ev::Tick,
+            ) if now >= due => self.empty(task, before, exit, now),
 
-            (Phase::Emptying { ending, exit, .. }, Event::Swept { left: true, .. }) => (
-                Phase::Emptying {
-                    ending,
+            (Ph::Emptying { ended, exit, .. }, Ev::Swept { left: true, .. }) => (
+                Ph::Emptying {
+                    ended,
                     exit,
                     due: now + t.group_poll,
                 },
-                vec![Action::Kill],
+                vec![Do::Kill],
             ),
-            (Phase::Emptying { ending, exit, .. }, Event::Swept { left: false, counters }) => {
-                let ending = ending.map(|e| verdict::counted(e, counters));
-                (Phase::Finished, vec![Action::Finish { ending, exit }])
+            (Ph::Emptying { ended, exit, .. }, Ev::Swept { left: false, counters }) => {
+                let ended = ended.map(|(task, e)| (task, verdict::counted(e, counters)));
+                (Ph::Finished, vec![Do::Finish { ended, exit }])
             }
-            (Phase::Emptying { ending, exit, due }, Event::Tick) if now >= due => {
+            (Ph::Emptying { ended, exit, due }, Ev::Tick) if now >= due => {
                 let sweep = self.sweep(exit);
                 (
-                    Phase::Emptying {
-                        ending,
+                    Ph::Emptying {
+                        ended,
                         exit,
                         due: now + t.group_poll,
                     },
@@ -478,15 +557,38 @@ impl Life {
                 )
             }
 
-            // Expected and harmless: a tick that is not due, frames and
-            // counters that come after the task's course is set.
-            (phase, Event::Tick | Event::Asked | Event::Resumed | Event::Took | Event::Counters(_)) => (phase, vec![]),
-            (phase, event) => {
-                log::debug!(
-                    "procman.lifecycle pid={} task={} ignoring {event:?} in {phase:?}",
-                    self.pid,
-                    self.task().map_or("-", |(id, _)| id)
-                );
+            // Every other pair is ignored on purpose (the table test holds
+            // the list): a tick that is not due, frames, counters and
+            // orders that come after the task's course is set, input for a
+            // worker that no longer runs, answers nobody asked for. Every
+            // event is named, so a new one cannot fall in here unnoticed.
+            (
+                phase,
+                event @ (Ev::Assigned { .. }
+                | Ev::Said(_)
+                | Ev::Input(_)
+                | Ev::Stop(_)
+                | Ev::KillNow(_)
+                | Ev::Retire
+                | Ev::ChannelClosed { .. }
+                | Ev::Unwritable
+                | Ev::Unsendable(_)
+                | Ev::Exited { .. }
+                | Ev::Took
+                | Ev::Untouched
+                | Ev::Counters(_)
+                | Ev::Swept { .. }
+                | Ev::Tick),
+            ) => {
+                if !matches!(event, Ev::Tick | Ev::Took | Ev::Counters(_)) {
+                    log::debug!(
+                        "procman.lifecycle pid={} task={} ignoring {} in {}",
+                        self.pid,
+                        task_of(&phase),
+                        event_name(&event),
+                        phase_name(&phase)
+                    );
+                }
                 (phase, vec![])
             }
         };
@@ -494,95 +596,91 @@ impl Life {
         actions
     }
 
+    /// A frame while it runs: its status changes whether it waits for
+    /// input, its `done` is its result, and what it says of its task goes
+    /// to the table.
+    fn running_said(
+        &mut self,
+        task: TaskRef,
+        waiting: Option<Instant>,
+        deadline: Option<Instant>,
+        taken: bool,
+        frame: FromWorker,
+        now: Instant,
+    ) -> (WorkerPhase, Vec<WorkerAction>) {
+        match frame {
+            FromWorker::Done { outcome, cause, text } => (
+                Ph::Reported {
+                    task,
+                    verdict: Ending::reported(outcome, cause, text),
+                    due: now + self.timing.exit_grace,
+                },
+                vec![],
+            ),
+            FromWorker::Status { state, .. } => {
+                let waiting = match state {
+                    Progress::InputRequired | Progress::AuthRequired => Some(now),
+                    Progress::Working => None,
+                };
+                (running(task, waiting, deadline, taken), vec![Do::Relay(frame)])
+            }
+            other => (running(task, waiting, deadline, taken), relay_any(other)),
+        }
+    }
+
     fn running_tick(
         &mut self,
+        task: TaskRef,
         waiting: Option<Instant>,
         deadline: Option<Instant>,
         taken: bool,
         now: Instant,
-    ) -> (Phase, Vec<Action>) {
+    ) -> (WorkerPhase, Vec<WorkerAction>) {
         let t = self.timing;
         if deadline.is_some_and(|d| now >= d) {
-            return self.ladder(Stop::new(Cause::Deadline), now);
+            return ladder(task, Stop::new(Cause::Deadline), now, t);
         }
         if waiting.is_some_and(|w| now >= w + t.input_idle) {
-            return self.ladder(Stop::new(Cause::Idle), now);
+            return ladder(task, Stop::new(Cause::Idle), now, t);
         }
-        let running = running(waiting, deadline, taken);
         if !taken {
             // A worker that has not read its task is not stalled: it is a
             // helper that failed (stopped, lost), and the task moves. The
             // driver answers at once: Took or Untouched.
-            let take_due = self.task.as_ref().is_some_and(|(_, at)| now >= *at + t.take_check());
-            let actions = if take_due { vec![Action::CheckTaken] } else { vec![] };
-            return (running, actions);
+            let take_due = now >= task.since + t.take_within;
+            let actions = if take_due { vec![Do::CheckTaken] } else { vec![] };
+            return (running(task, waiting, deadline, taken), actions);
         }
         match self.ping_sent {
-            Some(at) if now >= at + t.stall_after => self.ladder(Stop::new(Cause::Stalled), now),
+            Some(at) if now >= at + t.stall_after => ladder(task, Stop::new(Cause::Stalled), now, t),
             None if now >= self.heard + t.ping_every => {
                 self.ping_sent = Some(now);
-                (running, vec![Action::SendPing])
+                (running(task, waiting, deadline, taken), vec![Do::SendPing])
             }
-            _ => (running, vec![]),
+            _ => (running(task, waiting, deadline, taken), vec![]),
         }
     }
 
     /// The worker never read its task: the task goes back (it had not
     /// started) and the worker, agentd's own problem, is killed.
-    fn give_back(&mut self, now: Instant) -> (Phase, Vec<Action>) {
-        let (id, _) = self.task.take().expect("Running has a task");
-        let (phase, mut actions) = Self::kill_now(Stop::new(Cause::Shutdown), now, self.timing);
-        actions.insert(0, Action::Requeue(id));
+    fn give_back(&mut self, task: TaskRef, now: Instant) -> (WorkerPhase, Vec<WorkerAction>) {
+        let (phase, mut actions) = kill_now(None, now, self.timing);
+        actions.insert(0, Do::GiveBack(task.id));
         (phase, actions)
-    }
-
-    /// The first rung: ask, then signal when due.
-    fn ladder(&self, stop: Stop, now: Instant) -> (Phase, Vec<Action>) {
-        let actions = if self.channel_open {
-            vec![Action::SendCancel]
-        } else {
-            vec![]
-        };
-        (
-            Phase::Stopping {
-                stop,
-                rung: Rung::Asked,
-                due: now + self.timing.cancel_grace,
-            },
-            actions,
-        )
-    }
-
-    /// Skips the frame: straight to SIGTERM.
-    fn terminate(stop: Stop, now: Instant, t: Timing) -> (Phase, Vec<Action>) {
-        (
-            Phase::Stopping {
-                stop,
-                rung: Rung::Terminated,
-                due: now + t.term_grace,
-            },
-            vec![Action::Note("SIGTERM"), Action::Terminate],
-        )
-    }
-
-    fn kill_now(stop: Stop, now: Instant, t: Timing) -> (Phase, Vec<Action>) {
-        (
-            Phase::Stopping {
-                stop,
-                rung: Rung::Killed,
-                due: now + t.group_poll,
-            },
-            vec![Action::Kill],
-        )
     }
 
     /// Whatever the program left behind goes now; the verdict waits until
     /// a sweep finds nothing of it.
-    fn empty(&self, before: Before, exit: ExitStatus, now: Instant) -> (Phase, Vec<Action>) {
-        // A task given back is no longer this worker's to end.
-        let ending = self.task.as_ref().and_then(|_| before.ending(exit));
-        let phase = Phase::Emptying {
-            ending,
+    fn empty(
+        &self,
+        task: Option<TaskRef>,
+        before: Before,
+        exit: ExitStatus,
+        now: Instant,
+    ) -> (WorkerPhase, Vec<WorkerAction>) {
+        let ended = task.and_then(|task| Some((task, before.ending(exit)?)));
+        let phase = Ph::Emptying {
+            ended,
             exit,
             due: now + self.timing.group_poll,
         };
@@ -592,10 +690,125 @@ impl Life {
     /// Without a cgroup, a worker is the subreaper of what its program
     /// started; SIGKILLed, it could not take that with it, and it comes to
     /// agentd. With one, the cgroup holds it.
-    fn sweep(&self, exit: ExitStatus) -> Action {
-        Action::Sweep {
+    fn sweep(&self, exit: ExitStatus) -> WorkerAction {
+        Do::Sweep {
             adopted: !self.contained && exit == ExitStatus::Signal(libc::SIGKILL),
         }
+    }
+}
+
+fn running(task: TaskRef, waiting: Option<Instant>, deadline: Option<Instant>, taken: bool) -> WorkerPhase {
+    Ph::Running {
+        task,
+        waiting,
+        deadline,
+        taken,
+    }
+}
+
+/// The first rung: ask (a frame into a channel already closed is dropped
+/// by the channel), then signal when due.
+fn ladder(task: TaskRef, stop: Stop, now: Instant, t: Timing) -> (WorkerPhase, Vec<WorkerAction>) {
+    (
+        Ph::Stopping {
+            task: Some((task, stop)),
+            rung: Rung::Asked,
+            due: now + t.cancel_grace,
+        },
+        vec![Do::SendCancel],
+    )
+}
+
+/// Skips the frame: straight to SIGTERM.
+fn terminate(task: TaskRef, stop: Stop, now: Instant, t: Timing) -> (WorkerPhase, Vec<WorkerAction>) {
+    (
+        Ph::Stopping {
+            task: Some((task, stop)),
+            rung: Rung::Terminated,
+            due: now + t.term_grace,
+        },
+        vec![Do::Note("SIGTERM"), Do::Terminate],
+    )
+}
+
+fn kill_now(task: Option<(TaskRef, Stop)>, now: Instant, t: Timing) -> (WorkerPhase, Vec<WorkerAction>) {
+    (
+        Ph::Stopping {
+            task,
+            rung: Rung::Killed,
+            due: now + t.group_poll,
+        },
+        vec![Do::Kill],
+    )
+}
+
+/// A frame that is the task's output (an artifact, a direct reply) is
+/// relayed; anything else is only life.
+fn relay_output(frame: FromWorker) -> Vec<WorkerAction> {
+    match frame {
+        FromWorker::Artifact { .. } | FromWorker::Reply { .. } => vec![Do::Relay(frame)],
+        _ => vec![],
+    }
+}
+
+/// A frame of a running task: output and status are relayed; hello and
+/// pong are only life (and `done` is taken by the caller).
+fn relay_any(frame: FromWorker) -> Vec<WorkerAction> {
+    match frame {
+        FromWorker::Status { .. } => vec![Do::Relay(frame)],
+        other => relay_output(other),
+    }
+}
+
+fn task_of(phase: &WorkerPhase) -> &str {
+    match phase {
+        Ph::Running { task, .. } | Ph::Reported { task, .. } => &task.id,
+        Ph::Stopping { task: Some((t, _)), .. } | Ph::Draining { task: Some(t), .. } => &t.id,
+        Ph::Emptying {
+            ended: Some((t, _)), ..
+        } => &t.id,
+        _ => "-",
+    }
+}
+
+/// An event's name, for a log line (without the frames it may carry).
+pub fn event_name(event: &WorkerEvent) -> &'static str {
+    match event {
+        Ev::Assigned { .. } => "assigned",
+        Ev::Said(FromWorker::Hello { .. }) => "said hello",
+        Ev::Said(FromWorker::Pong) => "said pong",
+        Ev::Said(FromWorker::Status { .. }) => "said status",
+        Ev::Said(FromWorker::Artifact { .. }) => "said artifact",
+        Ev::Said(FromWorker::Reply { .. }) => "said reply",
+        Ev::Said(FromWorker::Done { .. }) => "said done",
+        Ev::Input(_) => "input",
+        Ev::Stop(_) => "stop",
+        Ev::KillNow(_) => "kill-now",
+        Ev::Retire => "retire",
+        Ev::ChannelClosed { broken: false } => "channel-closed",
+        Ev::ChannelClosed { broken: true } => "channel-broken",
+        Ev::Unwritable => "unwritable",
+        Ev::Unsendable(_) => "unsendable",
+        Ev::Exited { .. } => "exited",
+        Ev::Took => "took",
+        Ev::Untouched => "untouched",
+        Ev::Counters(_) => "counters",
+        Ev::Swept { .. } => "swept",
+        Ev::Tick => "tick",
+    }
+}
+
+/// A phase's name, for a log line.
+pub fn phase_name(phase: &WorkerPhase) -> &'static str {
+    match phase {
+        Ph::Idle => "idle",
+        Ph::Running { .. } => "running",
+        Ph::Reported { .. } => "reported",
+        Ph::Stopping { task: None, .. } => "stopping (no task)",
+        Ph::Stopping { .. } => "stopping",
+        Ph::Draining { .. } => "draining",
+        Ph::Emptying { .. } => "emptying",
+        Ph::Finished => "finished",
     }
 }
 

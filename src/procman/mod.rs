@@ -2,32 +2,44 @@
 //!
 //! Why one thread: PR_SET_PDEATHSIG fires when the *thread* that forked a
 //! child exits, so a child forked on a connection thread would die when its
-//! client hung up. procman lives as long as the daemon.
+//! client hung up. procman lives as long as the daemon; if it panics, the
+//! daemon ends (see [`crate::vital`]).
 //!
 //! It is one `poll(2)` loop, as tini and s6-supervise wait on their
 //! children: every worker's control pipes, an eventfd for requests from
 //! the rest of agentd, and a signalfd for SIGCHLD (with a self-pipe behind
 //! it for any thread that does not block it); its timers are the poll
-//! timeout. There is no thread per worker, and nothing here blocks: reads
-//! are bounded per turn ([`channel`]), writes go to a bounded outbox.
+//! timeout. There is no thread per worker. Reads are bounded per turn
+//! ([`channel`]) and writes go to a bounded outbox; what may block does so
+//! for a bounded time: killing a v1 freezer cgroup waits up to 1 s for it
+//! to freeze, and removing the slots at exit up to 2 s.
 //!
 //! ```text
 //!  mod.rs        the handle the rest of agentd holds, and the loop: the poll
-//!                set, requests, wake-ups, the order of a turn
-//!  driver.rs     the workers: events in, actions out, through the Os seam
-//!  lifecycle.rs  one worker's life as a pure machine: every verdict
-//!  os.rs         the seam to the kernel (signals, reaping, /proc, cgroups)
-//!  pool.rs       the queue under tasks.max_running, idle workers, asking
+//!                set, requests, wake-ups, the order of a turn, its mode
+//!  start.rs      a task's way to a worker as a pure machine: every verdict
+//!                of a task no worker ran
+//!  lifecycle.rs  one worker's life as a pure machine: every verdict of a
+//!                task a worker ran
+//!  driver.rs     both machines' events in, actions out: the one place that
+//!                ends a task
+//!  pool.rs       bringing workers: idle workers, asking the fork server,
+//!                adopting the workers of a lost one
 //!  forks.rs      the fork server's client
+//!  os.rs         the seam to the kernel (signals, reaping, /proc, cgroup
+//!                slots, the fork server)
 //!  channel.rs    one worker's control pipes
 //! ```
 
 mod channel;
 mod driver;
+#[cfg(test)]
+mod fake;
 mod forks;
-pub mod lifecycle;
+mod lifecycle;
 mod os;
 mod pool;
+mod start;
 
 use std::io::Read;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -38,17 +50,17 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use self::driver::{end_task, Driver};
-use self::lifecycle::{Ending, Timing};
-use self::os::RealOs;
-use self::pool::Pool;
+use self::driver::Driver;
+use self::lifecycle::Timing;
+use self::os::{Os, RealOs};
+use self::pool::{helpers, Pool};
+use self::start::{StartEvent, StartLimits};
 use crate::cgroup::Isolation;
 use crate::config::Config;
-use crate::control::Cause;
 use crate::limits;
 use crate::sys;
 use crate::tasks::TaskTable;
-use crate::wire::{Message, TaskState};
+use crate::wire::Message;
 
 /// What the rest of agentd asks of procman.
 enum Msg {
@@ -61,6 +73,17 @@ enum Msg {
     Wake,
     /// Answer on this channel: proof the loop is turning (the watchdog).
     Ping(Sender<()>),
+}
+
+/// procman no longer takes requests: its thread is gone (the daemon is
+/// exiting).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcmanGone;
+
+impl std::fmt::Display for ProcmanGone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("agentd's process manager is gone (the daemon is exiting); nothing can run")
+    }
 }
 
 /// The handle the rest of agentd holds. Cheap to clone.
@@ -90,68 +113,184 @@ impl Waker {
 }
 
 impl Procman {
-    fn send(&self, msg: Msg) {
-        if self.tx.send(msg).is_ok() {
-            self.waker.wake();
-        }
+    fn send(&self, msg: Msg) -> Result<(), ProcmanGone> {
+        self.tx.send(msg).map_err(|_| ProcmanGone)?;
+        self.waker.wake();
+        Ok(())
     }
 
     /// A task was created in SUBMITTED: run it when there is room.
-    pub fn start(&self, task_id: &str) {
-        self.send(Msg::Start(task_id.to_string()));
+    pub fn start(&self, task_id: &str) -> Result<(), ProcmanGone> {
+        self.send(Msg::Start(task_id.to_string()))
     }
 
     /// A follow-up message for a task waiting on input.
-    pub fn input(&self, task_id: &str, message: Message) {
-        self.send(Msg::Input(task_id.to_string(), message));
+    pub fn input(&self, task_id: &str, message: Message) -> Result<(), ProcmanGone> {
+        self.send(Msg::Input(task_id.to_string(), message))
     }
 
     /// Runs the kill ladder on a task (or drops it from the queue).
-    pub fn cancel(&self, task_id: &str) {
-        self.send(Msg::Cancel(task_id.to_string()));
+    pub fn cancel(&self, task_id: &str) -> Result<(), ProcmanGone> {
+        self.send(Msg::Cancel(task_id.to_string()))
     }
 
     /// Ladders every task; `done` gets a message when no worker is left.
-    pub fn shutdown(&self, done: Sender<()>) {
-        self.send(Msg::Shutdown(done));
+    pub fn shutdown(&self, done: Sender<()>) -> Result<(), ProcmanGone> {
+        self.send(Msg::Shutdown(done))
     }
 
     /// The second SIGTERM: SIGKILL every task group now.
-    pub fn kill_all(&self) {
-        self.send(Msg::KillAll);
+    pub fn kill_all(&self) -> Result<(), ProcmanGone> {
+        self.send(Msg::KillAll)
     }
 
     /// The running cap changed: start what now fits.
-    pub fn wake(&self) {
-        self.send(Msg::Wake);
+    pub fn wake(&self) -> Result<(), ProcmanGone> {
+        self.send(Msg::Wake)
     }
 
     /// A round trip through the loop: the receiver gets `()` once procman
-    /// has handled the request, so a wedged procman never answers. The
-    /// systemd watchdog beats only on an answer.
+    /// has handled the request, so a wedged procman never answers (and one
+    /// that is gone drops the sender at once). The systemd watchdog beats
+    /// only on an answer.
     pub fn ping(&self) -> Receiver<()> {
         let (tx, rx) = crossbeam_channel::bounded(1);
-        self.send(Msg::Ping(tx));
+        let _ = self.send(Msg::Ping(tx));
         rx
     }
 }
 
-/// procman's thread: the driver of the workers, the pool that starts them,
-/// and what wakes the loop.
-struct Loop {
+/// The workers, the tasks on their way to one, and what brings workers:
+/// everything procman's loop drives, over an [`Os`] seam (the kernel, or a
+/// scripted one in tests).
+struct Supervisor<O: Os> {
     cfg: Arc<Config>,
-    driver: Driver<RealOs>,
-    pool: Pool,
+    driver: Driver<O>,
+    pool: Pool<O::Cgroup, O::ForkLine>,
+}
+
+impl<O: Os> Supervisor<O> {
+    fn new(cfg: Arc<Config>, os: O, tasks: Arc<TaskTable>) -> Supervisor<O> {
+        let timing = timing(&cfg);
+        Supervisor {
+            cfg,
+            driver: Driver::new(os, tasks, timing, StartLimits::default()),
+            pool: Pool::new(),
+        }
+    }
+
+    fn handle(&mut self, msg: Msg, mode: &mut Mode) {
+        match msg {
+            Msg::Start(id) => self.start_event(StartEvent::Submitted(id)),
+            Msg::Input(id, message) => {
+                if !self.driver.input(helpers(&self.pool), &id, message) {
+                    log::warn!("procman.input task={id} has no live worker; dropping the message");
+                }
+            }
+            Msg::Cancel(id) => {
+                #[cfg(debug_assertions)]
+                if std::env::var_os("AGENTD_TEST_PANIC").is_some_and(|v| v == "procman") {
+                    panic!("AGENTD_TEST_PANIC=procman: procman panics on a cancel (a test of the panic policy)");
+                }
+                self.start_event(StartEvent::Cancel(id));
+            }
+            Msg::Shutdown(done) => {
+                log::info!(
+                    "procman.shutdown workers={} queued={}",
+                    self.driver.tasks_running(),
+                    self.driver.start.queued()
+                );
+                if let Mode::Serving = mode {
+                    *mode = Mode::Draining { done };
+                }
+                self.start_event(StartEvent::Drain);
+                self.driver.stop_all(helpers(&self.pool), false);
+            }
+            Msg::KillAll => {
+                self.start_event(StartEvent::KillAll);
+                self.driver.stop_all(helpers(&self.pool), true);
+            }
+            Msg::Wake => {}
+            Msg::Ping(answer) => {
+                let _ = answer.try_send(());
+            }
+        }
+    }
+
+    /// The end of a turn: timers, exits nobody claimed, orphans given up
+    /// on, and whatever can start now.
+    fn turn_end(&mut self) {
+        self.driver.tick(helpers(&self.pool));
+        self.route_unclaimed();
+        let now = self.driver.os.now();
+        self.give_up_silent_orphans(now);
+        self.start_queued();
+        self.fill_pool();
+        self.driver.start.forget_passed_retry(now);
+    }
+
+    /// Reaps every exit (SIGCHLD came).
+    fn reap(&mut self) {
+        self.driver.reap(helpers(&self.pool));
+        self.route_unclaimed();
+    }
+
+    /// Exits the driver reaped that are no worker's: a fork server's, a
+    /// worker's not yet named, an adopted orphan's.
+    fn route_unclaimed(&mut self) {
+        for (pid, status) in std::mem::take(&mut self.driver.unclaimed) {
+            self.route_exit(pid, status);
+        }
+    }
+
+    /// Nothing is left to wait for: no worker, no answer owed. (A worker
+    /// the fork server may already have made is waited for too: adopted,
+    /// it is retired with the rest; unread, it would be left in a slot
+    /// removed under it.)
+    fn settled(&self) -> bool {
+        self.driver.is_empty() && self.pool.settled()
+    }
+
+    fn next_due(&self) -> Option<Instant> {
+        [
+            self.driver.next_due(),
+            self.driver.start.next_due(),
+            self.pool.next_due(),
+            self.pool_review_due(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+}
+
+/// The loop's own state: serving, draining until nothing is left, and done
+/// (the drain's last work has run, once).
+enum Mode {
+    Serving,
+    Draining { done: Sender<()> },
+    Drained,
+}
+
+/// procman's thread: the supervisor, its poll set, and what wakes it.
+struct Loop {
+    sup: Supervisor<RealOs>,
     rx: Receiver<Msg>,
     wake: Wake,
-    /// The poll set, and the worker each entry past the first four is for
-    /// (true: its pipe to the worker, polled for room); rebuilt every turn
-    /// in buffers kept from the last.
-    poll_set: (Vec<libc::pollfd>, Vec<(i32, bool)>),
-    shutdown: Option<Sender<()>>,
-    /// The second SIGTERM came: a worker named from now on is killed too.
-    killing_all: bool,
+    mode: Mode,
+    /// The poll set, and what each entry past the first four is for;
+    /// rebuilt every turn in buffers kept from the last.
+    poll_set: (Vec<libc::pollfd>, Vec<Polled>),
     poll_failures: PollFailures,
+}
+
+/// What a poll entry past the first four is.
+#[derive(Debug, Clone, Copy)]
+enum Polled {
+    /// A worker's pipe from it (`write`: its pipe to it, polled for room).
+    Worker { pid: i32, write: bool },
+    /// An orphan's pipe from it (a lost fork server's worker, by number).
+    Orphan(u64),
 }
 
 /// poll(2) failing, logged once per `limits::LOG_REPEAT_INTERVAL_MS` with
@@ -188,6 +327,22 @@ struct Wake {
     sigchld_pipe: UnixStream,
 }
 
+fn timing(cfg: &Config) -> Timing {
+    let t = &cfg.tasks;
+    let ms = Duration::from_millis;
+    Timing {
+        cancel_grace: ms(t.cancel_grace_ms),
+        term_grace: ms(t.term_grace_ms),
+        ping_every: ms(t.ping_interval_ms),
+        stall_after: ms(t.stall_timeout_ms),
+        input_idle: ms(t.input_idle_ms),
+        exit_grace: ms(limits::WORKER_EXIT_GRACE_MS),
+        drain: ms(limits::WORKER_CHANNEL_DRAIN_MS),
+        group_poll: ms(limits::GROUP_POLL_MS),
+        take_within: ms(limits::WORKER_TAKE_MS),
+    }
+}
+
 /// Starts the procman thread.
 pub fn spawn(
     cfg: Arc<Config>,
@@ -215,45 +370,32 @@ pub fn spawn(
             None
         }
     };
-    let t = &cfg.tasks;
-    let ms = Duration::from_millis;
-    let timing = Timing {
-        cancel_grace: ms(t.cancel_grace_ms),
-        term_grace: ms(t.term_grace_ms),
-        ping_every: ms(t.ping_interval_ms),
-        stall_after: ms(t.stall_timeout_ms),
-        input_idle: ms(t.input_idle_ms),
-        exit_grace: ms(limits::WORKER_EXIT_GRACE_MS),
-        drain: ms(limits::WORKER_CHANNEL_DRAIN_MS),
-        group_poll: ms(limits::GROUP_POLL_MS),
-        take_within: ms(limits::WORKER_TAKE_MS),
-    };
+    // Without cgroups, what escapes a task's process group is found as a
+    // child of its worker (a subreaper) or of agentd: say where children
+    // are read from, since a kernel without the children file is slower.
+    let children = crate::worker::detect_children_source();
+    log::info!("procman.containment children={} isolation={isolation}", children.name());
     let mut state = Loop {
-        cfg,
-        driver: Driver::new(RealOs { isolation }, tasks, timing),
-        pool: Pool::new(),
+        sup: Supervisor::new(cfg, RealOs::new(isolation, children), tasks),
         rx,
         wake: Wake {
             waker: waker.clone(),
             sigchld,
             sigchld_pipe,
         },
+        mode: Mode::Serving,
         poll_set: (Vec::new(), Vec::new()),
-        shutdown: None,
-        killing_all: false,
         poll_failures: PollFailures::default(),
     };
-    let handle = std::thread::Builder::new()
-        .name("procman".into())
-        .spawn(move || state.run())?;
+    let handle = crate::vital::spawn("procman", move || state.run())?;
     Ok((Procman { tx, waker }, handle))
 }
 
 impl Loop {
     fn run(&mut self) {
-        self.fill_pool();
+        self.sup.fill_pool();
         loop {
-            let timeout_ms = match self.next_due() {
+            let timeout_ms = match self.sup.next_due() {
                 Some(at) => {
                     let left = at.saturating_duration_since(Instant::now());
                     // Round up: waking a hair early only spins.
@@ -261,21 +403,25 @@ impl Loop {
                 }
                 None => -1,
             };
-            let (mut fds, mut pids) = std::mem::take(&mut self.poll_set);
+            let (mut fds, mut polled) = std::mem::take(&mut self.poll_set);
             fds.clear();
-            pids.clear();
+            polled.clear();
             // -1 = none: poll(2) skips negative fds.
             fds.extend([
                 pollfd(self.wake.waker.fd.as_raw_fd(), libc::POLLIN),
                 pollfd(self.wake.sigchld.as_ref().map_or(-1, |fd| fd.as_raw_fd()), libc::POLLIN),
                 pollfd(self.wake.sigchld_pipe.as_raw_fd(), libc::POLLIN),
-                pollfd(self.pool.forks_fd().unwrap_or(-1), libc::POLLIN),
+                pollfd(self.sup.pool.forks.fd(&self.sup.driver.os).unwrap_or(-1), libc::POLLIN),
             ]);
             // Each worker's pipe from it, and its pipe to it while frames
-            // wait for room.
-            for (fd, pid, is_write) in self.driver.pipes() {
-                fds.push(pollfd(fd, if is_write { libc::POLLOUT } else { libc::POLLIN }));
-                pids.push((pid, is_write));
+            // wait for room; each orphan's pipe from it.
+            for (fd, pid, write) in self.sup.driver.pipes() {
+                fds.push(pollfd(fd, if write { libc::POLLOUT } else { libc::POLLIN }));
+                polled.push(Polled::Worker { pid, write });
+            }
+            for (fd, n) in self.sup.orphan_pipes() {
+                fds.push(pollfd(fd, libc::POLLIN));
+                polled.push(Polled::Orphan(n));
             }
             if let Err(e) = sys::poll(&mut fds, timeout_ms) {
                 // EINVAL: more fds than RLIMIT_NOFILE allows (someone lowered
@@ -294,23 +440,24 @@ impl Loop {
             // Before taking them, and an acquire: a request that found the
             // flag set is visible to take_requests; any later one wakes us.
             self.wake.waker.pending.swap(false, Ordering::AcqRel);
-            self.driver.helpers = self.pool.helpers();
             if !self.take_requests() {
                 return; // every handle is gone: the daemon is exiting
             }
-            if fds[3].revents != 0 || self.pool.forks_owe() || self.pool.forks_overdue(Instant::now()) {
-                self.take_fork_answers();
+            let forks = &self.sup.pool.forks;
+            if fds[3].revents != 0 || forks.owes() || forks.answer_due().is_some_and(|due| Instant::now() >= due) {
+                self.sup.take_fork_answers();
             }
             // Frames before exits: a worker that said `done` and exited in
             // the same turn is heard before it is reaped, as it spoke.
-            for (p, &(pid, is_write)) in fds[4..].iter().zip(&pids) {
+            for (p, what) in fds[4..].iter().zip(&polled) {
                 if p.revents == 0 {
                     continue;
                 }
-                if is_write {
-                    self.driver.flush(pid);
-                } else {
-                    self.driver.read_from(pid);
+                let h = helpers(&self.sup.pool);
+                match *what {
+                    Polled::Worker { pid, write: true } => self.sup.driver.flush(pid),
+                    Polled::Worker { pid, write: false } => self.sup.driver.read_from(h, pid),
+                    Polled::Orphan(n) => self.sup.hear_orphan(n),
                 }
             }
             let mut reap = false;
@@ -323,120 +470,40 @@ impl Loop {
                 reap = true;
             }
             if reap {
-                self.driver.reap();
-                self.route_unclaimed();
+                self.sup.reap();
             }
-            self.poll_set = (fds, pids);
-            self.driver.tick();
-            self.route_unclaimed();
-            self.take_given_back();
-            self.start_queued();
-            self.fill_pool();
-            self.pool.forget_passed_retry(Instant::now());
-            // A worker the fork server may already have made (its answer
-            // not yet read) is waited for too: adopted, it is retired with
-            // the rest; unread, it would be left in a slot removed under it.
-            if self.driver.is_empty() && self.pool.forks_settled() {
-                if let Some(done) = self.shutdown.as_ref() {
-                    self.pool.stop_forks();
-                    self.driver.os.isolation.remove();
-                    let _ = done.send(());
+            self.poll_set = (fds, polled);
+            self.sup.turn_end();
+            if let Mode::Draining { .. } = self.mode {
+                if self.sup.settled() {
+                    self.drained();
+                    return;
                 }
             }
         }
     }
 
-    fn next_due(&self) -> Option<Instant> {
-        [self.driver.next_due(), self.pool.next_due(), self.pool_review_due()]
-            .into_iter()
-            .flatten()
-            .min()
+    /// The drain's last work, once: the fork server let go, the slots
+    /// removed, the drain told.
+    fn drained(&mut self) {
+        self.sup.pool.forks.stop();
+        self.sup.driver.os.remove_slots();
+        if let Mode::Draining { done } = std::mem::replace(&mut self.mode, Mode::Drained) {
+            let _ = done.send(());
+        }
+        log::debug!("procman.drained");
     }
 
     /// Handles every queued request; false once the handles are all gone.
     fn take_requests(&mut self) -> bool {
         loop {
             match self.rx.try_recv() {
-                Ok(msg) => self.handle(msg),
+                Ok(msg) => self.sup.handle(msg, &mut self.mode),
                 Err(crossbeam_channel::TryRecvError::Empty) => return true,
-                Err(crossbeam_channel::TryRecvError::Disconnected) => return self.shutdown.is_some(),
-            }
-        }
-    }
-
-    fn handle(&mut self, msg: Msg) {
-        match msg {
-            Msg::Start(id) => {
-                if self.shutdown.is_some() {
-                    self.end_unstarted(&id, Cause::Shutdown);
-                } else {
-                    self.pool.queue(id);
+                Err(crossbeam_channel::TryRecvError::Disconnected) => {
+                    return !matches!(self.mode, Mode::Serving);
                 }
             }
-            Msg::Input(id, message) => {
-                if !self.driver.input(&id, message) {
-                    log::warn!("procman.input task={id} has no live worker; dropping the message");
-                }
-            }
-            Msg::Cancel(id) => self.stop_task(&id, Cause::Cancelled),
-            Msg::Shutdown(done) => {
-                log::info!(
-                    "procman.shutdown workers={} queued={}",
-                    self.driver.tasks_running(),
-                    self.pool.queued()
-                );
-                self.shutdown = Some(done);
-                for id in self.pool.take_queued() {
-                    self.end_unstarted(&id, Cause::Shutdown);
-                }
-                self.pool.stop_every_handed(Cause::Shutdown);
-                self.driver.stop_all(Cause::Shutdown, false);
-            }
-            Msg::KillAll => {
-                self.killing_all = true;
-                self.driver.stop_all(Cause::Shutdown, true);
-            }
-            Msg::Wake => {}
-            Msg::Ping(answer) => {
-                let _ = answer.try_send(());
-            }
-        }
-    }
-
-    /// Stops a task wherever it is: queued, about to start, or running.
-    fn stop_task(&mut self, task_id: &str, cause: Cause) {
-        if self.pool.unqueue(task_id) {
-            self.end_unstarted(task_id, cause);
-            return;
-        }
-        if self.driver.stop_task(task_id, cause) {
-            return;
-        }
-        // In the pipe of a worker not yet born: stopped once it is named.
-        if self.pool.stop_handed(task_id, cause) {
-            return;
-        }
-        // The Start message is still in flight, or the task ended.
-        if self.driver.tasks.state(task_id) == Some(TaskState::Submitted) {
-            self.end_unstarted(task_id, cause);
-        }
-    }
-
-    /// A task that never reached a worker ends CANCELED.
-    fn end_unstarted(&self, id: &str, cause: Cause) {
-        let ending = Ending {
-            state: TaskState::Canceled,
-            cause,
-            text: None,
-        };
-        end_task(&self.driver.tasks, id, ending, None);
-    }
-
-    /// Exits the driver reaped that are no worker's: the fork server's, a
-    /// worker's not yet named, an adopted orphan's.
-    fn route_unclaimed(&mut self) {
-        for (pid, status) in std::mem::take(&mut self.driver.unclaimed) {
-            self.pool.route_exit(pid, status);
         }
     }
 }

@@ -49,12 +49,14 @@ impl Serving {
             let _ = t.join();
         }
         let (done_tx, done_rx) = crossbeam_channel::bounded(1);
-        self.procman.shutdown(done_tx);
+        if let Err(gone) = self.procman.shutdown(done_tx) {
+            log::error!("agentd.stopping {gone}");
+        }
         let t = &self.cfg.tasks;
         let ladder = Duration::from_millis(t.cancel_grace_ms + t.term_grace_ms + 2_000);
         if done_rx.recv_timeout(ladder).is_err() {
             log::warn!("agentd.stopping ladder overran; killing every task");
-            self.procman.kill_all();
+            let _ = self.procman.kill_all();
             let _ = done_rx.recv_timeout(Duration::from_secs(2));
         }
         // Every task is final now: tell event subscribers goodbye.

@@ -147,9 +147,7 @@ pub fn serve(cfg: Config) -> Result<(), ServeError> {
         let shared = shared.clone();
         let name = l.name();
         accept_threads.push(
-            std::thread::Builder::new()
-                .name("accept".into())
-                .spawn(move || accept::accept_loop(&listener, &shared, &name))
+            crate::vital::spawn("accept", move || accept::accept_loop(&listener, &shared, &name))
                 .map_err(|e| ServeError::Setup("starting an accept thread", e))?,
         );
         log::info!("a2a.listen address={} runner={}", l.name(), cfg.runner.name());

@@ -29,29 +29,29 @@ pub(super) struct SignalThread {
 pub(super) fn spawn(mut signals: Signals, procman: Procman) -> Result<SignalThread, ServeError> {
     let (stop_tx, stop_rx) = crossbeam_channel::bounded::<i32>(1);
     let handle = signals.handle();
-    let thread = std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || {
-            let mut terms = 0;
-            for sig in signals.forever() {
-                match sig {
-                    libc::SIGHUP => log::info!("agentd.sighup ignored: nothing is reloaded; restart to apply config"),
-                    _ => {
-                        terms += 1;
-                        if terms == 1 {
-                            let _ = stop_tx.try_send(sig);
-                        } else {
-                            log::warn!(
-                                "agentd.signal second {}: killing every task now",
-                                crate::sys::signal_name(sig)
-                            );
-                            procman.kill_all();
+    let thread = crate::vital::spawn("signals", move || {
+        let mut terms = 0;
+        for sig in signals.forever() {
+            match sig {
+                libc::SIGHUP => log::info!("agentd.sighup ignored: nothing is reloaded; restart to apply config"),
+                _ => {
+                    terms += 1;
+                    if terms == 1 {
+                        let _ = stop_tx.try_send(sig);
+                    } else {
+                        log::warn!(
+                            "agentd.signal second {}: killing every task now",
+                            crate::sys::signal_name(sig)
+                        );
+                        if let Err(gone) = procman.kill_all() {
+                            log::error!("agentd.signal {gone}");
                         }
                     }
                 }
             }
-        })
-        .map_err(|e| ServeError::Setup("starting the signal thread", e))?;
+        }
+    })
+    .map_err(|e| ServeError::Setup("starting the signal thread", e))?;
     Ok(SignalThread {
         handle,
         thread,

@@ -51,6 +51,15 @@ pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
+/// A close-on-exec duplicate of `fd` (procman's tests hold a worker's
+/// ends of its pipes this way, as a fork server would).
+pub fn dup_cloexec(fd: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: fcntl F_DUPFD_CLOEXEC on an fd number; a bad fd is EBADF.
+    let new = cvt(unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) })?;
+    // SAFETY: fcntl just made `new`; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(new) })
+}
+
 /// Sets O_NONBLOCK on a pipe end made by [`pipe`]. F_SETFL replaces the
 /// status flags, and such an end has none to keep (the access mode is not
 /// one F_SETFL changes), so no F_GETFL first: one call per end per worker.

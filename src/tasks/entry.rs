@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::life::Life;
+use super::life::TaskLife;
 use crate::cost::{Cost, COST_KEY};
 use crate::limits;
 use crate::wire::{
@@ -90,7 +90,7 @@ pub(super) struct Entry {
     events: VecDeque<Logged>,
     pub last_seq: u64,
     /// Where the task is in the A2A model (its rules: `life::step`).
-    pub life: Life,
+    pub life: TaskLife,
     /// Streams reading the log; a finished task trims its log when none is.
     pub streams: usize,
     /// What the task cost, once it ended having run.
@@ -178,7 +178,7 @@ impl Entry {
             artifact_bytes: 0,
             events: VecDeque::new(),
             last_seq: 0,
-            life: Life::Queued,
+            life: TaskLife::Queued,
             streams: 0,
             cost: None,
         };

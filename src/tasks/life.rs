@@ -1,7 +1,7 @@
 //! The A2A rules of one task, as one pure function:
 //! `step(life, change) → (life, record)` or a refusal. The table carries
 //! out the record under the task's lock (a status to log and announce, an
-//! artifact to store) and counts every task by [`Life::stage`], so each
+//! artifact to store) and counts every task by [`TaskLife::stage`], so each
 //! rule of the task model is here and each counter follows from one map.
 //!
 //! ```text
@@ -21,7 +21,7 @@ use crate::wire::{Message, TaskState};
 
 /// Where a task is in its life.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) enum Life {
+pub(super) enum TaskLife {
     /// SUBMITTED: waiting for a running slot; its worker has not started.
     Queued,
     /// Started and not ended: WORKING, INPUT_REQUIRED or AUTH_REQUIRED.
@@ -116,12 +116,12 @@ pub(super) enum Refusal {
     Invalid,
 }
 
-impl Life {
+impl TaskLife {
     /// The task's A2A state (its status says the same, with its message).
     pub fn state(&self) -> TaskState {
         match self {
-            Life::Queued => TaskState::Submitted,
-            Life::Running { state, .. } | Life::Finished { state, .. } | Life::Gone { state, .. } => *state,
+            TaskLife::Queued => TaskState::Submitted,
+            TaskLife::Running { state, .. } | TaskLife::Finished { state, .. } | TaskLife::Gone { state, .. } => *state,
         }
     }
 
@@ -130,20 +130,20 @@ impl Life {
     /// finished list, under the index lock.
     pub fn stage(&self) -> Stage {
         match self {
-            Life::Queued => Stage::Queued,
-            Life::Running { .. } => Stage::Active,
-            Life::Finished { .. } | Life::Gone { .. } => Stage::Finished,
+            TaskLife::Queued => Stage::Queued,
+            TaskLife::Running { .. } => Stage::Active,
+            TaskLife::Finished { .. } | TaskLife::Gone { .. } => Stage::Finished,
         }
     }
 
     /// The Message the agent answered with, if it did.
     pub fn reply(&self) -> Option<&Arc<Message>> {
         match self {
-            Life::Running {
+            TaskLife::Running {
                 voice: Voice::Replied(m),
                 ..
             } => Some(m),
-            Life::Finished { reply, .. } | Life::Gone { reply, .. } => reply.as_ref(),
+            TaskLife::Finished { reply, .. } | TaskLife::Gone { reply, .. } => reply.as_ref(),
             _ => None,
         }
     }
@@ -153,8 +153,8 @@ impl Life {
     pub fn has_spoken(&self) -> bool {
         !matches!(
             self,
-            Life::Queued
-                | Life::Running {
+            TaskLife::Queued
+                | TaskLife::Running {
                     voice: Voice::Silent,
                     ..
                 }
@@ -162,7 +162,7 @@ impl Life {
     }
 
     pub fn is_gone(&self) -> bool {
-        matches!(self, Life::Gone { .. })
+        matches!(self, TaskLife::Gone { .. })
     }
 
     /// Whether a blocking call may be done with the task: it ended, waits
@@ -174,9 +174,9 @@ impl Life {
 }
 
 /// The A2A task model, whole: what `change` does to a task in `life`.
-pub(super) fn step(life: &Life, change: &Change) -> Result<(Life, Record), Refusal> {
+pub(super) fn step(life: &TaskLife, change: &Change) -> Result<(TaskLife, Record), Refusal> {
     use Change as C;
-    use Life as L;
+    use TaskLife as L;
     match (life, change) {
         (L::Gone { .. }, _) => Err(Refusal::Gone),
         (L::Finished { state, reply }, C::Evict) => Ok((
@@ -211,8 +211,8 @@ pub(super) fn step(life: &Life, change: &Change) -> Result<(Life, Record), Refus
 }
 
 /// The rules of a started task (see [`step`]).
-fn running(state: TaskState, voice: &Voice, change: &Change) -> Result<(Life, Record), Refusal> {
-    let to = |state: TaskState, voice: Voice, record: Record| Ok((Life::Running { state, voice }, record));
+fn running(state: TaskState, voice: &Voice, change: &Change) -> Result<(TaskLife, Record), Refusal> {
+    let to = |state: TaskState, voice: Voice, record: Record| Ok((TaskLife::Running { state, voice }, record));
     match change {
         Change::Progress { to: next, said } if *next == state && !said => Err(Refusal::Unchanged),
         Change::Progress { to: next, .. } => to(*next, voice.clone(), Record::Status(*next)),
@@ -240,13 +240,13 @@ impl Voice {
     }
 }
 
-impl fmt::Display for Life {
+impl fmt::Display for TaskLife {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Life::Queued => f.write_str("submitted"),
-            Life::Running { state, .. } => f.write_str(state.short_name()),
-            Life::Finished { state, .. } => write!(f, "finished ({})", state.short_name()),
-            Life::Gone { state, .. } => write!(f, "evicted ({})", state.short_name()),
+            TaskLife::Queued => f.write_str("submitted"),
+            TaskLife::Running { state, .. } => f.write_str(state.short_name()),
+            TaskLife::Finished { state, .. } => write!(f, "finished ({})", state.short_name()),
+            TaskLife::Gone { state, .. } => write!(f, "evicted ({})", state.short_name()),
         }
     }
 }
@@ -284,16 +284,16 @@ mod tests {
         })
     }
 
-    fn run(state: TaskState, voice: Voice) -> Life {
-        Life::Running { state, voice }
+    fn run(state: TaskState, voice: Voice) -> TaskLife {
+        TaskLife::Running { state, voice }
     }
 
-    fn done(state: TaskState) -> Life {
-        Life::Finished { state, reply: None }
+    fn done(state: TaskState) -> TaskLife {
+        TaskLife::Finished { state, reply: None }
     }
 
-    fn gone(state: TaskState) -> Life {
-        Life::Gone { state, reply: None }
+    fn gone(state: TaskState) -> TaskLife {
+        TaskLife::Gone { state, reply: None }
     }
 
     fn progress(to: TaskState) -> Change {
@@ -318,18 +318,18 @@ mod tests {
         )*};
     }
 
-    fn to(life: Life, record: Record) -> Result<(Life, Record), Refusal> {
+    fn to(life: TaskLife, record: Record) -> Result<(TaskLife, Record), Refusal> {
         Ok((life, record))
     }
 
     rules! {
-        queued_starts_working: Life::Queued, progress(Working) => to(run(Working, Silent), Record::Status(Working));
-        queued_may_be_cancelled: Life::Queued, Change::Finish(Canceled) => to(done(Canceled), Record::Status(Canceled));
-        queued_takes_no_follow_up: Life::Queued, FOLLOW_UP => Err(Refusal::Busy(Submitted));
-        queued_has_no_worker_to_speak: Life::Queued, Change::Spoke => Err(Refusal::Unexpected);
-        queued_has_no_artifacts: Life::Queued, Change::Artifact => Err(Refusal::Unexpected);
-        queued_has_no_reply: Life::Queued, Change::Reply(reply()) => Err(Refusal::Unexpected);
-        queued_is_not_evicted: Life::Queued, Change::Evict => Err(Refusal::Invalid);
+        queued_starts_working: TaskLife::Queued, progress(Working) => to(run(Working, Silent), Record::Status(Working));
+        queued_may_be_cancelled: TaskLife::Queued, Change::Finish(Canceled) => to(done(Canceled), Record::Status(Canceled));
+        queued_takes_no_follow_up: TaskLife::Queued, FOLLOW_UP => Err(Refusal::Busy(Submitted));
+        queued_has_no_worker_to_speak: TaskLife::Queued, Change::Spoke => Err(Refusal::Unexpected);
+        queued_has_no_artifacts: TaskLife::Queued, Change::Artifact => Err(Refusal::Unexpected);
+        queued_has_no_reply: TaskLife::Queued, Change::Reply(reply()) => Err(Refusal::Unexpected);
+        queued_is_not_evicted: TaskLife::Queued, Change::Evict => Err(Refusal::Invalid);
         same_state_without_text_is_nothing: run(Working, Spoke), progress(Working) => Err(Refusal::Unchanged);
         same_state_with_text_is_news: run(Working, Spoke), said(Working) => to(run(Working, Spoke), Record::Status(Working));
         working_asks_for_input: run(Working, Spoke), said(InputRequired)
@@ -356,7 +356,7 @@ mod tests {
         a_second_reply_is_refused: run(Working, Voice::Replied(reply())), Change::Reply(reply())
             => Err(Refusal::Unexpected);
         the_verdict_keeps_the_reply: run(Working, Voice::Replied(reply())), Change::Finish(Completed)
-            => to(Life::Finished { state: Completed, reply: Some(reply()) }, Record::Status(Completed));
+            => to(TaskLife::Finished { state: Completed, reply: Some(reply()) }, Record::Status(Completed));
         an_interrupted_task_may_fail: run(InputRequired, Spoke), Change::Finish(Failed)
             => to(done(Failed), Record::Status(Failed));
         a_verdict_is_terminal: run(Working, Spoke), Change::Finish(InputRequired) => Err(Refusal::Invalid);
@@ -364,8 +364,8 @@ mod tests {
         finished_takes_no_progress: done(Canceled), progress(Working) => Err(Refusal::Ended(Canceled));
         finished_takes_no_follow_up: done(Rejected), FOLLOW_UP => Err(Refusal::Ended(Rejected));
         finished_takes_no_artifacts: done(Failed), Change::Artifact => Err(Refusal::Ended(Failed));
-        finished_is_evicted: Life::Finished { state: Completed, reply: Some(reply()) }, Change::Evict
-            => to(Life::Gone { state: Completed, reply: Some(reply()) }, Record::Quiet);
+        finished_is_evicted: TaskLife::Finished { state: Completed, reply: Some(reply()) }, Change::Evict
+            => to(TaskLife::Gone { state: Completed, reply: Some(reply()) }, Record::Quiet);
         gone_takes_nothing: gone(Failed), FOLLOW_UP => Err(Refusal::Gone);
         gone_is_gone_once: gone(Failed), Change::Evict => Err(Refusal::Gone);
     }
@@ -373,7 +373,7 @@ mod tests {
     #[test]
     fn counts_follow_the_stage() {
         let cases = [
-            (Life::Queued, Stage::Queued),
+            (TaskLife::Queued, Stage::Queued),
             (run(Working, Silent), Stage::Active),
             (run(InputRequired, Spoke), Stage::Active),
             (done(Completed), Stage::Finished),
@@ -389,7 +389,7 @@ mod tests {
     fn settled_and_spoken_as_blocking_calls_and_streams_need() {
         // (life, settled, spoken, state)
         let cases = [
-            (Life::Queued, false, false, Submitted),
+            (TaskLife::Queued, false, false, Submitted),
             (run(Working, Silent), false, false, Working),
             (run(Working, Spoke), false, true, Working),
             (run(Working, Voice::Replied(reply())), true, true, Working),
@@ -404,7 +404,7 @@ mod tests {
                 "{life}"
             );
         }
-        let replied = Life::Gone {
+        let replied = TaskLife::Gone {
             state: Completed,
             reply: Some(reply()),
         };

@@ -484,20 +484,29 @@ impl TaskTable {
     /// [`finish`](Self::finish), with what the task cost (it ran): kept
     /// with the verdict, in the same change, so whoever sees the task
     /// terminal sees its cost too. It is rendered into the task's metadata
-    /// under [`COST_KEY`] only when the task is read.
-    pub fn finish_with_cost(&self, id: &str, state: TaskState, cause: Cause, text: Option<String>, cost: Option<Cost>) {
+    /// under [`COST_KEY`] only when the task is read. True if the task
+    /// ended now (false: it had ended already, or is not known).
+    pub fn finish_with_cost(
+        &self,
+        id: &str,
+        state: TaskState,
+        cause: Cause,
+        text: Option<String>,
+        cost: Option<Cost>,
+    ) -> bool {
         debug_assert!(state.is_terminal());
-        let Some(slot) = self.find(id) else { return };
+        let Some(slot) = self.find(id) else { return false };
         let text = text.unwrap_or_else(|| default_text(state, cause).to_string());
         let mut message = Message::agent_text(text, id, &slot.context_id);
         let why = Value::String(cause.as_str().into());
         message.metadata = Some(Map::from_iter([(TERMINAL_KEY.to_string(), why)]));
         let history = Arc::new(message.clone());
-        let _ = self.apply(&slot, Change::Finish(state), |e, record| {
+        self.apply(&slot, Change::Finish(state), |e, record| {
             e.push_history(history);
             e.cost = cost;
             self.set_status(&slot, e, record, Some(message), Some(cause));
-        });
+        })
+        .is_ok()
     }
 
     /// Drops the finished tasks older than retain_ms; returns how long
@@ -658,7 +667,7 @@ impl TaskTable {
 fn default_text(state: TaskState, cause: Cause) -> &'static str {
     match (state, cause) {
         (TaskState::Completed, _) => "completed",
-        (_, Cause::Cancelled) => "canceled by request",
+        (_, Cause::Canceled) => "canceled by request",
         (_, Cause::Shutdown) => "canceled: agentd is shutting down",
         (_, Cause::Deadline) => "failed: the task ran past tasks.deadline_ms",
         (_, Cause::Stalled) => "failed: the worker stopped answering",

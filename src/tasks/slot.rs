@@ -25,7 +25,7 @@ pub(super) struct Slot {
     entry: Mutex<Entry>,
     /// Notified on every change, for streams (every event counts).
     changed: Condvar,
-    /// Notified only when the task settles (see `Life::is_settled`), for
+    /// Notified only when the task settles (see `TaskLife::is_settled`), for
     /// blocking calls: a blocked SendMessage sleeps through WORKING and
     /// every artifact instead of waking for each.
     settled: Condvar,

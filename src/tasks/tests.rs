@@ -126,7 +126,7 @@ fn queued_bytes_are_bounded_and_freed_when_a_task_starts() {
         t.create(&op(), msg(&big), None).is_err(),
         "6,000 + 6,000 bytes > 10,000"
     );
-    t.finish(&second, TaskState::Canceled, Cause::Cancelled, None);
+    t.finish(&second, TaskState::Canceled, Cause::Canceled, None);
     assert!(
         t.create(&op(), msg(&big), None).is_ok(),
         "a cancelled queued task frees its bytes"
@@ -443,7 +443,7 @@ fn counts_follow_each_task_through_its_life() {
     t.set_progress(&a, TaskState::InputRequired, Some("which?".into()));
     t.set_progress(&a, TaskState::Working, None);
     assert_eq!(t.counts(), (1, 1, 0), "moves within a stage count nothing");
-    t.finish(&b, TaskState::Canceled, Cause::Cancelled, None);
+    t.finish(&b, TaskState::Canceled, Cause::Canceled, None);
     assert_eq!(t.counts(), (0, 1, 1));
     t.finish(&a, TaskState::Completed, Cause::Completed, None);
     t.finish(&a, TaskState::Failed, Cause::Crashed, None);
@@ -650,7 +650,7 @@ fn the_cost_comes_with_the_verdict_and_only_agentd_writes_its_key() {
     }
     // A task that never ran (canceled while queued) has none.
     let queued = t.create(&op(), msg("y"), None).unwrap().id().to_string();
-    t.finish(&queued, TaskState::Canceled, Cause::Cancelled, None);
+    t.finish(&queued, TaskState::Canceled, Cause::Canceled, None);
     assert_eq!(t.get(&op(), &queued, None).unwrap().metadata, None);
 }
 

@@ -22,7 +22,7 @@
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 use crate::sys;
 
@@ -148,18 +148,9 @@ pub fn kill_children() {
             return;
         }
         let mut found = 0;
-        for_each_thread(|tid| {
-            let mut path = [0u8; 64];
-            let Some(path) = children_path(tid, &mut path) else {
-                return;
-            };
-            let Ok(children) = sys::open_read_only(path, false) else {
-                return;
-            };
-            read_pids(children.as_raw_fd(), false, |pid| {
-                found += 1;
-                let _ = sys::kill_pid(pid, libc::SIGKILL);
-            });
+        for_each_child(|pid| {
+            found += 1;
+            let _ = sys::kill_pid(pid, libc::SIGKILL);
         });
         while matches!(sys::reap_one_quietly(), Ok(pid) if pid > 0) {}
         if found == 0 {
@@ -167,6 +158,121 @@ pub fn kill_children() {
         }
         sys::nap(1_000_000);
     }
+}
+
+/// Where this process reads its children from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChildrenSource {
+    /// `/proc/self/task/TID/children`, one read per thread (the kernel has
+    /// CONFIG_PROC_CHILDREN).
+    ChildrenFile,
+    /// Every `/proc/N/stat`, for its parent pid: slower, but it needs
+    /// nothing of /proc beyond what every kernel has.
+    ProcScan,
+}
+
+impl ChildrenSource {
+    pub fn name(self) -> &'static str {
+        match self {
+            ChildrenSource::ChildrenFile => "children-file",
+            ChildrenSource::ProcScan => "proc-scan",
+        }
+    }
+}
+
+/// The environment variable that tells the fork server (and so every
+/// worker) to scan /proc: the daemon found no children file.
+pub const CHILDREN_SCAN_ENV: &str = "AGENTD_CHILDREN_SCAN";
+
+/// Set when this process scans /proc for its children (see
+/// [`ChildrenSource`]); read in a signal handler, so an atomic.
+static SCAN_PROC: AtomicBool = AtomicBool::new(false);
+
+/// Which source this kernel offers: the children file where it exists
+/// for the calling thread. A debug build treats it as absent when
+/// `AGENTD_TEST_NO_CHILDREN_FILE` is set, so tests run the fallback on a
+/// kernel that has the file.
+pub fn detect_children_source() -> ChildrenSource {
+    let forced_absent = cfg!(debug_assertions) && std::env::var_os("AGENTD_TEST_NO_CHILDREN_FILE").is_some();
+    if !forced_absent && std::path::Path::new("/proc/thread-self/children").exists() {
+        ChildrenSource::ChildrenFile
+    } else {
+        ChildrenSource::ProcScan
+    }
+}
+
+pub fn set_children_source(source: ChildrenSource) {
+    let scan = source == ChildrenSource::ProcScan;
+    if SCAN_PROC.load(Ordering::Relaxed) != scan {
+        SCAN_PROC.store(scan, Ordering::Relaxed);
+    }
+}
+
+pub fn children_source() -> ChildrenSource {
+    if SCAN_PROC.load(Ordering::Relaxed) {
+        ChildrenSource::ProcScan
+    } else {
+        ChildrenSource::ChildrenFile
+    }
+}
+
+/// Calls `f` with each child of this process (of any of its threads), from
+/// the source set with [`set_children_source`]. Async-signal-safe.
+pub fn for_each_child(mut f: impl FnMut(i32)) {
+    if SCAN_PROC.load(Ordering::Relaxed) {
+        scan_children(sys::getpid(), &mut f);
+        return;
+    }
+    for_each_thread(|tid| {
+        let mut path = [0u8; 64];
+        let Some(path) = children_path(tid, &mut path) else {
+            return;
+        };
+        let Ok(children) = sys::open_read_only(path, false) else {
+            return;
+        };
+        read_pids(children.as_raw_fd(), false, &mut f);
+    });
+}
+
+/// Every process whose parent is `parent`, by each `/proc/N/stat`.
+fn scan_children(parent: i32, f: &mut impl FnMut(i32)) {
+    let Ok(dir) = sys::open_read_only(c"/proc", true) else {
+        return;
+    };
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = match sys::getdents64(dir.as_raw_fd(), &mut buf) {
+            Ok(n) if n > 0 => n,
+            _ => break,
+        };
+        each_numbered_entry(&buf[..n], |pid| {
+            if parent_of(pid) == Some(parent) {
+                f(pid);
+            }
+        });
+    }
+}
+
+/// The parent pid `/proc/PID/stat` gives, if it can be read.
+fn parent_of(pid: i32) -> Option<i32> {
+    let mut path = [0u8; 64];
+    let path = proc_path(pid, b"/stat\0", &mut path)?;
+    let file = sys::open_read_only(path, false).ok()?;
+    let mut stat = [0u8; 512];
+    let n = sys::read(file.as_raw_fd(), &mut stat).ok()?;
+    stat_parent(&stat[..n])
+}
+
+/// The parent pid of a `/proc/PID/stat` line: the field after the state,
+/// which follows the last `)` (a command name may hold spaces and `)`).
+fn stat_parent(stat: &[u8]) -> Option<i32> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let rest = stat.get(close + 1..)?;
+    // " S 1234 …": skip the space, the state and the next space.
+    let ppid = rest.get(3..)?;
+    ppid.first().filter(|b| b.is_ascii_digit())?;
+    Some(leading_decimal(ppid))
 }
 
 /// Calls `f` with each thread id of ours (getdents64 on /proc/self/task).
@@ -276,13 +382,22 @@ impl PidList {
 
 /// `/proc/self/task/TID/children`, NUL-terminated, in `buf`.
 fn children_path(tid: i32, buf: &mut [u8; 64]) -> Option<&CStr> {
+    joined(
+        &[b"/proc/self/task/", fmt_decimal(tid, &mut [0u8; 12]), b"/children\0"],
+        buf,
+    )
+}
+
+/// `/proc/PID` followed by `tail` (which ends in a NUL), in `buf`.
+fn proc_path<'a>(pid: i32, tail: &[u8], buf: &'a mut [u8; 64]) -> Option<&'a CStr> {
+    joined(&[b"/proc/", fmt_decimal(pid, &mut [0u8; 12]), tail], buf)
+}
+
+/// `parts` one after the other in `buf`, read as a C string.
+fn joined<'a>(parts: &[&[u8]], buf: &'a mut [u8; 64]) -> Option<&'a CStr> {
     let mut n = 0;
-    for part in [
-        &b"/proc/self/task/"[..],
-        fmt_decimal(tid, &mut [0u8; 12]),
-        b"/children\0",
-    ] {
-        buf[n..n + part.len()].copy_from_slice(part);
+    for part in parts {
+        buf.get_mut(n..n + part.len())?.copy_from_slice(part);
         n += part.len();
     }
     CStr::from_bytes_with_nul(&buf[..n]).ok()
@@ -446,6 +561,46 @@ mod tests {
             assert_eq!(got, want, "pread(2) from the start, round {round}");
         }
         std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn the_parent_is_read_after_the_last_parenthesis() {
+        assert_eq!(stat_parent(b"42 (sh) S 17 42 42 0 -1"), Some(17));
+        assert_eq!(stat_parent(b"42 (a) b) S 9 1"), Some(9), "a `)` in the name");
+        assert_eq!(stat_parent(b"42 (x y) R 1234567 1"), Some(1234567));
+        assert_eq!(stat_parent(b"42 (sh) S"), None, "cut short");
+        assert_eq!(stat_parent(b"42 (sh"), None, "no end of the name");
+        assert_eq!(stat_parent(b""), None);
+    }
+
+    #[test]
+    fn a_scan_of_proc_finds_our_children_as_the_children_file_does() {
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id() as i32;
+        let mut scanned = Vec::new();
+        scan_children(sys::getpid(), &mut |p| scanned.push(p));
+        let mut listed = Vec::new();
+        for_each_thread(|tid| {
+            let mut path = [0u8; 64];
+            if let Some(path) = children_path(tid, &mut path) {
+                if let Ok(f) = sys::open_read_only(path, false) {
+                    read_pids(f.as_raw_fd(), false, |p| listed.push(p));
+                }
+            }
+        });
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(scanned.contains(&pid), "{pid} in {scanned:?}");
+        if std::path::Path::new("/proc/thread-self/children").exists() {
+            assert!(listed.contains(&pid), "{pid} in {listed:?}");
+        }
+        let mut none = Vec::new();
+        scan_children(i32::MAX, &mut |p| none.push(p));
+        assert!(
+            none.is_empty(),
+            "no process has pid {} for a parent: {none:?}",
+            i32::MAX
+        );
     }
 
     #[test]

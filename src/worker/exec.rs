@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 
 use super::program::{self, Note, Program, Stdin};
-use super::{Done, Event};
+use super::{ControlEvent, Done};
 use crate::control::Cause;
 use crate::limits::{PROGRAM_EXIT_GRACE_MS, PROGRAM_PIPES_DRAIN_MS};
 use crate::sys::{self, ExitStatus};
@@ -63,7 +63,7 @@ pub enum Heard {
 }
 
 /// Runs `prog` under `protocol` to its end and returns the verdict.
-pub fn run<P: Protocol>(prog: &Program, protocol: &mut P, events: &Receiver<Event>) -> Done {
+pub fn run<P: Protocol>(prog: &Program, protocol: &mut P, events: &Receiver<ControlEvent>) -> Done {
     let mut started = match program::start(prog) {
         Ok(r) => r,
         Err(done) => return done,
@@ -103,8 +103,8 @@ pub fn run<P: Protocol>(prog: &Program, protocol: &mut P, events: &Receiver<Even
                 Err(_) => Seen::NotesClosed,
             },
             recv(events) -> event => match event {
-                Ok(Event::Cancel) => Seen::Cancel,
-                Ok(Event::Input(message)) => Seen::Heard(protocol.input(message, &mut stdin)),
+                Ok(ControlEvent::Cancel) => Seen::Cancel,
+                Ok(ControlEvent::Input(message)) => Seen::Heard(protocol.input(message, &mut stdin)),
                 Err(_) => {
                     // Nothing more can come from agentd (its EOF kills the task).
                     events = crossbeam_channel::never();
@@ -156,7 +156,7 @@ pub enum Act {
 
 /// Where a program's run is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
+pub enum RunPhase {
     Running,
     /// It exited or gave its verdict: what is still open has until then.
     WindingDown {
@@ -167,26 +167,26 @@ pub enum Phase {
 
 /// How the task ends, as far as is known yet.
 #[derive(Debug, PartialEq)]
-enum Ending {
+enum RunEnding {
     /// Not known: the exit status will decide.
     Open,
     /// The first verdict, the program's or a protocol error.
     Said(Done),
     /// Stopped from outside: this overrides any verdict.
-    Stopped(Stop),
+    Stopped(RunStop),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Stop {
-    Cancelled,
+enum RunStop {
+    Canceled,
     Exhausted,
 }
 
 /// The pure program-watch machine (see the module doc).
 #[derive(Debug)]
 pub struct Watch {
-    phase: Phase,
-    ending: Ending,
+    phase: RunPhase,
+    ending: RunEnding,
     exit: Option<ExitStatus>,
     stdout_eof: bool,
     /// stderr's last bytes, once it reached EOF.
@@ -196,8 +196,8 @@ pub struct Watch {
 impl Default for Watch {
     fn default() -> Watch {
         Watch {
-            phase: Phase::Running,
-            ending: Ending::Open,
+            phase: RunPhase::Running,
+            ending: RunEnding::Open,
             exit: None,
             stdout_eof: false,
             stderr_tail: None,
@@ -209,18 +209,18 @@ impl Watch {
     /// One event at `now`: the new state, and the one thing to do.
     pub fn step(&mut self, seen: Seen, now: Instant) -> Act {
         let act = match (self.phase, seen) {
-            (Phase::Done, Seen::Tick) => Act::Nothing,
-            (Phase::WindingDown { until }, Seen::Tick) if now >= until => {
-                self.phase = Phase::Done;
+            (RunPhase::Done, Seen::Tick) => Act::Nothing,
+            (RunPhase::WindingDown { until }, Seen::Tick) if now >= until => {
+                self.phase = RunPhase::Done;
                 Act::Nothing
             }
             (_, Seen::Tick) => Act::Nothing,
-            (Phase::Done, seen) => {
+            (RunPhase::Done, seen) => {
                 log::debug!("worker.exec ignoring {seen:?} in done pid={}", sys::getpid());
                 Act::Nothing
             }
             (_, Seen::NotesClosed) => {
-                self.phase = Phase::Done;
+                self.phase = RunPhase::Done;
                 Act::Nothing
             }
             (_, Seen::Exited(status)) => {
@@ -237,22 +237,22 @@ impl Watch {
                 Act::Nothing
             }
             (_, Seen::Exhausted) => {
-                self.stop(Stop::Exhausted);
+                self.stop(RunStop::Exhausted);
                 Act::Kill(libc::SIGKILL)
             }
             (_, Seen::Cancel) => {
-                self.stop(Stop::Cancelled);
+                self.stop(RunStop::Canceled);
                 Act::Kill(libc::SIGTERM)
             }
             (_, Seen::Heard(Heard::Nothing)) => Act::Nothing,
             (_, Seen::Heard(Heard::Verdict(done))) if self.is_open() => {
-                self.ending = Ending::Said(done);
+                self.ending = RunEnding::Said(done);
                 self.wind_down(now + Duration::from_millis(PROGRAM_EXIT_GRACE_MS));
                 Act::CloseStdin
             }
             (_, Seen::Heard(Heard::Broken(done))) => {
                 if self.is_open() {
-                    self.ending = Ending::Said(done);
+                    self.ending = RunEnding::Said(done);
                 }
                 Act::Kill(libc::SIGKILL)
             }
@@ -262,7 +262,7 @@ impl Watch {
             }
         };
         if self.exit.is_some() && self.stdout_eof && self.stderr_tail.is_some() {
-            self.phase = Phase::Done;
+            self.phase = RunPhase::Done;
         }
         act
     }
@@ -271,43 +271,43 @@ impl Watch {
     /// does not get a shorter drain, nor one that gives its verdict late a
     /// longer one.
     fn wind_down(&mut self, until: Instant) {
-        if self.phase == Phase::Running {
-            self.phase = Phase::WindingDown { until };
+        if self.phase == RunPhase::Running {
+            self.phase = RunPhase::WindingDown { until };
         }
     }
 
-    fn stop(&mut self, stop: Stop) {
-        if !matches!(self.ending, Ending::Stopped(_)) {
-            self.ending = Ending::Stopped(stop);
+    fn stop(&mut self, stop: RunStop) {
+        if !matches!(self.ending, RunEnding::Stopped(_)) {
+            self.ending = RunEnding::Stopped(stop);
         }
     }
 
     pub fn is_done(&self) -> bool {
-        self.phase == Phase::Done
+        self.phase == RunPhase::Done
     }
 
     /// Whether the task's ending is still open (output still matters).
     pub fn is_open(&self) -> bool {
-        self.ending == Ending::Open
+        self.ending == RunEnding::Open
     }
 
     /// How long the loop may wait for the next event.
     pub fn time_left(&self, now: Instant) -> Duration {
         match self.phase {
-            Phase::Running => Duration::MAX,
-            Phase::WindingDown { until } => until.saturating_duration_since(now),
-            Phase::Done => Duration::ZERO,
+            RunPhase::Running => Duration::MAX,
+            RunPhase::WindingDown { until } => until.saturating_duration_since(now),
+            RunPhase::Done => Duration::ZERO,
         }
     }
 
     /// How the task ended.
     pub fn verdict(self) -> Done {
         match (self.ending, self.exit) {
-            (Ending::Stopped(Stop::Cancelled), status) => program::canceled(status),
-            (Ending::Stopped(Stop::Exhausted), _) => program::exhausted(),
-            (Ending::Said(done), _) => done,
-            (Ending::Open, Some(status)) => program::judge_exit(status, self.stderr_tail.as_deref().unwrap_or(&[])),
-            (Ending::Open, None) => {
+            (RunEnding::Stopped(RunStop::Canceled), status) => program::canceled(status),
+            (RunEnding::Stopped(RunStop::Exhausted), _) => program::exhausted(),
+            (RunEnding::Said(done), _) => done,
+            (RunEnding::Open, Some(status)) => program::judge_exit(status, self.stderr_tail.as_deref().unwrap_or(&[])),
+            (RunEnding::Open, None) => {
                 program::failed(Cause::Crashed, "the program's output ended but it did not exit".into())
             }
         }
@@ -378,9 +378,9 @@ mod tests {
             fn $name() {
                 let (t0, acts, w) = play($events);
                 let phase = match $phase {
-                    Want::Running => Phase::Running,
-                    Want::Until(ms) => Phase::WindingDown { until: t0 + Duration::from_millis(ms) },
-                    Want::Done => Phase::Done,
+                    Want::Running => RunPhase::Running,
+                    Want::Until(ms) => RunPhase::WindingDown { until: t0 + Duration::from_millis(ms) },
+                    Want::Done => RunPhase::Done,
                 };
                 assert_eq!(acts, $acts, "actions");
                 assert_eq!(w.phase, phase, "phase");
@@ -430,12 +430,12 @@ mod tests {
         cancel_sends_sigterm_and_names_the_exit:
             vec![(10, Seen::Cancel), (20, Seen::Exited(ExitStatus::Signal(libc::SIGTERM)))]
             => vec![Kill(libc::SIGTERM), Nothing], Until(20 + PROGRAM_PIPES_DRAIN_MS),
-            said(Outcome::Canceled, Cause::Cancelled,
+            said(Outcome::Canceled, Cause::Canceled,
                  "canceled; the program was killed by signal 15 (SIGTERM, exit status 143)");
         cancel_overrides_a_verdict:
             vec![(10, Seen::Heard(Heard::Verdict(completed()))), (20, Seen::Cancel), (10 + PROGRAM_EXIT_GRACE_MS, Seen::Tick)]
             => vec![CloseStdin, Kill(libc::SIGTERM), Nothing], DONE,
-            said(Outcome::Canceled, Cause::Cancelled, "canceled");
+            said(Outcome::Canceled, Cause::Canceled, "canceled");
         the_budget_kills_and_outranks_later_words:
             vec![(10, Seen::Exhausted), (11, broken("bad line")), (12, Seen::Cancel)]
             => vec![Kill(libc::SIGKILL), Kill(libc::SIGKILL), Kill(libc::SIGTERM)], RUNNING,

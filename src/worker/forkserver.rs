@@ -68,6 +68,11 @@ pub fn main() -> i32 {
         Ok(batched) => HELPERS_BATCHED.store(batched, Ordering::Relaxed),
         Err(e) => log::info!("forkserver.sched SCHED_BATCH refused: {e}; the fork server keeps its policy"),
     }
+    // Where the workers find their children: the daemon found out, and
+    // says so only when it is the fallback.
+    if std::env::var_os(super::containment::CHILDREN_SCAN_ENV).is_some() {
+        super::containment::set_children_source(super::containment::ChildrenSource::ProcScan);
+    }
     // Anything inherited past stdio is a leak from whoever started agentd.
     sys::close_fds_from(3);
     if let Err(e) = sys::set_parent_death_signal(libc::SIGKILL) {
@@ -90,6 +95,9 @@ pub fn main() -> i32 {
         .unwrap_or(crate::limits::control_frame_max_bytes(
             crate::limits::HTTP_BODY_MAX_BYTES,
         ));
+    // A debug build can be told to answer late, as a fork server starved
+    // of the CPU does: tests of a late helper (tests/helpers_late.rs).
+    let reply_delay = late_reply_for_tests();
     // From here on nothing is allocated: each heap page written after a
     // fork would be a copy-on-write fault, once per worker. A request is a
     // few bytes; its descriptors are held on the stack.
@@ -130,12 +138,25 @@ pub fn main() -> i32 {
                 return 1;
             }
         };
+        if let Some(delay) = reply_delay {
+            std::thread::sleep(delay);
+        }
         if let Err(e) = sys::send_with_fds(REQUESTS, &reply.encode(), &[], false) {
             // agentd is gone (EPIPE) or the socket broke: nothing to serve.
             log::debug!("forkserver.reply error={e}; exiting");
             return 0;
         }
     }
+}
+
+/// `AGENTD_TEST_LATE_FORK_REPLY_MS` in a debug build: how long to wait
+/// before each answer. Never in a release build.
+fn late_reply_for_tests() -> Option<std::time::Duration> {
+    if !cfg!(debug_assertions) {
+        return None;
+    }
+    let ms: u64 = std::env::var("AGENTD_TEST_LATE_FORK_REPLY_MS").ok()?.parse().ok()?;
+    Some(std::time::Duration::from_millis(ms))
 }
 
 /// Forks one worker; in the worker, runs it and exits. `placed_only`: in

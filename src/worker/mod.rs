@@ -39,6 +39,9 @@ mod peer;
 mod program;
 mod text;
 
+pub use containment::{
+    children_source, detect_children_source, for_each_child, set_children_source, ChildrenSource, CHILDREN_SCAN_ENV,
+};
 pub use program::Note;
 
 use std::fs::File;
@@ -65,10 +68,13 @@ pub const LOG_LEVEL_ENV: &str = "AGENTD_LOG_LEVEL";
 /// (`limits::control_frame_max_bytes` of the daemon's configuration).
 pub const FRAME_MAX_ENV: &str = "AGENTD_CONTROL_FRAME_MAX_BYTES";
 /// What a worker inherits from agentd's environment: what its program may
-/// inherit (exec::ENV_ALLOW) plus RUST_LOG for its own logging.
+/// inherit (program::ENV_ALLOW) plus RUST_LOG for its own logging.
 pub const INHERITED_ENV: &[&str] = &[
     "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR", "RUST_LOG",
 ];
+/// What a debug build's fork server inherits besides: the hooks tests
+/// use to make agentd's helpers misbehave (never read by a release build).
+pub const TEST_HOOKS_ENV: &[&str] = &["AGENTD_TEST_LATE_FORK_REPLY_MS"];
 /// Exit code of a worker (or fork server) that found its supervisor gone
 /// at start.
 const EXIT_ORPHANED: i32 = 111;
@@ -145,7 +151,7 @@ impl Link {
 
 /// What reaches a runner from the supervisor while it runs.
 #[derive(Debug)]
-pub enum Event {
+pub enum ControlEvent {
     Cancel,
     Input(crate::wire::Message),
 }
@@ -218,18 +224,27 @@ pub fn start(birth: Birth<'_>) -> i32 {
 
 fn run(mut reader: File, writer: File, frame_max: usize) -> io::Result<()> {
     let link = Link::new(writer, frame_max);
-    let Some(ToWorker::Spawn {
-        task_id,
-        context_id,
-        message,
-        runner,
-        trace,
-    }) = control::read_frame::<ToWorker>(&mut reader, frame_max)?
-    else {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "expected a spawn frame first",
-        ));
+    // Who we are goes out with our first frame: procman learns it from the
+    // fork server too, unless the fork server is lost before it says so.
+    link.hold(&FromWorker::Hello { pid: sys::getpid() })
+        .map_err(io::Error::from)?;
+    let (task_id, context_id, message, runner, trace) = match control::read_frame::<ToWorker>(&mut reader, frame_max)? {
+        Some(ToWorker::Spawn {
+            task_id,
+            context_id,
+            message,
+            runner,
+            trace,
+        }) => (task_id, context_id, message, runner, trace),
+        // agentd let go of us before it gave us a task (it retired us, or
+        // lost the fork server that made us before it knew us).
+        None => return Ok(()),
+        Some(_) => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "expected a spawn frame first",
+            ))
+        }
     };
     sys::set_process_name(TASK_NAME);
     sys::set_cmdline(TASK_NAME);
@@ -312,7 +327,7 @@ fn run(mut reader: File, writer: File, frame_max: usize) -> io::Result<()> {
 /// A runner that can block needs someone to answer pings and hear a
 /// cancel meanwhile: a thread reading the control channel, whose events
 /// come through the receiver returned.
-fn hear_control(reader: File, link: &Arc<Link>) -> io::Result<Receiver<Event>> {
+fn hear_control(reader: File, link: &Arc<Link>) -> io::Result<Receiver<ControlEvent>> {
     let (tx, rx) = crossbeam_channel::unbounded();
     let link = link.clone();
     std::thread::Builder::new()
@@ -323,17 +338,17 @@ fn hear_control(reader: File, link: &Arc<Link>) -> io::Result<Receiver<Event>> {
 
 /// Answers pings itself (so a busy runner is not mistaken for a stalled
 /// worker) and forwards the rest to the runner.
-fn read_control(mut reader: File, link: &Link, tx: Sender<Event>) {
+fn read_control(mut reader: File, link: &Link, tx: Sender<ControlEvent>) {
     loop {
         match control::read_frame::<ToWorker>(&mut reader, link.frame_max) {
             Ok(Some(ToWorker::Ping)) => {
                 let _ = link.send(&FromWorker::Pong);
             }
             Ok(Some(ToWorker::Cancel)) => {
-                let _ = tx.send(Event::Cancel);
+                let _ = tx.send(ControlEvent::Cancel);
             }
             Ok(Some(ToWorker::Input { message })) => {
-                let _ = tx.send(Event::Input(message));
+                let _ = tx.send(ControlEvent::Input(message));
             }
             Ok(Some(ToWorker::Spawn { .. })) => {
                 log::warn!("worker.control ignoring a second spawn frame pid={}", sys::getpid());
@@ -348,6 +363,6 @@ fn read_control(mut reader: File, link: &Link, tx: Sender<Event>) {
 }
 
 /// Drains events without blocking; true if a cancel arrived.
-pub fn cancel_requested(rx: &Receiver<Event>) -> bool {
-    rx.try_iter().any(|e| matches!(e, Event::Cancel))
+pub fn cancel_requested(rx: &Receiver<ControlEvent>) -> bool {
+    rx.try_iter().any(|e| matches!(e, ControlEvent::Cancel))
 }

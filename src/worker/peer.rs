@@ -17,7 +17,7 @@ use std::sync::Arc;
 use crossbeam_channel::{Receiver, Sender};
 use serde_json::{json, Value};
 
-use super::{Done, Event, Link};
+use super::{ControlEvent, Done, Link};
 use crate::client::{Client, ClientError};
 use crate::control::{Cause, FromWorker, Outcome, Progress};
 use crate::transport::Address;
@@ -35,7 +35,7 @@ pub fn run(
     message: &Message,
     trace: Option<&crate::trace::TraceContext>,
     link: &Arc<Link>,
-    events: &Receiver<Event>,
+    events: &Receiver<ControlEvent>,
 ) -> Done {
     let fail = |text: String| Done {
         outcome: Outcome::Failed,
@@ -96,10 +96,10 @@ pub fn run(
                 Err(_) => return fail("the peer stream thread vanished".into()),
             },
             recv(events) -> ev => match ev {
-                Ok(Event::Cancel) => {
+                Ok(ControlEvent::Cancel) => {
                     cancelled = true;
                     let Some(id) = relay.peer_task.clone() else {
-                        return Done { outcome: Outcome::Canceled, cause: Cause::Cancelled, text: None };
+                        return Done { outcome: Outcome::Canceled, cause: Cause::Canceled, text: None };
                     };
                     match client.call("CancelTask", json!({ "id": id })) {
                         Ok(task) => {
@@ -107,7 +107,7 @@ pub fn run(
                             if relay.last_state.is_some_and(TaskState::is_terminal) {
                                 return Done {
                                     outcome: Outcome::Canceled,
-                                    cause: Cause::Cancelled,
+                                    cause: Cause::Canceled,
                                     text: Some(format!("canceled here and at the peer ({id})")),
                                 };
                             }
@@ -115,7 +115,7 @@ pub fn run(
                         Err(e) => log::warn!("worker.peer.cancel task={id} error={e}"),
                     }
                 }
-                Ok(Event::Input(mut m)) => {
+                Ok(ControlEvent::Input(mut m)) => {
                     let Some(id) = relay.peer_task.clone() else { continue };
                     m.task_id = Some(id);
                     m.context_id = relay.peer_context.clone();
@@ -214,7 +214,7 @@ impl Relay<'_> {
         let (outcome, cause) = match state {
             TaskState::Completed => (Outcome::Completed, Cause::Completed),
             TaskState::Rejected => (Outcome::Rejected, Cause::Refused),
-            TaskState::Canceled => (Outcome::Canceled, Cause::Cancelled),
+            TaskState::Canceled => (Outcome::Canceled, Cause::Canceled),
             _ => (Outcome::Failed, Cause::Failed),
         };
         Done {

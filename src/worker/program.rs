@@ -267,7 +267,7 @@ pub fn ended(status: ExitStatus) -> String {
 pub fn canceled(status: Option<ExitStatus>) -> Done {
     Done {
         outcome: Outcome::Canceled,
-        cause: Cause::Cancelled,
+        cause: Cause::Canceled,
         text: Some(match status {
             Some(s) => format!("canceled; the program {}", ended(s)),
             None => "canceled".into(),

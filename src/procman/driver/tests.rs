@@ -6,126 +6,22 @@
 //! The fake's cgroup counters behave as the kernel's: CPU time cumulative
 //! over every task of a slot, a peak reset after each read.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 
+use super::super::fake::{Kernel, Slot};
 use super::*;
 use crate::control::{self, Outcome};
-use crate::cost::{CpuTimes, COST_KEY, MEMORY_CGROUP2};
+use crate::cost::{CpuTimes, COST_KEY};
 use crate::principal::Principal;
-use crate::sys::Reaped;
 use crate::tasks::TableLimits;
 use crate::wire::{Part, Role};
 use serde_json::{json, Value};
 
 const MS: Duration = Duration::from_millis(1);
 const FRAME_MAX: usize = 1 << 20;
-
-/// A cgroup slot, by number.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct Slot(u32);
-
-/// The scripted kernel, and a record of what was asked of it.
-struct Kernel {
-    now: Instant,
-    /// What waitpid will report, in order.
-    exits: VecDeque<(i32, ExitStatus)>,
-    /// Groups with members left: how many SIGKILL rounds they outlast.
-    lingering_groups: HashMap<i32, u32>,
-    /// Slots with processes left: how many cgroup kills they outlast.
-    lingering_slots: HashMap<Slot, u32>,
-    refused: HashMap<Slot, u64>,
-    oom: HashSet<Slot>,
-    /// agentd's children, as /proc would list them.
-    children: Vec<i32>,
-    /// Signals to groups, in order.
-    group_signals: Vec<(i32, libc::c_int)>,
-    killed_pids: Vec<i32>,
-    killed_slots: Vec<Slot>,
-    released: Vec<Slot>,
-    /// waitpid calls (each returns one exit or nothing).
-    reap_calls: usize,
-    /// What wait4 reports a pid used.
-    rusage: HashMap<i32, Rusage>,
-    /// Each slot's `cpu.stat`: cumulative over every task it served.
-    slot_cpu: HashMap<Slot, CpuTimes>,
-    /// Each slot's reading at the end of its last task (the real slot
-    /// keeps it beside its open `cpu.stat`).
-    slot_cpu_seen: HashMap<Slot, CpuTimes>,
-    /// Each slot's peak since its last read (which resets it).
-    slot_peak: HashMap<Slot, u64>,
-    /// Slots whose usage was read, in order.
-    usage_reads: Vec<Slot>,
-}
-
-impl Os for Kernel {
-    type Cgroup = Slot;
-
-    fn now(&self) -> Instant {
-        self.now
-    }
-    fn signal_group(&mut self, pgid: i32, sig: libc::c_int) {
-        self.group_signals.push((pgid, sig));
-        if sig == libc::SIGKILL {
-            outlast(&mut self.lingering_groups, pgid);
-        }
-    }
-    fn group_alive(&mut self, pgid: i32) -> bool {
-        self.lingering_groups.get(&pgid).is_some_and(|n| *n > 0)
-    }
-    fn reap(&mut self) -> std::io::Result<Option<Reaped>> {
-        self.reap_calls += 1;
-        Ok(self.exits.pop_front().map(|(pid, status)| Reaped {
-            pid,
-            status,
-            usage: self.rusage.get(&pid).copied().unwrap_or_default(),
-        }))
-    }
-    fn children(&mut self) -> Vec<i32> {
-        self.children.clone()
-    }
-    fn kill_pid(&mut self, pid: i32, _sig: libc::c_int) {
-        self.killed_pids.push(pid);
-        self.children.retain(|c| *c != pid);
-    }
-    fn kill_cgroup(&mut self, cg: &Slot) {
-        self.killed_slots.push(*cg);
-        outlast(&mut self.lingering_slots, *cg);
-    }
-    fn cgroup_populated(&mut self, cg: &Slot) -> bool {
-        self.lingering_slots.get(cg).is_some_and(|n| *n > 0)
-    }
-    fn pids_refused(&mut self, cg: &Slot) -> u64 {
-        self.refused.get(cg).copied().unwrap_or(0)
-    }
-    fn pids_max(&self) -> u64 {
-        64
-    }
-    fn out_of_memory(&mut self, cg: &Slot) -> bool {
-        self.oom.contains(cg)
-    }
-    fn cgroup_usage(&mut self, cg: &Slot) -> Usage {
-        self.usage_reads.push(*cg);
-        let now = self.slot_cpu.get(cg).copied().unwrap_or_default();
-        let before = self.slot_cpu_seen.insert(*cg, now).unwrap_or_default();
-        Usage {
-            cpu: Some((before, now)),
-            memory_peak: self.slot_peak.remove(cg).map(|p| (p, MEMORY_CGROUP2)),
-        }
-    }
-    fn release_cgroup(&mut self, cg: Slot) {
-        self.released.push(cg);
-    }
-}
-
-/// One kill round survived: counts it down.
-fn outlast<K: std::hash::Hash + Eq>(map: &mut HashMap<K, u32>, key: K) {
-    if let Some(n) = map.get_mut(&key) {
-        *n = n.saturating_sub(1);
-    }
-}
 
 fn timing() -> Timing {
     Timing {
@@ -153,30 +49,24 @@ struct Harness {
     d: Driver<Kernel>,
     ends: HashMap<i32, WorkerEnds>,
     t0: Instant,
+    /// The pool's helpers, as the driver is told of them.
+    fork_servers: Vec<i32>,
+    unnamed: usize,
+}
+
+/// The helpers the harness plays the pool's part for.
+macro_rules! hp {
+    ($h:expr) => {
+        Helpers {
+            fork_servers: &$h.fork_servers,
+            unnamed: $h.unnamed,
+        }
+    };
 }
 
 impl Harness {
     fn new() -> Harness {
         let t0 = Instant::now();
-        let kernel = Kernel {
-            now: t0,
-            exits: VecDeque::new(),
-            lingering_groups: HashMap::new(),
-            lingering_slots: HashMap::new(),
-            refused: HashMap::new(),
-            oom: HashSet::new(),
-            children: Vec::new(),
-            group_signals: Vec::new(),
-            killed_pids: Vec::new(),
-            killed_slots: Vec::new(),
-            released: Vec::new(),
-            reap_calls: 0,
-            rusage: HashMap::new(),
-            slot_cpu: HashMap::new(),
-            slot_cpu_seen: HashMap::new(),
-            slot_peak: HashMap::new(),
-            usage_reads: Vec::new(),
-        };
         let table = Arc::new(TaskTable::new(TableLimits {
             max_running: 8,
             max_queued: 8,
@@ -186,9 +76,11 @@ impl Harness {
             retain_bytes: 1 << 30,
         }));
         Harness {
-            d: Driver::new(kernel, table, timing()),
+            d: Driver::new(Kernel::at(t0), table, timing(), StartLimits::default()),
             ends: HashMap::new(),
             t0,
+            fork_servers: Vec::new(),
+            unnamed: 0,
         }
     }
 
@@ -231,13 +123,36 @@ impl Harness {
             runner: crate::control::RunnerSpec::Echo,
             trace: None,
         };
-        self.d.assign(pid, task.id.clone(), &spawn, None, 1);
+        self.submit(&task.id);
+        self.d.assign(hp!(self), pid, task.id.clone(), &spawn, None);
         task.id
     }
 
+    /// The task enters the start path (procman's `Start`).
+    fn submit(&mut self, id: &str) {
+        self.d.start_event(hp!(self), StartEvent::Submitted(id.to_string()));
+    }
+
+    fn cancel(&mut self, id: &str) {
+        self.d.start_event(hp!(self), StartEvent::Cancel(id.to_string()));
+    }
+
+    fn reap(&mut self) {
+        self.d.reap(hp!(self));
+    }
+
+    fn read_from(&mut self, pid: i32) {
+        self.d.read_from(hp!(self), pid);
+    }
+
+    /// Where the task is on its way (None: it ended, or is not known).
+    fn way(&self, id: &str) -> Option<Way> {
+        self.d.start.way(id).cloned()
+    }
+
     fn at(&mut self, ms: u64) {
-        self.d.os.now = self.t0 + Duration::from_millis(ms);
-        self.d.tick();
+        self.d.os.now = Some(self.t0 + Duration::from_millis(ms));
+        self.d.tick(hp!(self));
     }
 
     /// Every frame procman sent the worker so far (the worker reads them).
@@ -257,7 +172,7 @@ impl Harness {
         let bytes = control::encode(frame, FRAME_MAX).unwrap();
         let ends = self.ends.get_mut(&pid).unwrap();
         ends.says.as_mut().unwrap().write_all(&bytes).unwrap();
-        self.d.read_from(pid);
+        self.read_from(pid);
     }
 
     fn done(&mut self, pid: i32, outcome: Outcome, cause: Cause) {
@@ -267,12 +182,12 @@ impl Harness {
 
     fn hang_up(&mut self, pid: i32) {
         self.ends.get_mut(&pid).unwrap().says = None;
-        self.d.read_from(pid);
+        self.read_from(pid);
     }
 
     fn exit(&mut self, pid: i32, status: ExitStatus) {
         self.d.os.exits.push_back((pid, status));
-        self.d.reap();
+        self.reap();
     }
 
     /// The worker is gone: it hangs up and exits with `status`.
@@ -345,7 +260,8 @@ fn a_task_that_completes_ends_completed_and_its_worker_leaves() {
     h.dies(10, ExitStatus::Code(0));
     assert_eq!(h.verdict(&id).0, TaskState::Completed);
     assert!(h.d.is_empty(), "the worker left the table");
-    assert_eq!(h.d.tasks_running(), 0);
+    assert_eq!(h.d.start.started(), 0);
+    assert_eq!(h.way(&id), None, "the start path let it go");
     assert_eq!(h.d.os.released, vec![Slot(1)], "its slot is free again");
     assert!(h.signals_to(10).is_empty(), "nothing had to be killed");
     // The exit's reap (one exit, then nothing): the sweep found the group and
@@ -372,7 +288,7 @@ fn cancel_climbs_the_ladder_on_time_and_ends_canceled() {
     let id = h.task_on(12);
     h.say(12, &FromWorker::Pong);
     h.heard(12);
-    assert!(h.d.stop_task(&id, Cause::Cancelled));
+    h.cancel(&id);
     assert_eq!(h.heard(12), vec![ToWorker::Cancel], "the first rung is the frame");
     h.at(999);
     assert!(h.signals_to(12).is_empty(), "not before cancel_grace");
@@ -451,7 +367,7 @@ fn the_oom_killer_fails_the_task_as_exhausted_even_when_cancelled() {
     let mut h = Harness::new();
     h.worker(16, Some(6));
     let id = h.task_on(16);
-    h.d.stop_task(&id, Cause::Cancelled);
+    h.cancel(&id);
     h.d.os.oom.insert(Slot(6));
     h.dies(16, ExitStatus::Signal(libc::SIGKILL));
     let (state, c, text) = h.verdict(&id);
@@ -483,7 +399,7 @@ fn escapees_of_a_sigkilled_worker_without_a_cgroup_are_killed_before_the_verdict
     let id = h.task_on(18);
     h.say(18, &FromWorker::Pong);
     h.d.os.children = vec![18, 900, 901];
-    h.d.helpers.fork_server = Some(901);
+    h.fork_servers = vec![901];
     h.dies(18, ExitStatus::Signal(libc::SIGKILL));
     assert_eq!(h.d.os.killed_pids, vec![900], "not the worker, not the fork server");
     assert_eq!(
@@ -504,11 +420,11 @@ fn unknown_children_are_left_alone_while_a_worker_is_being_forked() {
     let id = h.task_on(19);
     h.say(19, &FromWorker::Pong);
     h.d.os.children = vec![950];
-    h.d.helpers.forks_pending = 1; // 950 may be that worker
+    h.unnamed = 1; // 950 may be that worker
     h.dies(19, ExitStatus::Signal(libc::SIGKILL));
     assert!(h.d.os.killed_pids.is_empty());
     assert_eq!(h.d.tasks.state(&id), Some(TaskState::Working), "looked at again later");
-    h.d.helpers.forks_pending = 0;
+    h.unnamed = 0;
     h.d.os.children.clear();
     h.at(20);
     assert_eq!(h.verdict(&id).0, TaskState::Failed);
@@ -533,19 +449,13 @@ fn a_task_its_worker_never_read_is_given_back_not_failed() {
     let id = h.task_on(21);
     // It died before it read a byte of its spawn frame.
     h.dies(21, ExitStatus::Signal(libc::SIGKILL));
-    assert_eq!(
-        h.d.given_back,
-        vec![GivenBack {
-            task: id.clone(),
-            attempts: 1
-        }]
-    );
+    assert_eq!(h.way(&id), Some(Way::Queued { attempts: 1 }), "back in line, first");
     assert_eq!(
         h.d.tasks.state(&id),
         Some(TaskState::Working),
         "still waiting, not failed"
     );
-    assert_eq!(h.d.tasks_running(), 0, "it holds no running slot");
+    assert_eq!(h.d.start.started(), 0, "it holds no running slot");
     assert!(h.d.is_empty(), "the worker ended without it");
 }
 
@@ -555,10 +465,9 @@ fn a_worker_that_never_reads_its_task_is_killed_and_the_task_given_back() {
     h.worker(22, None);
     let id = h.task_on(22);
     h.at(499);
-    assert!(h.d.given_back.is_empty());
+    assert!(matches!(h.way(&id), Some(Way::Bound { pid: 22, .. })));
     h.at(500); // take_within: a stopped idle worker
-    assert_eq!(h.d.given_back.len(), 1);
-    assert_eq!(h.d.given_back[0].task, id);
+    assert_eq!(h.way(&id), Some(Way::Queued { attempts: 1 }));
     assert_eq!(h.signals_to(22), vec![libc::SIGKILL]);
     h.dies(22, ExitStatus::Signal(libc::SIGKILL));
     assert_eq!(h.d.tasks.state(&id), Some(TaskState::Working));
@@ -571,9 +480,12 @@ fn a_worker_that_read_its_task_and_died_fails_it() {
     let id = h.task_on(23);
     h.heard(23); // it read the spawn frame, then died silently
     h.at(500);
-    assert!(h.d.given_back.is_empty(), "the take check found it read");
+    assert!(
+        matches!(h.way(&id), Some(Way::Bound { .. })),
+        "the take check found it read"
+    );
     h.dies(23, ExitStatus::Signal(libc::SIGSEGV));
-    assert!(h.d.given_back.is_empty(), "the program may have run: never twice");
+    assert_eq!(h.way(&id), None, "the program may have run: never twice");
     assert_eq!(h.verdict(&id).1, cause("crashed"));
 }
 
@@ -584,7 +496,7 @@ fn exits_that_are_no_workers_are_left_for_the_pool() {
     h.d.os
         .exits
         .extend([(777, ExitStatus::Code(0)), (24, ExitStatus::Code(1))]);
-    h.d.reap();
+    h.reap();
     assert_eq!(h.d.unclaimed, vec![(777, ExitStatus::Code(0))]);
     h.hang_up(24);
     assert!(h.d.is_empty(), "an idle worker that died just leaves");
@@ -595,7 +507,7 @@ fn a_retired_idle_worker_is_killed_and_never_given_a_task() {
     let mut h = Harness::new();
     h.worker(25, Some(9));
     h.worker(26, None);
-    h.d.retire(25);
+    h.d.retire(hp!(h), 25);
     assert_eq!(h.signals_to(25), vec![libc::SIGKILL]);
     assert_eq!(h.d.os.killed_slots, vec![Slot(9)]);
     let idle: Vec<i32> = h.d.idle().map(|(pid, _)| pid).collect();
@@ -643,7 +555,8 @@ fn the_deadline_comes_with_the_task_and_stops_it() {
         runner: crate::control::RunnerSpec::Echo,
         trace: None,
     };
-    h.d.assign(28, task.id.clone(), &spawn, Some(h.t0 + 300 * MS), 1);
+    h.submit(&task.id);
+    h.d.assign(hp!(h), 28, task.id.clone(), &spawn, Some(h.t0 + 300 * MS));
     h.heard(28);
     h.at(299);
     assert!(h.heard(28).is_empty());
@@ -660,14 +573,16 @@ fn shutdown_ladders_every_worker_and_a_second_one_kills_at_once() {
     h.worker(30, None);
     let id = h.task_on(29);
     h.heard(29);
-    h.d.stop_all(Cause::Shutdown, false);
+    h.d.start_event(hp!(h), StartEvent::Drain);
+    h.d.stop_all(hp!(h), false);
     assert_eq!(h.heard(29), vec![ToWorker::Cancel]);
     assert_eq!(
         h.signals_to(30),
         vec![libc::SIGKILL],
         "an idle worker has nothing to ask"
     );
-    h.d.stop_all(Cause::Shutdown, true);
+    h.d.start_event(hp!(h), StartEvent::KillAll);
+    h.d.stop_all(hp!(h), true);
     assert_eq!(h.signals_to(29), vec![libc::SIGKILL]);
     h.dies(29, ExitStatus::Signal(libc::SIGKILL));
     let (state, c, text) = h.verdict(&id);
@@ -697,7 +612,7 @@ fn status_and_artifact_frames_reach_the_table_and_input_resumes() {
         extensions: vec![],
         reference_task_ids: vec![],
     };
-    assert!(h.d.input(&id, reply));
+    assert!(h.d.input(hp!(h), &id, reply));
     assert!(matches!(h.heard(31).as_slice(), [ToWorker::Input { .. }]));
     let stray = Message {
         message_id: "m3".into(),
@@ -709,7 +624,10 @@ fn status_and_artifact_frames_reach_the_table_and_input_resumes() {
         extensions: vec![],
         reference_task_ids: vec![],
     };
-    assert!(!h.d.input("no-such-task", stray), "no worker: the caller is told");
+    assert!(
+        !h.d.input(hp!(h), "no-such-task", stray),
+        "no worker: the caller is told"
+    );
 }
 
 fn cpu(user_usec: u64, system_usec: u64) -> CpuTimes {
@@ -815,7 +733,7 @@ fn a_cancelled_task_has_a_cost_too() {
     h.d.os.rusage.insert(47, rusage(5_000, 1_000, 4 << 20));
     let id = h.task_on(47);
     h.heard(47);
-    h.d.stop_task(&id, Cause::Cancelled);
+    h.cancel(&id);
     h.at(50);
     h.dies(47, ExitStatus::Signal(libc::SIGTERM));
     assert_eq!(h.verdict(&id).0, TaskState::Canceled);
@@ -854,7 +772,7 @@ fn status_frames_written_before_the_exit_count_when_read_after_it() {
     ends.says.as_mut().unwrap().write_all(&bytes).unwrap();
     ends.says = None;
     h.exit(40, ExitStatus::Code(0));
-    h.d.read_from(40);
+    h.read_from(40);
     assert_eq!(h.verdict(&id).0, TaskState::Completed);
     let task = h.d.tasks.get(&operator(), &id, None).unwrap();
     let said: Vec<String> = task

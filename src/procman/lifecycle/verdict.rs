@@ -49,7 +49,7 @@ impl Stop {
 
     fn ending(&self, status: ExitStatus) -> Ending {
         let state = match self.cause {
-            Cause::Cancelled | Cause::Shutdown => TaskState::Canceled,
+            Cause::Canceled | Cause::Shutdown => TaskState::Canceled,
             _ => TaskState::Failed,
         };
         let text = match (&self.why, self.cause) {
