@@ -345,3 +345,62 @@ fn escapees_of_a_worker_killed_by_the_ladder_die_without_cgroups() {
     assert_eq!(survivors(&pids), Vec::<i32>::new(), "outlived a cancelled task");
     assert!(d.log_text().contains("procman.adopted"), "{}", d.log_text());
 }
+
+/// On a kernel without `/proc/…/children` (CONFIG_PROC_CHILDREN), which a
+/// debug build is made to believe with AGENTD_TEST_NO_CHILDREN_FILE, agentd
+/// says so at start and finds children by their parent pid in every
+/// `/proc/N/stat`: escapees still die with their task — those its worker
+/// kills as their subreaper when the program ends, and those that come
+/// to agentd when the ladder's SIGKILL takes the worker too.
+#[test]
+fn without_the_children_file_escapees_still_die_with_their_task() {
+    for (what, then, expect) in [
+        ("completed", "echo finished", "TASK_STATE_COMPLETED"),
+        (
+            "killed by the ladder",
+            "trap '' TERM\nwhile :; do sleep 1; done",
+            "TASK_STATE_CANCELED",
+        ),
+    ] {
+        let tmp = common::TempDir::new("nochildren");
+        let prog = escapee_script(&tmp.0, then);
+        let socket = tmp.0.join("a.sock");
+        let d = Daemon::start_env(
+            common::TempDir::new("nochildren-d"),
+            socket,
+            &[
+                "--exec",
+                prog.to_str().unwrap(),
+                "--set",
+                "tasks.cgroup=off",
+                "--set",
+                "tasks.cancel_grace_ms=100",
+                "--set",
+                "tasks.term_grace_ms=200",
+            ],
+            &[("RUST_LOG", "debug"), ("AGENTD_TEST_NO_CHILDREN_FILE", "1")],
+        );
+        assert!(
+            wait_for(Duration::from_secs(5), || d
+                .log_text()
+                .contains("procman.containment children=proc-scan")),
+            "the start-up log names the fallback:\n{}",
+            d.log_text()
+        );
+        let t = if expect == "TASK_STATE_COMPLETED" {
+            d.ok("SendMessage", json!({"message": user_message("x")}))["task"].clone()
+        } else {
+            let id = d.send_async("x");
+            task_pids(&tmp.0, 1);
+            d.ok("CancelTask", json!({"id": id}))
+        };
+        assert_eq!(t["status"]["state"], expect, "{what}: {t}");
+        let pids = task_pids_any(&tmp.0);
+        assert_eq!(
+            survivors(&pids),
+            Vec::<i32>::new(),
+            "{what}: escapees outlived their task with children found by /proc scan; log:\n{}",
+            d.log_text()
+        );
+    }
+}

@@ -80,7 +80,7 @@ fn judge(d: &Daemon, ended: Ended, faults: usize, what: &str) {
     eprintln!(
         "{} tasks, {faults} faults; {} workers adopted after their fork server was lost, {} tasks taken back",
         ended.len(),
-        log.matches("procman.adopted task=").count(),
+        log.matches("procman.reclaimed task=").count(),
         log.matches("procman.forkserver pid=").count()
     );
     let failed: Vec<_> = ended
@@ -225,7 +225,7 @@ fn a_worker_whose_fork_server_answers_too_late_is_adopted_and_its_task_completes
     }
     let log = d.log_text();
     assert!(
-        log.matches("procman.adopted task=").count() >= 3,
+        log.matches("procman.reclaimed task=").count() >= 3,
         "each worker was to be adopted (its fork server answers after agentd's deadline); log:\n{}",
         tail(&log, 60)
     );

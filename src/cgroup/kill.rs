@@ -1,11 +1,11 @@
-//! Killing what is in a cgroup (cgroup.kill, or freeze-and-kill each pid),
-//! and the slots that agentd daemons which died without cleaning up left.
+//! What is in a cgroup (its `cgroup.procs`), killing it (cgroup.kill, or
+//! freeze-and-kill each pid), and the slots that agentd daemons which died
+//! without cleaning up left.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::slot::procs;
 use super::Kind;
 
 /// SIGKILLs everything in one cgroup; returns the pids seen there.
@@ -119,6 +119,15 @@ pub(super) fn kill_stale(kind: Kind, base: &Path, own_pid: u32) {
             Err(e) => log::warn!("cgroup.stale path={} error={e}; not removed", parent.display()),
         }
     }
+}
+
+/// The pids a cgroup's `cgroup.procs` lists (none if it cannot be read).
+pub(super) fn procs(dir: &Path) -> Vec<i32> {
+    fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
 }
 
 #[cfg(test)]

@@ -327,7 +327,7 @@ impl Isolation {
                     Ok(()) => {}
                     Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                     Err(_) => {
-                        let left = slot::procs(&slot);
+                        let left = kill::procs(&slot);
                         let killed = kill::kill_cgroup(h.kind, &slot);
                         refused.push((slot, left, killed));
                     }

@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use super::kill::procs;
 use super::{Kind, Limits};
 use crate::cost::{CpuTimes, MEMORY_CGROUP1, MEMORY_CGROUP2};
 
@@ -275,15 +276,6 @@ impl TaskCgroups {
         });
         Usage { cpu, memory_peak }
     }
-}
-
-/// The pids a cgroup's `cgroup.procs` lists (none if it cannot be read).
-pub(super) fn procs(dir: &Path) -> Vec<i32> {
-    fs::read_to_string(dir.join("cgroup.procs"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|p| p.parse().ok())
-        .collect()
 }
 
 /// The value of `key N` in a flat-keyed cgroup file.

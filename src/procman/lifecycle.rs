@@ -33,11 +33,18 @@
 
 use std::time::{Duration, Instant};
 
-use crate::control::{Cause, FromWorker, Progress};
+use crate::control::{Cause, FromWorker};
 use crate::sys::ExitStatus;
 use crate::wire::Message;
 
+mod ladder;
+mod names;
+mod running;
 mod verdict;
+pub use ladder::Rung;
+use ladder::{kill_now, ladder, terminate};
+use names::{event_name, phase_name, task_of};
+use running::{relay_any, relay_output, running};
 pub use verdict::{Before, Counters, Ending, Stop};
 
 /// The clocks of a lifecycle, from config.
@@ -67,17 +74,6 @@ pub struct Timing {
 pub struct TaskRef {
     pub id: String,
     pub since: Instant,
-}
-
-/// The rungs of the kill ladder.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Rung {
-    /// The `cancel` frame went out (or could not): SIGTERM when due.
-    Asked,
-    /// SIGTERM + SIGCONT went to the group: SIGKILL when due.
-    Terminated,
-    /// SIGKILL went out; again every group_poll until the worker is reaped.
-    Killed,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -596,79 +592,6 @@ impl WorkerLife {
         actions
     }
 
-    /// A frame while it runs: its status changes whether it waits for
-    /// input, its `done` is its result, and what it says of its task goes
-    /// to the table.
-    fn running_said(
-        &mut self,
-        task: TaskRef,
-        waiting: Option<Instant>,
-        deadline: Option<Instant>,
-        taken: bool,
-        frame: FromWorker,
-        now: Instant,
-    ) -> (WorkerPhase, Vec<WorkerAction>) {
-        match frame {
-            FromWorker::Done { outcome, cause, text } => (
-                Ph::Reported {
-                    task,
-                    verdict: Ending::reported(outcome, cause, text),
-                    due: now + self.timing.exit_grace,
-                },
-                vec![],
-            ),
-            FromWorker::Status { state, .. } => {
-                let waiting = match state {
-                    Progress::InputRequired | Progress::AuthRequired => Some(now),
-                    Progress::Working => None,
-                };
-                (running(task, waiting, deadline, taken), vec![Do::Relay(frame)])
-            }
-            other => (running(task, waiting, deadline, taken), relay_any(other)),
-        }
-    }
-
-    fn running_tick(
-        &mut self,
-        task: TaskRef,
-        waiting: Option<Instant>,
-        deadline: Option<Instant>,
-        taken: bool,
-        now: Instant,
-    ) -> (WorkerPhase, Vec<WorkerAction>) {
-        let t = self.timing;
-        if deadline.is_some_and(|d| now >= d) {
-            return ladder(task, Stop::new(Cause::Deadline), now, t);
-        }
-        if waiting.is_some_and(|w| now >= w + t.input_idle) {
-            return ladder(task, Stop::new(Cause::Idle), now, t);
-        }
-        if !taken {
-            // A worker that has not read its task is not stalled: it is a
-            // helper that failed (stopped, lost), and the task moves. The
-            // driver answers at once: Took or Untouched.
-            let take_due = now >= task.since + t.take_within;
-            let actions = if take_due { vec![Do::CheckTaken] } else { vec![] };
-            return (running(task, waiting, deadline, taken), actions);
-        }
-        match self.ping_sent {
-            Some(at) if now >= at + t.stall_after => ladder(task, Stop::new(Cause::Stalled), now, t),
-            None if now >= self.heard + t.ping_every => {
-                self.ping_sent = Some(now);
-                (running(task, waiting, deadline, taken), vec![Do::SendPing])
-            }
-            _ => (running(task, waiting, deadline, taken), vec![]),
-        }
-    }
-
-    /// The worker never read its task: the task goes back (it had not
-    /// started) and the worker, agentd's own problem, is killed.
-    fn give_back(&mut self, task: TaskRef, now: Instant) -> (WorkerPhase, Vec<WorkerAction>) {
-        let (phase, mut actions) = kill_now(None, now, self.timing);
-        actions.insert(0, Do::GiveBack(task.id));
-        (phase, actions)
-    }
-
     /// Whatever the program left behind goes now; the verdict waits until
     /// a sweep finds nothing of it.
     fn empty(
@@ -694,121 +617,6 @@ impl WorkerLife {
         Do::Sweep {
             adopted: !self.contained && exit == ExitStatus::Signal(libc::SIGKILL),
         }
-    }
-}
-
-fn running(task: TaskRef, waiting: Option<Instant>, deadline: Option<Instant>, taken: bool) -> WorkerPhase {
-    Ph::Running {
-        task,
-        waiting,
-        deadline,
-        taken,
-    }
-}
-
-/// The first rung: ask (a frame into a channel already closed is dropped
-/// by the channel), then signal when due.
-fn ladder(task: TaskRef, stop: Stop, now: Instant, t: Timing) -> (WorkerPhase, Vec<WorkerAction>) {
-    (
-        Ph::Stopping {
-            task: Some((task, stop)),
-            rung: Rung::Asked,
-            due: now + t.cancel_grace,
-        },
-        vec![Do::SendCancel],
-    )
-}
-
-/// Skips the frame: straight to SIGTERM.
-fn terminate(task: TaskRef, stop: Stop, now: Instant, t: Timing) -> (WorkerPhase, Vec<WorkerAction>) {
-    (
-        Ph::Stopping {
-            task: Some((task, stop)),
-            rung: Rung::Terminated,
-            due: now + t.term_grace,
-        },
-        vec![Do::Note("SIGTERM"), Do::Terminate],
-    )
-}
-
-fn kill_now(task: Option<(TaskRef, Stop)>, now: Instant, t: Timing) -> (WorkerPhase, Vec<WorkerAction>) {
-    (
-        Ph::Stopping {
-            task,
-            rung: Rung::Killed,
-            due: now + t.group_poll,
-        },
-        vec![Do::Kill],
-    )
-}
-
-/// A frame that is the task's output (an artifact, a direct reply) is
-/// relayed; anything else is only life.
-fn relay_output(frame: FromWorker) -> Vec<WorkerAction> {
-    match frame {
-        FromWorker::Artifact { .. } | FromWorker::Reply { .. } => vec![Do::Relay(frame)],
-        _ => vec![],
-    }
-}
-
-/// A frame of a running task: output and status are relayed; hello and
-/// pong are only life (and `done` is taken by the caller).
-fn relay_any(frame: FromWorker) -> Vec<WorkerAction> {
-    match frame {
-        FromWorker::Status { .. } => vec![Do::Relay(frame)],
-        other => relay_output(other),
-    }
-}
-
-fn task_of(phase: &WorkerPhase) -> &str {
-    match phase {
-        Ph::Running { task, .. } | Ph::Reported { task, .. } => &task.id,
-        Ph::Stopping { task: Some((t, _)), .. } | Ph::Draining { task: Some(t), .. } => &t.id,
-        Ph::Emptying {
-            ended: Some((t, _)), ..
-        } => &t.id,
-        _ => "-",
-    }
-}
-
-/// An event's name, for a log line (without the frames it may carry).
-pub fn event_name(event: &WorkerEvent) -> &'static str {
-    match event {
-        Ev::Assigned { .. } => "assigned",
-        Ev::Said(FromWorker::Hello { .. }) => "said hello",
-        Ev::Said(FromWorker::Pong) => "said pong",
-        Ev::Said(FromWorker::Status { .. }) => "said status",
-        Ev::Said(FromWorker::Artifact { .. }) => "said artifact",
-        Ev::Said(FromWorker::Reply { .. }) => "said reply",
-        Ev::Said(FromWorker::Done { .. }) => "said done",
-        Ev::Input(_) => "input",
-        Ev::Stop(_) => "stop",
-        Ev::KillNow(_) => "kill-now",
-        Ev::Retire => "retire",
-        Ev::ChannelClosed { broken: false } => "channel-closed",
-        Ev::ChannelClosed { broken: true } => "channel-broken",
-        Ev::Unwritable => "unwritable",
-        Ev::Unsendable(_) => "unsendable",
-        Ev::Exited { .. } => "exited",
-        Ev::Took => "took",
-        Ev::Untouched => "untouched",
-        Ev::Counters(_) => "counters",
-        Ev::Swept { .. } => "swept",
-        Ev::Tick => "tick",
-    }
-}
-
-/// A phase's name, for a log line.
-pub fn phase_name(phase: &WorkerPhase) -> &'static str {
-    match phase {
-        Ph::Idle => "idle",
-        Ph::Running { .. } => "running",
-        Ph::Reported { .. } => "reported",
-        Ph::Stopping { task: None, .. } => "stopping (no task)",
-        Ph::Stopping { .. } => "stopping",
-        Ph::Draining { .. } => "draining",
-        Ph::Emptying { .. } => "emptying",
-        Ph::Finished => "finished",
     }
 }
 

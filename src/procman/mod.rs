@@ -50,11 +50,9 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use self::driver::Driver;
 use self::lifecycle::Timing;
 use self::os::{Os, RealOs};
-use self::pool::{helpers, Pool};
-use self::start::{StartEvent, StartLimits};
+use self::pool::{helpers, Supervisor};
 use crate::cgroup::Isolation;
 use crate::config::Config;
 use crate::limits;
@@ -157,110 +155,6 @@ impl Procman {
         let (tx, rx) = crossbeam_channel::bounded(1);
         let _ = self.send(Msg::Ping(tx));
         rx
-    }
-}
-
-/// The workers, the tasks on their way to one, and what brings workers:
-/// everything procman's loop drives, over an [`Os`] seam (the kernel, or a
-/// scripted one in tests).
-struct Supervisor<O: Os> {
-    cfg: Arc<Config>,
-    driver: Driver<O>,
-    pool: Pool<O::Cgroup, O::ForkLine>,
-}
-
-impl<O: Os> Supervisor<O> {
-    fn new(cfg: Arc<Config>, os: O, tasks: Arc<TaskTable>) -> Supervisor<O> {
-        let timing = timing(&cfg);
-        Supervisor {
-            cfg,
-            driver: Driver::new(os, tasks, timing, StartLimits::default()),
-            pool: Pool::new(),
-        }
-    }
-
-    fn handle(&mut self, msg: Msg, mode: &mut Mode) {
-        match msg {
-            Msg::Start(id) => self.start_event(StartEvent::Submitted(id)),
-            Msg::Input(id, message) => {
-                if !self.driver.input(helpers(&self.pool), &id, message) {
-                    log::warn!("procman.input task={id} has no live worker; dropping the message");
-                }
-            }
-            Msg::Cancel(id) => {
-                #[cfg(debug_assertions)]
-                if std::env::var_os("AGENTD_TEST_PANIC").is_some_and(|v| v == "procman") {
-                    panic!("AGENTD_TEST_PANIC=procman: procman panics on a cancel (a test of the panic policy)");
-                }
-                self.start_event(StartEvent::Cancel(id));
-            }
-            Msg::Shutdown(done) => {
-                log::info!(
-                    "procman.shutdown workers={} queued={}",
-                    self.driver.tasks_running(),
-                    self.driver.start.queued()
-                );
-                if let Mode::Serving = mode {
-                    *mode = Mode::Draining { done };
-                }
-                self.start_event(StartEvent::Drain);
-                self.driver.stop_all(helpers(&self.pool), false);
-            }
-            Msg::KillAll => {
-                self.start_event(StartEvent::KillAll);
-                self.driver.stop_all(helpers(&self.pool), true);
-            }
-            Msg::Wake => {}
-            Msg::Ping(answer) => {
-                let _ = answer.try_send(());
-            }
-        }
-    }
-
-    /// The end of a turn: timers, exits nobody claimed, orphans given up
-    /// on, and whatever can start now.
-    fn turn_end(&mut self) {
-        self.driver.tick(helpers(&self.pool));
-        self.route_unclaimed();
-        let now = self.driver.os.now();
-        self.give_up_silent_orphans(now);
-        self.start_queued();
-        self.fill_pool();
-        self.driver.start.forget_passed_retry(now);
-    }
-
-    /// Reaps every exit (SIGCHLD came).
-    fn reap(&mut self) {
-        self.driver.reap(helpers(&self.pool));
-        self.route_unclaimed();
-    }
-
-    /// Exits the driver reaped that are no worker's: a fork server's, a
-    /// worker's not yet named, an adopted orphan's.
-    fn route_unclaimed(&mut self) {
-        for (pid, status) in std::mem::take(&mut self.driver.unclaimed) {
-            self.route_exit(pid, status);
-        }
-    }
-
-    /// Nothing is left to wait for: no worker, no answer owed. (A worker
-    /// the fork server may already have made is waited for too: adopted,
-    /// it is retired with the rest; unread, it would be left in a slot
-    /// removed under it.)
-    fn settled(&self) -> bool {
-        self.driver.is_empty() && self.pool.settled()
-    }
-
-    fn next_due(&self) -> Option<Instant> {
-        [
-            self.driver.next_due(),
-            self.driver.start.next_due(),
-            self.pool.next_due(),
-            self.pool_review_due(),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
     }
 }
 
@@ -494,11 +388,36 @@ impl Loop {
         log::debug!("procman.drained");
     }
 
+    fn handle(&mut self, msg: Msg) {
+        match msg {
+            Msg::Start(id) => self.sup.submit(id),
+            Msg::Input(id, message) => self.sup.input(&id, message),
+            Msg::Cancel(id) => {
+                #[cfg(debug_assertions)]
+                if std::env::var_os("AGENTD_TEST_PANIC").is_some_and(|v| v == "procman") {
+                    panic!("AGENTD_TEST_PANIC=procman: procman panics on a cancel (a test of the panic policy)");
+                }
+                self.sup.cancel(id);
+            }
+            Msg::Shutdown(done) => {
+                if let Mode::Serving = self.mode {
+                    self.mode = Mode::Draining { done };
+                }
+                self.sup.drain();
+            }
+            Msg::KillAll => self.sup.kill_all(),
+            Msg::Wake => {}
+            Msg::Ping(answer) => {
+                let _ = answer.try_send(());
+            }
+        }
+    }
+
     /// Handles every queued request; false once the handles are all gone.
     fn take_requests(&mut self) -> bool {
         loop {
             match self.rx.try_recv() {
-                Ok(msg) => self.sup.handle(msg, &mut self.mode),
+                Ok(msg) => self.handle(msg),
                 Err(crossbeam_channel::TryRecvError::Empty) => return true,
                 Err(crossbeam_channel::TryRecvError::Disconnected) => {
                     return !matches!(self.mode, Mode::Serving);

@@ -20,16 +20,19 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use super::channel::{Channel, Queued};
+use super::driver::Driver;
 use super::driver::Helpers;
 use super::forks::{Asked, ForkServer, Handed};
 use super::os::Os;
-use super::start::StartEvent;
-use super::Supervisor;
-use crate::config::Runner;
+use super::start::{StartEvent, StartLimits};
+use std::sync::Arc;
+
+use crate::config::{Config, Runner};
 use crate::control::{ForkRequest, Rlimits, RunnerSpec, ToWorker};
 use crate::limits;
 use crate::sys::{self, ExitStatus};
-use crate::wire::TaskState;
+use crate::tasks::TaskTable;
+use crate::wire::{Message, TaskState};
 use crate::worker;
 
 const DEMAND_WINDOW: Duration = Duration::from_millis(limits::PRESPAWN_DEMAND_WINDOW_MS);
@@ -85,6 +88,106 @@ impl<C, L> Pool<C, L> {
     pub fn next_due(&self) -> Option<Instant> {
         let orphans = self.orphans.iter().map(|(_, o)| o.due);
         self.forks.answer_due().into_iter().chain(orphans).min()
+    }
+}
+
+/// The workers, the tasks on their way to one, and what brings workers:
+/// everything procman's loop drives, over an [`Os`] seam (the kernel, or a
+/// scripted one in tests).
+pub(super) struct Supervisor<O: Os> {
+    pub cfg: Arc<Config>,
+    pub driver: Driver<O>,
+    pub pool: Pool<O::Cgroup, O::ForkLine>,
+}
+
+impl<O: Os> Supervisor<O> {
+    pub fn new(cfg: Arc<Config>, os: O, tasks: Arc<TaskTable>) -> Supervisor<O> {
+        let timing = super::timing(&cfg);
+        Supervisor {
+            cfg,
+            driver: Driver::new(os, tasks, timing, StartLimits::default()),
+            pool: Pool::new(),
+        }
+    }
+
+    /// A task was created in SUBMITTED.
+    pub fn submit(&mut self, id: String) {
+        self.start_event(StartEvent::Submitted(id));
+    }
+
+    /// A follow-up message for a task waiting on input.
+    pub fn input(&mut self, id: &str, message: Message) {
+        if !self.driver.input(helpers(&self.pool), id, message) {
+            log::warn!("procman.input task={id} has no live worker; dropping the message");
+        }
+    }
+
+    /// Stops a task wherever it is.
+    pub fn cancel(&mut self, id: String) {
+        self.start_event(StartEvent::Cancel(id));
+    }
+
+    /// The daemon stops: what waits ends, every worker's ladder runs.
+    pub fn drain(&mut self) {
+        log::info!(
+            "procman.shutdown workers={} queued={}",
+            self.driver.tasks_running(),
+            self.driver.start.queued()
+        );
+        self.start_event(StartEvent::Drain);
+        self.driver.stop_all(helpers(&self.pool), false);
+    }
+
+    /// The second SIGTERM: every worker SIGKILLed now.
+    pub fn kill_all(&mut self) {
+        self.start_event(StartEvent::KillAll);
+        self.driver.stop_all(helpers(&self.pool), true);
+    }
+
+    /// The end of a turn: timers, exits nobody claimed, orphans given up
+    /// on, and whatever can start now.
+    pub fn turn_end(&mut self) {
+        self.driver.tick(helpers(&self.pool));
+        self.route_unclaimed();
+        let now = self.driver.os.now();
+        self.give_up_silent_orphans(now);
+        self.start_queued();
+        self.fill_pool();
+        self.driver.start.forget_passed_retry(now);
+    }
+
+    /// Reaps every exit (SIGCHLD came).
+    pub fn reap(&mut self) {
+        self.driver.reap(helpers(&self.pool));
+        self.route_unclaimed();
+    }
+
+    /// Exits the driver reaped that are no worker's: a fork server's, a
+    /// worker's not yet named, an adopted orphan's.
+    pub fn route_unclaimed(&mut self) {
+        for (pid, status) in std::mem::take(&mut self.driver.unclaimed) {
+            self.route_exit(pid, status);
+        }
+    }
+
+    /// Nothing is left to wait for: no worker, no answer owed. (A worker
+    /// the fork server may already have made is waited for too: adopted,
+    /// it is retired with the rest; unread, it would be left in a slot
+    /// removed under it.)
+    pub fn settled(&self) -> bool {
+        self.driver.is_empty() && self.pool.settled()
+    }
+
+    pub fn next_due(&self) -> Option<Instant> {
+        [
+            self.driver.next_due(),
+            self.driver.start.next_due(),
+            self.pool.next_due(),
+            self.pool_review_due(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 }
 

@@ -37,6 +37,12 @@ pub(super) enum Source {
 
 pub(super) fn route(req: &Request, principal: &Principal, shared: &Shared, peer_gone: &dyn Fn() -> bool) -> Reply {
     let path = req.path.as_str();
+    // A debug build's connection thread can be made to panic, to test that
+    // a panic ends only its connection; a release build has no such path.
+    #[cfg(debug_assertions)]
+    if path == "/__test_panic" && std::env::var_os("AGENTD_TEST_PANIC").is_some_and(|v| v == "conn") {
+        panic!("AGENTD_TEST_PANIC=conn: a connection thread panics (a test of the panic policy)");
+    }
     if path == CARD_PATH {
         return Reply::Full(match req.method.as_str() {
             "GET" => card_response(req, &shared.card),

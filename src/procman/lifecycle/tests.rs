@@ -2,7 +2,7 @@
 //! of (ms, event), without a process.
 
 use super::*;
-use crate::control::Outcome;
+use crate::control::{Outcome, Progress};
 use crate::wire::TaskState;
 
 type Action = WorkerAction;
@@ -817,5 +817,459 @@ fn a_worker_that_has_not_read_its_task_is_never_stalled_only_asked() {
     assert_eq!(
         life.step(Untouched, t0 + 5000 * MS),
         vec![Action::GiveBack("t".into()), Action::Kill]
+    );
+}
+
+/// A life in each phase (and the sub-states that decide differently),
+/// reached by the events that lead there, at t0.
+fn lives(t0: Instant) -> Vec<(&'static str, Life)> {
+    let walk_to = |events: Vec<WorkerEvent>| {
+        let mut life = Life::idle(1, false, t0, timing());
+        for e in events {
+            life.step(e, t0);
+        }
+        life
+    };
+    let run = || vec![assigned(), Took];
+    let with = |mut base: Vec<WorkerEvent>, more: Vec<WorkerEvent>| {
+        base.extend(more);
+        base
+    };
+    let open_exit = Exited {
+        exit: ExitStatus::Code(0),
+        channel_open: true,
+    };
+    vec![
+        ("idle", walk_to(vec![])),
+        ("running, spawn unread", walk_to(vec![assigned()])),
+        ("running", walk_to(run())),
+        ("waiting for input", walk_to(with(run(), vec![asked()]))),
+        ("reported", walk_to(with(run(), vec![reported(ok())]))),
+        ("stopping", walk_to(with(run(), vec![Stop(stop(Cause::Canceled))]))),
+        ("killing", walk_to(with(run(), vec![KillNow(stop(Cause::Shutdown))]))),
+        ("retiring", walk_to(vec![Retire])),
+        ("draining", walk_to(with(run(), vec![open_exit.clone()]))),
+        (
+            "draining, reported",
+            walk_to(with(run(), vec![reported(ok()), open_exit.clone()])),
+        ),
+        (
+            "emptying",
+            walk_to(with(run(), vec![open_exit.clone(), ChannelClosed { broken: false }])),
+        ),
+        (
+            "finished",
+            walk_to(with(run(), vec![open_exit, ChannelClosed { broken: false }, empty()])),
+        ),
+    ]
+}
+
+/// One sample of every event, in the forms that decide differently.
+fn events() -> Vec<(&'static str, WorkerEvent)> {
+    let status = |state| {
+        Said(FromWorker::Status {
+            state,
+            text: Some("s".into()),
+        })
+    };
+    let artifact = crate::wire::Artifact {
+        artifact_id: "a".into(),
+        name: None,
+        description: None,
+        parts: vec![crate::wire::Part::text("out")],
+        metadata: None,
+        extensions: Vec::new(),
+    };
+    let message = crate::wire::Message {
+        message_id: "m".into(),
+        context_id: None,
+        task_id: None,
+        role: crate::wire::Role::User,
+        parts: vec![crate::wire::Part::text("more")],
+        metadata: None,
+        extensions: vec![],
+        reference_task_ids: vec![],
+    };
+    let counters = |pids_refused| super::Counters {
+        pids_refused,
+        pids_max: 64,
+        out_of_memory: false,
+    };
+    vec![
+        ("assigned", assigned()),
+        ("hello", Said(FromWorker::Hello { pid: 1 })),
+        ("pong", Said(FromWorker::Pong)),
+        ("status working", status(Progress::Working)),
+        ("status input-required", status(Progress::InputRequired)),
+        (
+            "artifact",
+            Said(FromWorker::Artifact {
+                artifact,
+                append: false,
+                last_chunk: true,
+            }),
+        ),
+        (
+            "reply",
+            Said(FromWorker::Reply {
+                message: message.clone(),
+            }),
+        ),
+        ("done", reported(ok())),
+        ("input", Input(message)),
+        ("stop", Stop(stop(Cause::Canceled))),
+        ("kill-now", KillNow(stop(Cause::Shutdown))),
+        ("retire", Retire),
+        ("channel closed", ChannelClosed { broken: false }),
+        ("channel broken", ChannelClosed { broken: true }),
+        ("unwritable", Unwritable),
+        ("unsendable", Unsendable("too big".into())),
+        (
+            "exited, channel open",
+            Exited {
+                exit: ExitStatus::Code(0),
+                channel_open: true,
+            },
+        ),
+        (
+            "exited, channel closed",
+            Exited {
+                exit: ExitStatus::Code(0),
+                channel_open: false,
+            },
+        ),
+        ("took", Took),
+        ("untouched", Untouched),
+        ("counters clean", Counters(counters(0))),
+        ("counters refused", Counters(counters(3))),
+        ("swept empty", empty()),
+        (
+            "swept left",
+            Swept {
+                left: true,
+                counters: None,
+            },
+        ),
+        ("tick", Tick),
+    ]
+}
+
+/// Which variant an event is: no wildcard, so a new event does not
+/// compile here (nor in `step`) until it is given a decision and samples.
+fn variant(e: &WorkerEvent) -> usize {
+    match e {
+        Assigned { .. } => 0,
+        Said(_) => 1,
+        Input(_) => 2,
+        Stop(_) => 3,
+        KillNow(_) => 4,
+        Retire => 5,
+        ChannelClosed { .. } => 6,
+        Unwritable => 7,
+        Unsendable(_) => 8,
+        Exited { .. } => 9,
+        Took => 10,
+        Untouched => 11,
+        Counters(_) => 12,
+        Swept { .. } => 13,
+        Tick => 14,
+    }
+}
+
+/// The pairs that change nothing, on purpose, by phase: a frame that is
+/// only life, an order or a frame that comes after the task's course is
+/// set, input for a worker that no longer runs, an answer nobody asked
+/// for, counters that are clean. A tick is here too: nothing is due at t0.
+const IGNORED: &[(&str, &[&str])] = &[
+    (
+        "idle",
+        &[
+            "hello",
+            "pong",
+            "status working",
+            "status input-required",
+            "artifact",
+            "reply",
+            "done",
+            "input",
+            "unsendable",
+            "took",
+            "untouched",
+            "counters clean",
+            "counters refused",
+            "swept empty",
+            "swept left",
+            "tick",
+        ],
+    ),
+    (
+        "running, spawn unread",
+        &["assigned", "counters clean", "swept empty", "swept left", "tick"],
+    ),
+    (
+        "running",
+        &[
+            "assigned",
+            "hello",
+            "pong",
+            "took",
+            "untouched",
+            "counters clean",
+            "swept empty",
+            "swept left",
+            "tick",
+        ],
+    ),
+    (
+        "waiting for input",
+        &[
+            "assigned",
+            "hello",
+            "pong",
+            "took",
+            "untouched",
+            "counters clean",
+            "swept empty",
+            "swept left",
+            "tick",
+        ],
+    ),
+    (
+        "reported",
+        &[
+            "assigned",
+            "hello",
+            "pong",
+            "status working",
+            "status input-required",
+            "done",
+            "input",
+            "stop",
+            "retire",
+            "channel closed",
+            "unwritable",
+            "unsendable",
+            "took",
+            "untouched",
+            "counters clean",
+            "counters refused",
+            "swept empty",
+            "swept left",
+            "tick",
+        ],
+    ),
+    (
+        "stopping",
+        &[
+            "assigned",
+            "hello",
+            "pong",
+            "status working",
+            "status input-required",
+            "done",
+            "input",
+            "stop",
+            "retire",
+            "channel closed",
+            "unsendable",
+            "took",
+            "untouched",
+            "counters clean",
+            "counters refused",
+            "swept empty",
+            "swept left",
+            "tick",
+        ],
+    ),
+    (
+        "killing",
+        &[
+            "assigned",
+            "hello",
+            "pong",
+            "status working",
+            "status input-required",
+            "done",
+            "input",
+            "stop",
+            "kill-now",
+            "retire",
+            "channel closed",
+            "channel broken",
+            "unwritable",
+            "unsendable",
+            "took",
+            "untouched",
+            "counters clean",
+            "counters refused",
+            "swept empty",
+            "swept left",
+            "tick",
+        ],
+    ),
+    (
+        "retiring",
+        &[
+            "assigned",
+            "hello",
+            "pong",
+            "status working",
+            "status input-required",
+            "artifact",
+            "reply",
+            "done",
+            "input",
+            "stop",
+            "kill-now",
+            "retire",
+            "channel closed",
+            "channel broken",
+            "unwritable",
+            "unsendable",
+            "took",
+            "untouched",
+            "counters clean",
+            "counters refused",
+            "swept empty",
+            "swept left",
+            "tick",
+        ],
+    ),
+    (
+        "draining",
+        &[
+            "assigned",
+            "hello",
+            "pong",
+            "input",
+            "stop",
+            "kill-now",
+            "retire",
+            "unwritable",
+            "unsendable",
+            "exited, channel open",
+            "exited, channel closed",
+            "took",
+            "untouched",
+            "counters clean",
+            "counters refused",
+            "swept empty",
+            "swept left",
+            "tick",
+        ],
+    ),
+    (
+        "draining, reported",
+        &[
+            "assigned",
+            "hello",
+            "pong",
+            "status working",
+            "status input-required",
+            "done",
+            "input",
+            "stop",
+            "kill-now",
+            "retire",
+            "unwritable",
+            "unsendable",
+            "exited, channel open",
+            "exited, channel closed",
+            "took",
+            "untouched",
+            "counters clean",
+            "counters refused",
+            "swept empty",
+            "swept left",
+            "tick",
+        ],
+    ),
+    (
+        "emptying",
+        &[
+            "assigned",
+            "hello",
+            "pong",
+            "status working",
+            "status input-required",
+            "artifact",
+            "reply",
+            "done",
+            "input",
+            "stop",
+            "kill-now",
+            "retire",
+            "channel closed",
+            "channel broken",
+            "unwritable",
+            "unsendable",
+            "exited, channel open",
+            "exited, channel closed",
+            "took",
+            "untouched",
+            "counters clean",
+            "counters refused",
+            "tick",
+        ],
+    ),
+    (
+        "finished",
+        &[
+            "assigned",
+            "hello",
+            "pong",
+            "status working",
+            "status input-required",
+            "artifact",
+            "reply",
+            "done",
+            "input",
+            "stop",
+            "kill-now",
+            "retire",
+            "channel closed",
+            "channel broken",
+            "unwritable",
+            "unsendable",
+            "exited, channel open",
+            "exited, channel closed",
+            "took",
+            "untouched",
+            "counters clean",
+            "counters refused",
+            "swept empty",
+            "swept left",
+            "tick",
+        ],
+    ),
+];
+
+#[test]
+fn every_phase_and_event_pair_is_decided_or_ignored_on_purpose() {
+    let t0 = Instant::now();
+    let samples = events();
+    let mut seen: Vec<usize> = samples.iter().map(|(_, e)| variant(e)).collect();
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen, (0..15).collect::<Vec<_>>(), "a sample of every event");
+    let mut no_ops = Vec::new();
+    for (phase, life) in lives(t0) {
+        for (name, event) in &samples {
+            let mut after = life.clone();
+            let actions = after.step(event.clone(), t0);
+            if actions.is_empty() && after.phase() == life.phase() {
+                no_ops.push((phase, *name));
+            }
+        }
+    }
+    let listed: Vec<(&str, &str)> = IGNORED
+        .iter()
+        .flat_map(|(phase, events)| events.iter().map(move |e| (*phase, *e)))
+        .collect();
+    let missing: Vec<_> = no_ops.iter().filter(|p| !listed.contains(p)).collect();
+    let stale: Vec<_> = listed.iter().filter(|p| !no_ops.contains(p)).collect();
+    assert!(
+        missing.is_empty() && stale.is_empty(),
+        "ignored without being listed: {missing:#?}\nlisted but decided: {stale:#?}"
     );
 }

@@ -14,8 +14,7 @@ use super::super::channel::Channel;
 use super::super::forks::{Answer, Asked};
 use super::super::os::Os;
 use super::super::start::StartEvent;
-use super::super::Supervisor;
-use super::{helpers, Orphan};
+use super::{helpers, Orphan, Supervisor};
 use crate::control::{FromWorker, ToWorker};
 use crate::sys;
 
@@ -154,7 +153,7 @@ impl<O: Os> Supervisor<O> {
             return;
         }
         log::info!(
-            "procman.adopting task={} ({why}): a worker the fork server made has read it; \
+            "procman.reclaiming task={} ({why}): a worker the fork server made has read it; \
              it is asked to say who it is",
             task.id
         );
@@ -232,7 +231,10 @@ impl<O: Os> Supervisor<O> {
             });
             return;
         };
-        log::info!("procman.adopted task={} pid={pid}: its worker said who it is", task.id);
+        log::info!(
+            "procman.reclaimed task={} pid={pid}: the worker its lost fork server made said who it is",
+            task.id
+        );
         crate::metrics::worker_spawned();
         self.driver.os.make_group_leader(pid);
         self.driver.add(pid, chan, cgroups);

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use super::super::fake::{Kernel, Said, Slot};
 use super::super::start::Way;
-use super::super::{Mode, Msg, Supervisor};
+use super::Supervisor;
 use crate::config::Config;
 use crate::control::{self, Cause, ForkReply, FromWorker, Outcome, ToWorker};
 use crate::principal::Principal;
@@ -29,9 +29,16 @@ struct Ends {
     hears: File,
 }
 
+/// What the rest of agentd asks of procman, as the loop passes it on.
+enum Req {
+    Start(String),
+    Cancel(String),
+    Shutdown,
+    KillAll,
+}
+
 struct Rig {
     sup: Supervisor<Kernel>,
-    mode: Mode,
     t0: Instant,
     /// Workers made so far, by pid.
     workers: HashMap<i32, Ends>,
@@ -64,7 +71,6 @@ impl Rig {
         }));
         Rig {
             sup: Supervisor::new(Arc::new(cfg), Kernel::at(t0), table),
-            mode: Mode::Serving,
             t0,
             workers: HashMap::new(),
             pending_reply: None,
@@ -78,7 +84,7 @@ impl Rig {
     /// A new task, created SUBMITTED and given to procman.
     fn submit(&mut self) -> String {
         let id = self.create();
-        self.tell(Msg::Start(id.clone()));
+        self.tell(Req::Start(id.clone()));
         id
     }
 
@@ -99,8 +105,13 @@ impl Rig {
     }
 
     /// A request to procman, then the rest of its turn.
-    fn tell(&mut self, msg: Msg) {
-        self.sup.handle(msg, &mut self.mode);
+    fn tell(&mut self, req: Req) {
+        match req {
+            Req::Start(id) => self.sup.submit(id),
+            Req::Cancel(id) => self.sup.cancel(id),
+            Req::Shutdown => self.sup.drain(),
+            Req::KillAll => self.sup.kill_all(),
+        }
         self.turn();
     }
 
@@ -243,8 +254,7 @@ type Row = (&'static str, fn() -> (Rig, String), Verdict);
 const COMPLETED: Verdict = (TaskState::Completed, "completed");
 
 fn shutdown(r: &mut Rig) {
-    let (tx, _rx) = crossbeam_channel::bounded(1);
-    r.tell(Msg::Shutdown(tx));
+    r.tell(Req::Shutdown);
 }
 
 /// Every transition of the start path (start.rs's picture), each to its end.
@@ -492,7 +502,7 @@ fn rows() -> Vec<Row> {
                 let mut r = Rig::with(|_| {}, 1);
                 r.submit();
                 let id = r.submit();
-                r.tell(Msg::Cancel(id.clone()));
+                r.tell(Req::Cancel(id.clone()));
                 assert_eq!(r.way(&id), None);
                 (r, id)
             },
@@ -503,7 +513,7 @@ fn rows() -> Vec<Row> {
             || {
                 let mut r = Rig::new();
                 let id = r.submit();
-                r.tell(Msg::Cancel(id.clone()));
+                r.tell(Req::Cancel(id.clone()));
                 assert_eq!(
                     r.state(&id),
                     TaskState::Submitted,
@@ -520,7 +530,7 @@ fn rows() -> Vec<Row> {
             || {
                 let mut r = Rig::new();
                 let id = r.submit();
-                r.tell(Msg::Cancel(id.clone()));
+                r.tell(Req::Cancel(id.clone()));
                 r.fork(101);
                 assert!(matches!(
                     r.reads(101).as_slice(),
@@ -539,7 +549,7 @@ fn rows() -> Vec<Row> {
                 r.forked_silently(101);
                 r.reads(101);
                 r.at(1000);
-                r.tell(Msg::Cancel(id.clone()));
+                r.tell(Req::Cancel(id.clone()));
                 assert!(matches!(r.way(&id), Some(Way::Adopting { stop: Some(_), .. })));
                 r.says(101, &FromWorker::Hello { pid: 101 });
                 r.turn();
@@ -554,9 +564,9 @@ fn rows() -> Vec<Row> {
             || {
                 let mut r = Rig::new();
                 let id = r.create();
-                r.tell(Msg::Cancel(id.clone()));
+                r.tell(Req::Cancel(id.clone()));
                 assert_eq!(r.state(&id), TaskState::Canceled);
-                r.tell(Msg::Start(id.clone()));
+                r.tell(Req::Start(id.clone()));
                 assert_eq!(r.way(&id), None, "dropped: it no longer waits");
                 assert!(r.kernel().asks.is_empty(), "no worker asked for it");
                 (r, id)
@@ -572,7 +582,7 @@ fn rows() -> Vec<Row> {
                     .driver
                     .tasks
                     .finish(&id, TaskState::Rejected, Cause::Refused, None);
-                r.tell(Msg::Start(id.clone()));
+                r.tell(Req::Start(id.clone()));
                 assert_eq!(r.way(&id), None);
                 assert!(r.kernel().asks.is_empty());
                 (r, id)
@@ -623,7 +633,7 @@ fn rows() -> Vec<Row> {
                 let mut r = Rig::new();
                 let id = r.submit();
                 shutdown(&mut r);
-                r.tell(Msg::KillAll);
+                r.tell(Req::KillAll);
                 r.fork(101);
                 assert!(
                     r.kernel().group_signals.contains(&(101, libc::SIGKILL)),
