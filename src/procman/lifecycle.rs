@@ -34,6 +34,7 @@
 use std::time::{Duration, Instant};
 
 use crate::control::{Cause, FromWorker};
+use crate::limits;
 use crate::sys::ExitStatus;
 use crate::wire::Message;
 
@@ -67,6 +68,25 @@ pub struct Timing {
     /// (a 1 ms ping interval did that). Until it has read its task a
     /// worker is not judged stalled, so the two clocks need not agree.
     pub take_within: Duration,
+}
+
+impl Timing {
+    /// The clocks tasks.* configures, and agentd's own.
+    pub fn of(cfg: &crate::config::Config) -> Timing {
+        let t = &cfg.tasks;
+        let ms = Duration::from_millis;
+        Timing {
+            cancel_grace: ms(t.cancel_grace_ms),
+            term_grace: ms(t.term_grace_ms),
+            ping_every: ms(t.ping_interval_ms),
+            stall_after: ms(t.stall_timeout_ms),
+            input_idle: ms(t.input_idle_ms),
+            exit_grace: ms(limits::WORKER_EXIT_GRACE_MS),
+            drain: ms(limits::WORKER_CHANNEL_DRAIN_MS),
+            group_poll: ms(limits::GROUP_POLL_MS),
+            take_within: ms(limits::WORKER_TAKE_MS),
+        }
+    }
 }
 
 /// The task a worker works for, and since when.

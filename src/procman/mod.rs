@@ -50,7 +50,6 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use self::lifecycle::Timing;
 use self::os::{Os, RealOs};
 use self::pool::{helpers, Supervisor};
 use crate::cgroup::Isolation;
@@ -219,22 +218,6 @@ struct Wake {
     /// SIGCHLD as a byte from signal-hook's handler, should it ever run in
     /// a thread that does not block it.
     sigchld_pipe: UnixStream,
-}
-
-fn timing(cfg: &Config) -> Timing {
-    let t = &cfg.tasks;
-    let ms = Duration::from_millis;
-    Timing {
-        cancel_grace: ms(t.cancel_grace_ms),
-        term_grace: ms(t.term_grace_ms),
-        ping_every: ms(t.ping_interval_ms),
-        stall_after: ms(t.stall_timeout_ms),
-        input_idle: ms(t.input_idle_ms),
-        exit_grace: ms(limits::WORKER_EXIT_GRACE_MS),
-        drain: ms(limits::WORKER_CHANNEL_DRAIN_MS),
-        group_poll: ms(limits::GROUP_POLL_MS),
-        take_within: ms(limits::WORKER_TAKE_MS),
-    }
 }
 
 /// Starts the procman thread.

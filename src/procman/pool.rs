@@ -20,9 +20,9 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use super::channel::{Channel, Queued};
-use super::driver::Driver;
-use super::driver::Helpers;
+use super::driver::{Driver, Helpers};
 use super::forks::{Asked, ForkServer, Handed};
+use super::lifecycle::Timing;
 use super::os::Os;
 use super::start::{StartEvent, StartLimits};
 use std::sync::Arc;
@@ -102,7 +102,7 @@ pub(super) struct Supervisor<O: Os> {
 
 impl<O: Os> Supervisor<O> {
     pub fn new(cfg: Arc<Config>, os: O, tasks: Arc<TaskTable>) -> Supervisor<O> {
-        let timing = super::timing(&cfg);
+        let timing = Timing::of(&cfg);
         Supervisor {
             cfg,
             driver: Driver::new(os, tasks, timing, StartLimits::default()),
