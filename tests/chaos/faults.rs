@@ -25,6 +25,7 @@ pub enum Fault {
     SqueezeMemory,
     KillForkServer,
     StopForkServerShort,
+    StopForkServerAtDeadline,
     StopForkServerLong,
     KillIdleWorker,
     StopIdleWorkerShort,
@@ -44,6 +45,7 @@ pub const ALL: &[Fault] = &[
     Fault::SqueezeMemory,
     Fault::KillForkServer,
     Fault::StopForkServerShort,
+    Fault::StopForkServerAtDeadline,
     Fault::StopForkServerLong,
     Fault::KillIdleWorker,
     Fault::StopIdleWorkerShort,
@@ -65,6 +67,7 @@ impl Fault {
             Fault::SqueezeMemory => "squeeze-memory",
             Fault::KillForkServer => "kill-forkserver",
             Fault::StopForkServerShort => "stop-forkserver-short",
+            Fault::StopForkServerAtDeadline => "stop-forkserver-at-deadline",
             Fault::StopForkServerLong => "stop-forkserver-long",
             Fault::KillIdleWorker => "kill-idle-worker",
             Fault::StopIdleWorkerShort => "stop-idle-worker-short",
@@ -84,6 +87,10 @@ impl Fault {
             Fault::StopWorkerLong => (ping_ms + stall_ms + 1500, ping_ms + stall_ms + 2000),
             Fault::StopProgram | Fault::StopChild => (300, 2000),
             Fault::StopForkServerShort => (200, 800),
+            // Just under, at and just over agentd's own answer deadline
+            // (FORK_ANSWER_MS, 1 s): a worker made before the stop is
+            // adopted, not killed; no task may fail for it.
+            Fault::StopForkServerAtDeadline => (950, 1051),
             // Longer than the probe waits for an answer: a task must not wait
             // on a stopped helper.
             Fault::StopForkServerLong => (12_000, 15_000),
@@ -353,7 +360,9 @@ impl Injector {
         }
         let (comm, sig) = match p.fault {
             Fault::KillForkServer => ("agentd-fork", libc::SIGKILL),
-            Fault::StopForkServerShort | Fault::StopForkServerLong => ("agentd-fork", libc::SIGSTOP),
+            Fault::StopForkServerShort | Fault::StopForkServerAtDeadline | Fault::StopForkServerLong => {
+                ("agentd-fork", libc::SIGSTOP)
+            }
             Fault::KillIdleWorker => ("agentd-idle", libc::SIGKILL),
             _ => ("agentd-idle", libc::SIGSTOP),
         };
