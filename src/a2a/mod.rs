@@ -18,7 +18,6 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::config::Config;
-use crate::control::Cause;
 use crate::ext;
 use crate::principal::Principal;
 use crate::procman::Procman;
@@ -273,12 +272,9 @@ impl Agent {
                 } else {
                     None
                 };
-                if let Err(gone) = self.procman.start(task.id()) {
-                    // Never left SUBMITTED for ever: it ends, and says why.
-                    self.tasks
-                        .finish(task.id(), TaskState::Failed, Cause::Crashed, Some(gone.to_string()));
-                    return Err(supervisor_gone(gone));
-                }
+                // procman gone means the daemon is exiting (a vital thread
+                // ended it): the caller is told; the task goes with the daemon.
+                self.procman.start(task.id()).map_err(supervisor_gone)?;
                 Ok(Begun {
                     task,
                     seq: 0,

@@ -419,3 +419,28 @@ fn drain(sock: &mut UnixStream) {
     let mut buf = [0u8; 256];
     while matches!(sock.read(&mut buf), Ok(n) if n > 0) {}
 }
+
+#[cfg(test)]
+mod handle_tests {
+    use super::*;
+
+    #[test]
+    fn a_request_procman_can_no_longer_take_is_an_error_to_its_caller() {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let waker = Arc::new(Waker {
+            fd: sys::eventfd().unwrap(),
+            pending: AtomicBool::new(false),
+        });
+        let procman = Procman { tx, waker };
+        assert_eq!(procman.start("t"), Ok(()));
+        drop(rx); // procman's thread is gone
+        assert_eq!(procman.start("t"), Err(ProcmanGone));
+        assert_eq!(procman.cancel("t"), Err(ProcmanGone));
+        assert_eq!(procman.kill_all(), Err(ProcmanGone));
+        assert!(
+            procman.ping().recv_timeout(Duration::from_secs(1)).is_err(),
+            "no beat from a procman that is gone"
+        );
+        assert!(ProcmanGone.to_string().contains("process manager is gone"));
+    }
+}
