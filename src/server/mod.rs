@@ -78,6 +78,7 @@ pub fn serve(cfg: Config) -> Result<(), ServeError> {
     // Read (and removed from our environment) before any thread or task.
     let notifier = crate::systemd::Notifier::from_env().map(Arc::new);
     let passed = crate::systemd::listen_fds().map_err(ServeError::Activation)?;
+    crate::sys::keep_large_blocks_out_of_mallocs_heap();
     if let Err(e) = crate::sys::set_child_subreaper() {
         log::warn!("agentd.subreaper error={e}; orphaned grandchildren will be reaped by init");
     }
