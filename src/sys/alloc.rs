@@ -13,9 +13,12 @@
 //! Bounds: at most CLASS_KEEP_BYTES are kept per class (past that a freed
 //! block goes back to libc), so the cache holds < 1 MiB however bursty the
 //! load. Blocks are carved by libc with one fixed layout per class and
-//! returned to it with that layout. A lock per class: a spin, then
-//! sched_yield (a holder preempted on a one-core machine gets the core
-//! back). Nothing here allocates, uses thread-locals or can panic.
+//! returned to it with that layout. A lock per class that is never waited
+//! for: a thread that finds a class's list busy takes its block from libc
+//! (or gives it back there) at once, so no thread spins or yields inside
+//! the allocator, where a connection thread under SCHED_BATCH could hold
+//! up the one it waits for. Nothing here allocates, uses thread-locals or
+//! can panic.
 //!
 //! A task worker (a fork of the fork server) first allocates from the
 //! **worker arena** instead: WORKER_ARENA_BYTES of zeroed static memory,
@@ -60,83 +63,84 @@ fn class_of(size: usize, align: usize) -> Option<usize> {
 /// One class's free list, threaded through the free blocks themselves.
 struct FreeList {
     locked: AtomicBool,
-    head: std::cell::UnsafeCell<*mut FreeBlock>,
-    count: std::cell::UnsafeCell<usize>,
+    slots: std::cell::UnsafeCell<Slots>,
+}
+
+/// What the lock guards: the first free block, and how many there are.
+struct Slots {
+    head: *mut FreeBlock,
+    count: usize,
 }
 
 struct FreeBlock {
     next: *mut FreeBlock,
 }
 
-// SAFETY: `head` and `count` are only touched between lock() and unlock(),
-// which order every access (Acquire/Release on `locked`).
+// SAFETY: `slots` is only touched inside `with_slots`, between taking and
+// releasing `locked` (Acquire/Release), by one thread at a time.
 unsafe impl Sync for FreeList {}
 
 impl FreeList {
     const fn new() -> FreeList {
         FreeList {
             locked: AtomicBool::new(false),
-            head: std::cell::UnsafeCell::new(ptr::null_mut()),
-            count: std::cell::UnsafeCell::new(0),
+            slots: std::cell::UnsafeCell::new(Slots {
+                head: ptr::null_mut(),
+                count: 0,
+            }),
         }
     }
 
-    fn lock(&self) {
-        let mut spins = 0u32;
-        while self
+    /// Runs `f` on the list if no other thread holds it; None if one does.
+    /// It never waits: a thread that finds the list busy goes to libc at
+    /// once (under SCHED_BATCH a spinning or yielding waiter could hold up
+    /// the holder it waits for).
+    fn with_slots<R>(&self, f: impl FnOnce(&mut Slots) -> R) -> Option<R> {
+        if self
             .locked
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .is_err()
         {
-            spins += 1;
-            if spins < 64 {
-                std::hint::spin_loop();
-            } else {
-                // SAFETY: sched_yield takes nothing and cannot fail here.
-                unsafe { libc::sched_yield() };
-            }
+            return None;
         }
-    }
-
-    fn unlock(&self) {
+        // SAFETY: we hold the lock just taken: no other reference exists.
+        let slots = unsafe { &mut *self.slots.get() };
+        let out = f(slots);
         self.locked.store(false, Ordering::Release);
+        Some(out)
     }
 
-    /// A cached block, or null.
+    /// A cached block, or null (none, or the list is busy).
     fn pop(&self) -> *mut u8 {
-        self.lock();
-        // SAFETY: under the lock; a non-null head is a free block we own,
-        // whose first word is the next free block (written by push).
-        let block = unsafe {
-            let head = *self.head.get();
+        let block = self.with_slots(|s| {
+            let head = s.head;
             if !head.is_null() {
-                *self.head.get() = (*head).next;
-                *self.count.get() -= 1;
+                // SAFETY: a non-null head is a free block the list owns,
+                // whose first word push wrote: the next free block.
+                s.head = unsafe { (*head).next };
+                s.count -= 1;
             }
             head
-        };
-        self.unlock();
-        block as *mut u8
+        });
+        block.unwrap_or(ptr::null_mut()) as *mut u8
     }
 
-    /// Keeps `block` unless the class is full; false = the caller frees it.
+    /// Keeps `block` unless the class is full or busy; false = the caller
+    /// frees it.
     fn push(&self, block: *mut u8, keep: usize) -> bool {
-        self.lock();
-        // SAFETY: under the lock; `block` is a block of this class no one
-        // else uses any more (it was freed), at least 16 bytes, 16-aligned.
-        let kept = unsafe {
-            if *self.count.get() < keep {
-                let b = block as *mut FreeBlock;
-                (*b).next = *self.head.get();
-                *self.head.get() = b;
-                *self.count.get() += 1;
-                true
-            } else {
-                false
+        self.with_slots(|s| {
+            if s.count >= keep {
+                return false;
             }
-        };
-        self.unlock();
-        kept
+            let b = block as *mut FreeBlock;
+            // SAFETY: `block` is a block of this class nobody uses any
+            // more (it was freed), at least 16 bytes and 16-aligned.
+            unsafe { b.write(FreeBlock { next: s.head }) };
+            s.head = b;
+            s.count += 1;
+            true
+        })
+        .unwrap_or(false)
     }
 }
 
@@ -403,12 +407,7 @@ mod tests {
 
     /// Blocks kept in `class` right now.
     fn kept(class: usize) -> usize {
-        let list = &LISTS[class];
-        list.lock();
-        // SAFETY: under the lock.
-        let n = unsafe { *list.count.get() };
-        list.unlock();
-        n
+        LISTS[class].with_slots(|s| s.count).expect("no other thread holds it")
     }
 
     #[test]
@@ -464,6 +463,20 @@ mod tests {
                 a.dealloc(b, l);
             }
         }
+    }
+
+    #[test]
+    fn a_busy_class_is_never_waited_for() {
+        let list = FreeList::new();
+        let mut block = [0u128; 4];
+        let p = block.as_mut_ptr() as *mut u8;
+        assert!(list.push(p, 8), "free: kept");
+        let inside = list.with_slots(|_| {
+            // Held: another thread would find it busy and go to libc.
+            (list.pop().is_null(), list.push(p, 8))
+        });
+        assert_eq!(inside, Some((true, false)), "busy: no block, and none kept");
+        assert_eq!(list.pop(), p, "free again: the block kept before");
     }
 
     #[test]
