@@ -137,6 +137,10 @@ pub const CONTROL_READ_TURN_BYTES: usize = 256 * 1024;
 /// (`agentd send|get|list`, the peer runner, the MCP bridge); over it the
 /// call fails with the limit named.
 pub const CLIENT_RESPONSE_MAX_BYTES: usize = 64 * 1024 * 1024;
+/// How long agentd's client waits for an answer once writing its request
+/// failed: an agent that refused the request (413) has answered and hung
+/// up already, so this only bounds a peer that broke off without a word.
+pub const CLIENT_REFUSAL_READ_MS: u64 = 2_000;
 /// How long the hybrid-vsock handshake (`CONNECT port` / `OK`) may take.
 pub const VSOCK_HYBRID_HANDSHAKE_MS: u64 = 5_000;
 /// How often a vsock accept loop looks up to see whether the daemon stops:

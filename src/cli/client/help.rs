@@ -114,10 +114,11 @@ else /tmp/agentd-UID/agentd.sock). The client reads the agent's card, checks it
 offers agentd's binding for that transport, and always sends to ENDPOINT itself.
 Words after `--` are never options or the ENDPOINT (`agentd send EP -- -v`).
 
-Exit status: 0 success; 1 the agent answered with an error; 2 usage;
-3 the endpoint could not be reached or speaks no binding we know;
-4 the task ended FAILED, REJECTED or CANCELED; 5 --timeout ran out;
-130 interrupted by Ctrl-C (a task goes on; the message says which).
+Exit status: 0 success; 1 the agent answered with an error, or refused the
+message as larger than its http.body_max_bytes; 2 usage; 3 the endpoint could
+not be reached or speaks no binding we know; 4 the task ended FAILED, REJECTED
+or CANCELED; 5 --timeout ran out; 130 interrupted by Ctrl-C (a task goes on;
+the message says which).
 ";
 
 pub fn find(name: &str) -> Option<&'static Command> {

@@ -3,7 +3,7 @@
 //! `--json`.
 //!
 //! Exit codes: 0 success; 1 the agent answered with a JSON-RPC error
-//! (printed); 2 usage; 3 the endpoint could not be reached or did not speak
+//! (printed) or refused the message as too large (413); 2 usage; 3 the endpoint could not be reached or did not speak
 //! A2A over our binding; 4 `send`/`subscribe` saw the task end FAILED,
 //! REJECTED or CANCELED; 5 `--timeout` ran out; 130 interrupted (Ctrl-C).
 //!
@@ -191,7 +191,8 @@ pub fn run(command: &str, args: &[String]) -> i32 {
                 _ => eprintln!("agentd: {e}"),
             }
             match e {
-                ClientError::Rpc(_) => EXIT_FAILURE,
+                // Refusals: the agent answered, and said no.
+                ClientError::Rpc(_) | ClientError::TooLarge { .. } => EXIT_FAILURE,
                 _ => EXIT_UNREACHABLE,
             }
         }
