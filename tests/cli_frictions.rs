@@ -7,10 +7,11 @@
 
 mod common;
 
-use std::io::Write;
+use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
-use common::{Daemon, BIN};
+use common::{wait_for, Daemon, TempDir, BIN};
 use serde_json::json;
 
 /// `agentd ARGS` with `input` on its standard input.
@@ -86,4 +87,47 @@ fn a_message_over_the_body_limit_is_a_refusal_that_names_the_limit() {
     // Within the limit the same client sends it.
     let o = agentd_with_stdin(&["send", &ep], "a".repeat(500).as_bytes());
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+}
+
+#[test]
+fn subscribe_shows_what_the_task_had_already_produced() {
+    let gate = TempDir::new("gate");
+    let go = gate.0.join("go");
+    let program = format!(
+        "sh -c 'echo first; while [ ! -e {} ]; do sleep 0.05; done; echo second'",
+        go.display()
+    );
+    let d = Daemon::start(&["--exec", &program]);
+    let ep = endpoint(&d);
+    let id = d.send_async("hi");
+    let produced = || {
+        let task = d.ok("GetTask", json!({ "id": id }));
+        task["artifacts"][0]["parts"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("first"))
+    };
+    assert!(wait_for(Duration::from_secs(10), produced), "the task printed nothing");
+    let mut child = Command::new(BIN)
+        .args(["subscribe", &ep, &id, "--timeout", "20"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run agentd subscribe");
+    // The snapshot's line is out: the subscriber has what the task had.
+    let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+    let mut first_line = String::new();
+    stdout.read_line(&mut first_line).expect("the subscriber's first line");
+    assert_eq!(first_line, format!("task {id} working\n"));
+    std::fs::write(&go, "").unwrap();
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).expect("the subscriber's output");
+    let status = common::wait_child(&mut child, Duration::from_secs(20)).expect("subscribe ends with the task");
+    assert_eq!(status.code(), Some(0), "{first_line}{rest}");
+    assert_eq!(rest.matches("first").count(), 1, "shown once: {rest}");
+    let (first, second) = (rest.find("first\n"), rest.find("second\n"));
+    assert!(
+        first.is_some() && second.is_some() && first < second,
+        "what the task had, then what came: {rest}"
+    );
 }

@@ -72,7 +72,7 @@ pub const COMMANDS: &[Command] = &[
     Command {
         name: "subscribe",
         synopsis: "subscribe [ENDPOINT] TASK_ID",
-        about: "follow a task's events until it ends",
+        about: "show what a task has produced so far, then follow its events until it ends",
         options_text: "      --last-event-id N          resume after event N\n",
         flags: &["--last-event-id"],
         valued: &["--last-event-id"],
