@@ -14,6 +14,15 @@ use std::time::Duration;
 use common::{wait_for, Daemon, TempDir, BIN};
 use serde_json::json;
 
+fn agentd(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run agentd")
+}
+
 /// `agentd ARGS` with `input` on its standard input.
 fn agentd_with_stdin(args: &[&str], input: &[u8]) -> Output {
     let mut child = Command::new(BIN)
@@ -130,4 +139,70 @@ fn subscribe_shows_what_the_task_had_already_produced() {
         first.is_some() && second.is_some() && first < second,
         "what the task had, then what came: {rest}"
     );
+}
+
+/// Every command `agentd` takes.
+const COMMANDS: [&str; 12] = [
+    "serve",
+    "card",
+    "send",
+    "get",
+    "list",
+    "cancel",
+    "subscribe",
+    "events",
+    "command",
+    "mcp",
+    "help",
+    "version",
+];
+
+#[test]
+fn help_command_works_for_every_command() {
+    for cmd in COMMANDS {
+        let o = agentd(&["help", cmd]);
+        assert_eq!(o.status.code(), Some(0), "help {cmd}: {}", err(&o));
+        assert_eq!(err(&o), "", "help {cmd}");
+        assert!(out(&o).contains("Usage:"), "help {cmd}: {}", out(&o));
+        // The same text as the command's own --help, where it has one.
+        if !matches!(cmd, "help" | "version") {
+            let own = agentd(&[cmd, "--help"]);
+            assert_eq!(own.status.code(), Some(0), "{cmd} --help: {}", err(&own));
+            assert_eq!(out(&o), out(&own), "help {cmd} and {cmd} --help differ");
+        }
+    }
+    assert!(out(&agentd(&["help", "version"])).starts_with("Usage: agentd version"));
+    assert_eq!(out(&agentd(&["help", "help"])), out(&agentd(&["help"])));
+    // What is not a command is still refused, with the nearest named.
+    let o = agentd(&["help", "sned"]);
+    assert_eq!(o.status.code(), Some(2), "{}", out(&o));
+    assert!(
+        err(&o).contains("no help on `sned` (did you mean `send`?)"),
+        "{}",
+        err(&o)
+    );
+}
+
+#[test]
+fn a_mistyped_command_names_the_nearest() {
+    for (typo, near) in [
+        ("sned", "send"),
+        ("lsit", "list"),
+        ("serv", "serve"),
+        ("subscibe", "subscribe"),
+    ] {
+        let o = agentd(&[typo, "unix:///nowhere.sock"]);
+        assert_eq!(o.status.code(), Some(2), "{typo}: {}", err(&o));
+        assert!(
+            err(&o).starts_with(&format!("agentd: unknown command `{typo}` (did you mean `{near}`?")),
+            "{typo}: {}",
+            err(&o)
+        );
+        assert_eq!(out(&o), "", "{typo}");
+    }
+    // Nothing near: the overview, as before.
+    let o = agentd(&["frobnicate"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(!err(&o).contains("did you mean"), "{}", err(&o));
+    assert!(err(&o).contains("Usage:"), "{}", err(&o));
 }

@@ -40,6 +40,21 @@ pub fn help() -> String {
     help::all()
 }
 
+/// Whether `name` is a client command.
+pub fn is_command(name: &str) -> bool {
+    help::find(name).is_some()
+}
+
+/// The client commands' names.
+pub fn names() -> impl Iterator<Item = &'static str> {
+    help::COMMANDS.iter().map(|c| c.name)
+}
+
+/// `agentd help COMMAND`: what `agentd COMMAND --help` prints.
+pub fn command_help(name: &str) -> Option<String> {
+    help::find(name).map(help::one)
+}
+
 /// How far the command got: what a timeout or Ctrl-C says goes on.
 #[derive(Debug, Clone, PartialEq)]
 enum Phase {
