@@ -206,3 +206,41 @@ fn a_mistyped_command_names_the_nearest() {
     assert!(!err(&o).contains("did you mean"), "{}", err(&o));
     assert!(err(&o).contains("Usage:"), "{}", err(&o));
 }
+
+#[test]
+fn shell_syntax_in_exec_is_warned_about_with_the_line_that_runs_a_shell() {
+    let o = agentd(&["serve", "--check", "--exec", "tr a-z A-Z | rev"]);
+    assert_eq!(o.status.code(), Some(0), "still valid: {}", err(&o));
+    let text = out(&o);
+    let warning = text
+        .lines()
+        .find(|l| l.starts_with("agentd: warning: "))
+        .unwrap_or_else(|| panic!("no warning: {text}"));
+    assert!(
+        warning.contains("no shell runs agent.exec, so `tr` gets `|` as a plain argument"),
+        "{warning}"
+    );
+    assert!(text.contains("configuration is valid"), "{text}");
+    // The line it suggests runs the pipe, and draws no warning.
+    let suggested = warning
+        .split("write --exec '")
+        .nth(1)
+        .and_then(|rest| rest.strip_suffix('\''))
+        .unwrap_or_else(|| panic!("no --exec to write: {warning}"));
+    assert_eq!(suggested, r#"sh -c "tr a-z A-Z | rev""#);
+    let o = agentd(&["serve", "--check", "--exec", suggested]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(!out(&o).contains("warning"), "{}", out(&o));
+    let d = Daemon::start(&["--exec", suggested]);
+    let o = agentd(&["send", &endpoint(&d), "hello"]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(out(&o).contains("OLLEH"), "{}", out(&o));
+    assert!(!d.log_text().contains("config.shell_syntax"), "{}", d.log_text());
+    // Serving the unshelled line says so in the log too.
+    let d = Daemon::start(&["--exec", "tr a-z A-Z | rev"]);
+    assert!(
+        d.log_text().contains("config.shell_syntax no shell runs agent.exec"),
+        "{}",
+        d.log_text()
+    );
+}

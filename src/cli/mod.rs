@@ -47,8 +47,9 @@ Options:
                            (CID -1 = any; repeatable; = a2a.listen)
   -c, --config FILE        read `key: value` lines from FILE (see `agentd help config`)
   -e, --exec 'PROGRAM ARGS'
-                           run PROGRAM for each task (= agent.exec; no shell involved;
-                           of --exec and --peer the last one given wins)
+                           run PROGRAM for each task (= agent.exec; no shell involved,
+                           so for a pipe write --exec 'sh -c \"a | b\"'; of --exec
+                           and --peer the last one given wins)
       --exec-protocol P    how to talk to PROGRAM: text or jsonl (= agent.exec_protocol)
   -p, --peer ENDPOINT      delegate every task to the A2A agent at ENDPOINT
                            (unix://, vsock:// or vsock+uds://; = agent.peer)
@@ -263,6 +264,9 @@ fn serve(args: &[String]) -> i32 {
     crate::logging::init(&cfg.log_level, "agentd");
     for unused in cfg.unused_runner_keys() {
         log::warn!("config.unused_key {unused}");
+    }
+    if let Some(warning) = check::shell_syntax_warning(&cfg.runner) {
+        log::warn!("config.shell_syntax {warning}");
     }
     if let Err(e) = prepared {
         log::error!("agentd.init {e}");
