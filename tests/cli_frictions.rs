@@ -244,3 +244,59 @@ fn shell_syntax_in_exec_is_warned_about_with_the_line_that_runs_a_shell() {
         d.log_text()
     );
 }
+
+/// An MCP client's configuration as `agentd mcp --help` prints it: the
+/// `args` line's endpoint.
+fn mcp_config_endpoint(help: &str) -> Option<String> {
+    let line = help.lines().find(|l| l.contains("\"args\": [\"mcp\", "))?;
+    let start = line.find("\"unix://")? + 1;
+    let end = start + line[start..].find('"')?;
+    Some(line[start..end].to_string())
+}
+
+#[test]
+fn the_mcp_configuration_names_the_callers_default_socket() {
+    let runtime = TempDir::new("mcpxdg");
+    for args in [["mcp", "--help"], ["help", "mcp"]] {
+        let o = Command::new(BIN)
+            .args(args)
+            .env("XDG_RUNTIME_DIR", &runtime.0)
+            .output()
+            .expect("run agentd");
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", err(&o));
+        assert_eq!(
+            mcp_config_endpoint(&out(&o)),
+            Some(format!("unix://{}/agentd/agentd.sock", runtime.0.display())),
+            "{args:?}: {}",
+            out(&o)
+        );
+    }
+    // Without XDG_RUNTIME_DIR: root's or the user's own, never another uid's.
+    let o = Command::new(BIN)
+        .args(["mcp", "--help"])
+        .env_remove("XDG_RUNTIME_DIR")
+        .output()
+        .expect("run agentd");
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let euid: u32 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().nth(1))
+        .and_then(|id| id.parse().ok())
+        .expect("the effective uid in /proc/self/status");
+    let expected = if euid == 0 {
+        "unix:///run/agentd/agentd.sock".to_string()
+    } else {
+        format!("unix:///tmp/agentd-{euid}/agentd.sock")
+    };
+    assert_eq!(mcp_config_endpoint(&out(&o)), Some(expected), "{}", out(&o));
+    // And the front door and the manual state the rule, not one uid's path.
+    for (doc, points_at_help) in [
+        ("README.md", "`agentd mcp --help` prints the configuration"),
+        ("man/agentd.8", "\"agentd mcp \\-\\-help\"\nprints the configuration"),
+    ] {
+        let text = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(doc)).unwrap();
+        assert!(!text.contains("/run/user/1000/"), "{doc} hard-codes uid 1000's socket");
+        assert!(text.contains(points_at_help), "{doc} does not say where yours is");
+    }
+}

@@ -132,7 +132,7 @@ fn help(topic: Option<&str>) -> i32 {
         None | Some("help") => write!(out, "{USAGE}"),
         Some("serve") => write!(out, "{SERVE_HELP}"),
         Some("client") => write!(out, "{}", client::help()),
-        Some("mcp") => write!(out, "{}", mcp::HELP),
+        Some("mcp") => write!(out, "{}", mcp::help()),
         Some("config") => write!(out, "{}", config_help()),
         Some("version") => write!(out, "{VERSION_HELP}"),
         Some(name) if client::is_command(name) => write!(out, "{}", client::command_help(name).unwrap_or_default()),
