@@ -28,6 +28,8 @@ pub enum ClientError {
     Protocol(String),
     /// It took the request and said nothing within the read timeout.
     TimedOut { addr: String, what: &'static str },
+    /// It accepted the connection and sent no card within `card_timeout`.
+    NoCard { addr: String, waited: Duration },
     /// The card lists no interface this client can use at this address.
     NoInterface {
         addr: String,
@@ -63,6 +65,12 @@ impl fmt::Display for ClientError {
                 _ => write!(f, "cannot reach {addr}: {source}"),
             },
             ClientError::TimedOut { addr, what } => write!(f, "{addr} {what}: no answer within the timeout"),
+            ClientError::NoCard { addr, waited } => write!(
+                f,
+                "{addr} accepted the connection but sent no agent card within {} s: it is stuck, or not an \
+                 A2A agent",
+                crate::config::secs_text(*waited)
+            ),
             ClientError::Denied { addr, owner, us } => write!(
                 f,
                 "{addr} refused this client (uid {us}): only uid {owner}, the user agentd runs as, and root \
@@ -119,6 +127,9 @@ pub struct Client {
     pub addr: Address,
     /// Read timeout for non-streaming calls (streams wait as long as needed).
     pub timeout: Option<Duration>,
+    /// The card's own bound when `timeout` is `None`: a socket that accepts
+    /// and never answers is not an agent worth waiting on.
+    pub card_timeout: Option<Duration>,
     /// `A2A-Extensions` to request.
     pub extensions: Vec<String>,
     /// More headers for every request (the peer runner's `traceparent`).
@@ -130,6 +141,7 @@ impl Client {
         Client {
             addr,
             timeout: None,
+            card_timeout: None,
             extensions: Vec::new(),
             headers: Vec::new(),
         }
@@ -181,7 +193,9 @@ impl Client {
     /// GETs the agent card.
     pub fn card(&self) -> Result<Value, ClientError> {
         let mut s = self.connect()?;
-        let _ = s.set_read_timeout(self.timeout);
+        let bound = self.timeout.or(self.card_timeout);
+        let _ = s.set_read_timeout(bound);
+        let _ = s.set_write_timeout(bound);
         write_request(
             &mut s,
             "GET",
@@ -195,8 +209,15 @@ impl Client {
             self.denied()
                 .unwrap_or_else(|| self.protocol("did not take the request", e))
         })?;
-        let (head, mut body) =
-            ResponseReader::new(s).map_err(|e| self.denied().unwrap_or_else(|| self.read_failed("sent no card", e)))?;
+        let (head, mut body) = ResponseReader::new(s).map_err(|e| {
+            self.denied()
+                .unwrap_or_else(|| match (self.read_failed("sent no card", e), self.card_timeout) {
+                    (ClientError::TimedOut { addr, .. }, Some(waited)) if self.timeout.is_none() => {
+                        ClientError::NoCard { addr, waited }
+                    }
+                    (other, _) => other,
+                })
+        })?;
         let bytes = body
             .body(RESPONSE_MAX_BYTES)
             .map_err(|e| self.read_failed("sent a broken card", e))?;

@@ -8,8 +8,9 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixListener;
 use std::process::{Command, Output, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{wait_for, Daemon, TempDir, BIN};
 use serde_json::json;
@@ -299,4 +300,65 @@ fn the_mcp_configuration_names_the_callers_default_socket() {
         assert!(!text.contains("/run/user/1000/"), "{doc} hard-codes uid 1000's socket");
         assert!(text.contains(points_at_help), "{doc} does not say where yours is");
     }
+}
+
+#[test]
+fn a_socket_that_never_answers_is_given_up_on_at_the_card() {
+    let dir = TempDir::new("mute");
+    let path = dir.0.join("mute.sock");
+    let listener = UnixListener::bind(&path).unwrap();
+    // Accepts every connection and holds it, saying nothing.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for c in listener.incoming().flatten() {
+            held.push(c);
+        }
+    });
+    let ep = format!("unix://{}", path.display());
+    // Each client runs at most 20 s: one that waits for ever is killed then.
+    let run = |args: &[&str]| {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            let mut child = Command::new(BIN)
+                .args(&args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let status = common::wait_child(&mut child, Duration::from_secs(20));
+            let took = started.elapsed();
+            let mut stderr = String::new();
+            child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+            (status.map(|s| s.code()), stderr, took)
+        })
+    };
+    // Side by side: the default bound, and --timeout in its place.
+    let card = run(&["card", &ep]);
+    let send = run(&["send", &ep, "hello"]);
+    let longer = run(&["card", &ep, "--timeout", "6.5"]);
+    for (what, client) in [("card", card), ("send", send)] {
+        let (code, e, took) = client.join().unwrap();
+        let code = code.unwrap_or_else(|| panic!("{what}: still waiting after {took:?}"));
+        assert_eq!(code, Some(3), "{what}: {e}");
+        assert!(
+            took >= Duration::from_millis(4_500) && took < Duration::from_secs(15),
+            "{what}: gave up after {took:?}"
+        );
+        assert!(
+            e.contains(&format!(
+                "{ep} accepted the connection but sent no agent card within 5 s"
+            )),
+            "{what}: {e}"
+        );
+        assert!(e.contains("give --timeout SECS to wait longer"), "{what}: {e}");
+    }
+    let (code, e, took) = longer.join().unwrap();
+    assert_eq!(code, Some(Some(5)), "{e}");
+    assert!(
+        took >= Duration::from_millis(6_400),
+        "--timeout 6.5 gave up after {took:?}"
+    );
+    assert!(e.contains("no answer within 6.5 s (--timeout)"), "{e}");
 }

@@ -15,8 +15,9 @@ use crate::client::{Client, ClientError};
 use crate::config::{Config, Runner};
 use crate::transport::Address;
 
-/// How long the peer has to answer its card request.
-const PEER_CARD_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the peer has to answer its card request: as long as the
+/// client commands give any agent.
+const PEER_CARD_TIMEOUT: Duration = Duration::from_millis(crate::limits::CLIENT_CARD_TIMEOUT_MS);
 
 /// Prints the summary; returns the exit code (2 when the peer answers
 /// with a card agentd cannot use).

@@ -103,7 +103,10 @@ const COMMON: &str = "\
 Options for every command:
       --json                     print the raw JSON results (one per line when streaming)
       --timeout SECS             give up after SECS seconds (0.5 is fine), streaming or not;
-                                 a task goes on running, and the message says how to cancel it
+                                 a task goes on running, and the message says how to cancel it.
+                                 Without it only the card, which every command reads first,
+                                 is bounded (5 s, then exit 3); a blocking send, cancel,
+                                 subscribe and events then wait as long as the task takes
   -h, --help                     this text
 
 ENDPOINT is unix:///PATH, vsock://CID:PORT, or vsock+uds:///PATH:PORT (a guest's

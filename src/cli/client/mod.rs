@@ -171,7 +171,9 @@ pub fn run(command: &str, args: &[String]) -> i32 {
             let shown = opts.value("--timeout").unwrap_or_default().to_string();
             give_up_after(t, &shown, cmd.name, &endpoint);
         }
-        Ok(None) => {}
+        // Without one, only the card is bounded: what follows it (a blocking
+        // send, a stream) may rightly take as long as the task does.
+        Ok(None) => client.card_timeout = Some(Duration::from_millis(crate::limits::CLIENT_CARD_TIMEOUT_MS)),
         Err(e) => return usage_of(cmd.name, &e),
     }
     if matches!(cmd.name, "send" | "subscribe") {
@@ -203,6 +205,7 @@ pub fn run(command: &str, args: &[String]) -> i32 {
                      by default; name another first, e.g. `agentd {} unix:///tmp/agentd.sock`)",
                     cmd.name
                 ),
+                (ClientError::NoCard { .. }, _) => eprintln!("agentd: {e} (give --timeout SECS to wait longer)"),
                 _ => eprintln!("agentd: {e}"),
             }
             match e {
