@@ -362,3 +362,29 @@ fn a_socket_that_never_answers_is_given_up_on_at_the_card() {
     );
     assert!(e.contains("no answer within 6.5 s (--timeout)"), "{e}");
 }
+
+#[test]
+fn a_task_with_no_output_prints_no_artifact_block() {
+    let d = Daemon::start(&["--exec", "sh -c 'echo oops >&2; exit 3'"]);
+    let ep = endpoint(&d);
+    let o = agentd(&["send", &ep, "hi"]);
+    assert_eq!(o.status.code(), Some(4), "{}", err(&o));
+    let text = out(&o);
+    assert!(
+        text.contains("status: the program ended with exit status 3: oops"),
+        "{text}"
+    );
+    assert!(!text.contains("artifact"), "an empty block: {text}");
+    // The artifact is there, empty: `get` leaves it out too, --json keeps it.
+    let id = text.split_whitespace().nth(1).expect("the task line's id").to_string();
+    let o = agentd(&["get", &ep, &id]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(!out(&o).contains("artifact"), "{}", out(&o));
+    let task: serde_json::Value = serde_json::from_str(&out(&agentd(&["get", &ep, &id, "--json"]))).unwrap();
+    assert_eq!(task["artifacts"][0]["name"], "output", "{task}");
+    // Output that is there is still shown under its heading.
+    let d = Daemon::start(&["--exec", "sh -c 'echo partial; exit 3'"]);
+    let o = agentd(&["send", &endpoint(&d), "hi"]);
+    assert_eq!(o.status.code(), Some(4), "{}", err(&o));
+    assert!(out(&o).contains("artifact output:\npartial\n"), "{}", out(&o));
+}

@@ -73,11 +73,16 @@ pub fn print_task(task: &Value, with_artifacts: bool, endpoint: &str) {
     }
     if with_artifacts {
         for a in task["artifacts"].as_array().into_iter().flatten() {
+            let body = message_text(a);
+            // An artifact with nothing in it (a program that wrote no
+            // stdout) is no block: a heading over nothing reads as lost output.
+            if body.is_empty() {
+                continue;
+            }
             println!(
                 "artifact {}:",
                 a["name"].as_str().unwrap_or(a["artifactId"].as_str().unwrap_or("?"))
             );
-            let body = message_text(a);
             print!("{body}");
             if !body.ends_with('\n') {
                 println!();
