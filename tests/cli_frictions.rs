@@ -388,3 +388,82 @@ fn a_task_with_no_output_prints_no_artifact_block() {
     assert_eq!(o.status.code(), Some(4), "{}", err(&o));
     assert!(out(&o).contains("artifact output:\npartial\n"), "{}", out(&o));
 }
+
+/// The lines `agentd events ARGS` prints, up to the first for which `last`
+/// holds; then it is killed (or it ends at its own --timeout).
+fn events_until(args: &[&str], last: impl Fn(&str) -> bool) -> Vec<String> {
+    let mut child = Command::new(BIN)
+        .arg("events")
+        .args(args)
+        .args(["--timeout", "20"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run agentd events");
+    let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+    let mut got = Vec::new();
+    for line in stdout.lines().map_while(Result::ok) {
+        let done = last(&line);
+        got.push(line);
+        if done {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    got
+}
+
+/// The number after `word` in `line`.
+fn number_after(line: &str, word: &str) -> Option<u64> {
+    line.split(word)
+        .nth(1)?
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
+#[test]
+fn events_from_zero_says_it_replays_then_follows() {
+    let d = Daemon::start(&[]);
+    let ep = endpoint(&d);
+    let o = agentd(&["send", &ep, "hello"]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    // The task's records are all out once its terminal record is.
+    let lines = events_until(&[&ep, "--from", "0"], |l| l.contains("task.terminal"));
+    assert!(lines.last().is_some_and(|l| l.contains("task.terminal")), "{lines:?}");
+    let hello = &lines[0];
+    let newest = number_after(hello, "then following new events after seq ")
+        .unwrap_or_else(|| panic!("what follows is not said: {hello}"));
+    assert!(
+        hello.starts_with("# replaying the kept records after seq 0 (the ring starts at 1), "),
+        "{hello}"
+    );
+    assert!(newest >= 2, "{hello}");
+    // What it says: record 1 first, and every record up to the newest.
+    assert_eq!(lines[1].split_whitespace().next(), Some("1"), "{lines:?}");
+    let newest_text = newest.to_string();
+    let replayed = events_until(&[&ep, "--from", "0"], |l| {
+        l.split_whitespace().next() == Some(newest_text.as_str())
+    });
+    let seqs: Vec<u64> = replayed[1..]
+        .iter()
+        .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+        .collect();
+    assert_eq!(seqs, (1..=newest).collect::<Vec<_>>(), "{replayed:?}");
+    // Without --from, or from the newest on, nothing is replayed.
+    for args in [vec![ep.as_str()], vec![&ep, "--from", "100000"]] {
+        let hello = &events_until(&args, |_| true)[0];
+        assert!(
+            hello.starts_with("# following new events after seq "),
+            "{args:?}: {hello}"
+        );
+        assert!(!hello.contains("replaying"), "{args:?}: {hello}");
+        assert!(
+            number_after(hello, "after seq ").is_some_and(|n| n >= newest),
+            "{hello}"
+        );
+    }
+}
