@@ -1,9 +1,11 @@
 //! The command line as a new user meets it, part three: each test is one
-//! friction found by trying agentd cold (issue 39) — a refused message
-//! that must say why, output a command must not drop, help and
-//! suggestions for every command, warnings where shell syntax does
-//! nothing, a silent socket that must not hang the client, and messages
-//! that must say what is true. Each checks the exit code and the text.
+//! friction found by trying agentd cold (issue 39) — a message over the
+//! body limit that must be a refusal naming the limit, output `subscribe`
+//! must not drop, `help COMMAND` and a did-you-mean for every command, a
+//! warning where shell syntax does nothing, the MCP configuration with the
+//! caller's own socket, a silent socket that must not hang the client, no
+//! empty artifact block, and an `events --from` line that says what comes.
+//! Each checks the exit code and the text.
 
 mod common;
 

@@ -3,8 +3,9 @@
 //! `--json`.
 //!
 //! Exit codes: 0 success; 1 the agent answered with a JSON-RPC error
-//! (printed) or refused the message as too large (413); 2 usage; 3 the endpoint could not be reached or did not speak
-//! A2A over our binding; 4 `send`/`subscribe` saw the task end FAILED,
+//! (printed) or refused the message as too large (413); 2 usage; 3 the
+//! endpoint could not be reached, sent no card within its bound, or did not
+//! speak A2A over our binding; 4 `send`/`subscribe` saw the task end FAILED,
 //! REJECTED or CANCELED; 5 `--timeout` ran out; 130 interrupted (Ctrl-C).
 //!
 //! A client that gives up (`--timeout`, Ctrl-C) says exactly what goes on
