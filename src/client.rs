@@ -18,7 +18,7 @@ use crate::http::sse;
 use crate::http::Conn;
 use crate::transport::{self, Address, Stream};
 
-use crate::limits::CLIENT_RESPONSE_MAX_BYTES as RESPONSE_MAX_BYTES;
+use crate::limits::{self, CLIENT_RESPONSE_MAX_BYTES as RESPONSE_MAX_BYTES};
 
 #[derive(Debug)]
 pub enum ClientError {
@@ -28,6 +28,8 @@ pub enum ClientError {
     Protocol(String),
     /// It took the request and said nothing within the read timeout.
     TimedOut { addr: String, what: &'static str },
+    /// It accepted the connection and sent no card within `card_timeout`.
+    NoCard { addr: String, waited: Duration },
     /// The card lists no interface this client can use at this address.
     NoInterface {
         addr: String,
@@ -36,6 +38,13 @@ pub enum ClientError {
     },
     /// The agent answered with a JSON-RPC error object.
     Rpc(Value),
+    /// The agent refused the request for its size (HTTP 413): `sent`
+    /// bytes, over its `http.body_max_bytes` (`limit`, when its answer says).
+    TooLarge {
+        addr: String,
+        sent: usize,
+        limit: Option<u64>,
+    },
     /// A unix socket refused us (EACCES, or the peer gate closed the
     /// connection unanswered): it admits only its owner's uid and root.
     Denied { addr: String, owner: u32, us: u32 },
@@ -56,10 +65,34 @@ impl fmt::Display for ClientError {
                 _ => write!(f, "cannot reach {addr}: {source}"),
             },
             ClientError::TimedOut { addr, what } => write!(f, "{addr} {what}: no answer within the timeout"),
+            ClientError::NoCard { addr, waited } => write!(
+                f,
+                "{addr} accepted the connection but sent no agent card within {} s: it is stuck, or not an \
+                 A2A agent",
+                crate::config::secs_text(*waited)
+            ),
             ClientError::Denied { addr, owner, us } => write!(
                 f,
                 "{addr} refused this client (uid {us}): only uid {owner}, the user agentd runs as, and root \
                  may connect — run the client as that user or as root"
+            ),
+            ClientError::TooLarge {
+                addr,
+                sent,
+                limit: Some(limit),
+            } => write!(
+                f,
+                "{addr} refused the message: the message is {sent} bytes; this agent takes at most {limit} \
+                 (http.body_max_bytes)"
+            ),
+            ClientError::TooLarge {
+                addr,
+                sent,
+                limit: None,
+            } => write!(
+                f,
+                "{addr} refused the message: the message is {sent} bytes, more than this agent takes \
+                 (http.body_max_bytes; its answer did not say how much it takes)"
             ),
             ClientError::Protocol(m) => write!(f, "{m}"),
             ClientError::NoInterface { addr, wanted, offered } => write!(
@@ -94,6 +127,9 @@ pub struct Client {
     pub addr: Address,
     /// Read timeout for non-streaming calls (streams wait as long as needed).
     pub timeout: Option<Duration>,
+    /// The card's own bound when `timeout` is `None`: a socket that accepts
+    /// and never answers is not an agent worth waiting on.
+    pub card_timeout: Option<Duration>,
     /// `A2A-Extensions` to request.
     pub extensions: Vec<String>,
     /// More headers for every request (the peer runner's `traceparent`).
@@ -105,6 +141,7 @@ impl Client {
         Client {
             addr,
             timeout: None,
+            card_timeout: None,
             extensions: Vec::new(),
             headers: Vec::new(),
         }
@@ -156,7 +193,9 @@ impl Client {
     /// GETs the agent card.
     pub fn card(&self) -> Result<Value, ClientError> {
         let mut s = self.connect()?;
-        let _ = s.set_read_timeout(self.timeout);
+        let bound = self.timeout.or(self.card_timeout);
+        let _ = s.set_read_timeout(bound);
+        let _ = s.set_write_timeout(bound);
         write_request(
             &mut s,
             "GET",
@@ -170,8 +209,15 @@ impl Client {
             self.denied()
                 .unwrap_or_else(|| self.protocol("did not take the request", e))
         })?;
-        let (head, mut body) =
-            ResponseReader::new(s).map_err(|e| self.denied().unwrap_or_else(|| self.read_failed("sent no card", e)))?;
+        let (head, mut body) = ResponseReader::new(s).map_err(|e| {
+            self.denied()
+                .unwrap_or_else(|| match (self.read_failed("sent no card", e), self.card_timeout) {
+                    (ClientError::TimedOut { addr, .. }, Some(waited)) if self.timeout.is_none() => {
+                        ClientError::NoCard { addr, waited }
+                    }
+                    (other, _) => other,
+                })
+        })?;
         let bytes = body
             .body(RESPONSE_MAX_BYTES)
             .map_err(|e| self.read_failed("sent a broken card", e))?;
@@ -245,9 +291,43 @@ impl Client {
         }
         headers.extend(self.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         headers.extend_from_slice(extra);
-        write_request(&mut s, "POST", "/", &headers, body.as_bytes())
-            .map_err(|e| self.protocol("did not take the request", e))?;
-        ResponseReader::new(s).map_err(|e| self.read_failed("sent no answer", e))
+        if let Err(e) = write_request(&mut s, "POST", "/", &headers, body.as_bytes()) {
+            // An agent that refuses a request (413 for its size) answers and
+            // hangs up before it has read all of it, so the rest of the write
+            // fails: its answer, when there is one, is what went wrong.
+            let _ = s.set_read_timeout(Some(Duration::from_millis(limits::CLIENT_REFUSAL_READ_MS)));
+            return match ResponseReader::new(s) {
+                Ok((head, reader)) => self.refused_for_size(head, reader, body.len()),
+                Err(_) => Err(self.protocol("did not take the request", e)),
+            };
+        }
+        let (head, reader) = ResponseReader::new(s).map_err(|e| self.read_failed("sent no answer", e))?;
+        self.refused_for_size(head, reader, body.len())
+    }
+
+    /// The answer to a POST as it is, or `TooLarge` when it is a 413.
+    fn refused_for_size(
+        &self,
+        head: crate::http::client::Head,
+        mut reader: ResponseReader<Stream>,
+        sent: usize,
+    ) -> Result<(crate::http::client::Head, ResponseReader<Stream>), ClientError> {
+        if head.status != 413 {
+            return Ok((head, reader));
+        }
+        // agentd's 413 says "request body is too large: at most N bytes";
+        // another server's may say nothing we can read a number from.
+        let text = reader.body(limits::HTTP_HEAD_MAX_BYTES).unwrap_or_default();
+        let limit = String::from_utf8_lossy(&text)
+            .split("at most ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|n| n.parse().ok());
+        Err(ClientError::TooLarge {
+            addr: self.addr.to_string(),
+            sent,
+            limit,
+        })
     }
 
     /// One JSON-RPC call: the `result`, or the `error` as `ClientError::Rpc`.

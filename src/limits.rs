@@ -137,6 +137,16 @@ pub const CONTROL_READ_TURN_BYTES: usize = 256 * 1024;
 /// (`agentd send|get|list`, the peer runner, the MCP bridge); over it the
 /// call fails with the limit named.
 pub const CLIENT_RESPONSE_MAX_BYTES: usize = 64 * 1024 * 1024;
+/// How long agentd's client waits for an answer once writing its request
+/// failed: an agent that refused the request (413) has answered and hung
+/// up already, so this only bounds a peer that broke off without a word.
+pub const CLIENT_REFUSAL_READ_MS: u64 = 2_000;
+/// How long the client commands wait for the agent card without
+/// `--timeout` (and `serve --check` for the peer's): an agent answers it at
+/// once, so a socket silent this long (one that accepts and never answers)
+/// is not waited on for ever. What follows the card (a blocking send, a
+/// stream) is waited for as long as it takes.
+pub const CLIENT_CARD_TIMEOUT_MS: u64 = 5_000;
 /// How long the hybrid-vsock handshake (`CONNECT port` / `OK`) may take.
 pub const VSOCK_HYBRID_HANDSHAKE_MS: u64 = 5_000;
 /// How often a vsock accept loop looks up to see whether the daemon stops:

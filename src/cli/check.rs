@@ -15,8 +15,9 @@ use crate::client::{Client, ClientError};
 use crate::config::{Config, Runner};
 use crate::transport::Address;
 
-/// How long the peer has to answer its card request.
-const PEER_CARD_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the peer has to answer its card request: as long as the
+/// client commands give any agent.
+const PEER_CARD_TIMEOUT: Duration = Duration::from_millis(crate::limits::CLIENT_CARD_TIMEOUT_MS);
 
 /// Prints the summary; returns the exit code (2 when the peer answers
 /// with a card agentd cannot use).
@@ -33,6 +34,9 @@ pub fn report(cfg: &Config, program: Option<&Path>, script: Option<&Path>) -> i3
             None => println!("agentd: agent.exec runs {}", p.display()),
         }
         not_checked.push("what the program does with a task's message (send one to see)".into());
+    }
+    if let Some(warning) = shell_syntax_warning(&cfg.runner) {
+        println!("agentd: warning: {warning}");
     }
     if let Runner::Peer { address } = &cfg.runner {
         match check_peer(address) {
@@ -96,5 +100,125 @@ fn check_peer(address: &Address) -> Peer {
             Peer::NotReached(format!("no card within {} s", PEER_CARD_TIMEOUT.as_secs()))
         }
         Err(e) => Peer::Unusable(e),
+    }
+}
+
+/// Shells, which do read their `-c` line as shell syntax.
+const SHELLS: &[&str] = &["sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "busybox"];
+
+/// A word a shell would read as syntax (a pipe, a redirection, a list, an
+/// expansion): it reaches the program as it is, since no shell runs it.
+/// Only whole words and their edges count, so a quoted script such as
+/// `python3 -c 'import os; …'` or a regex such as `grep 'a|b'` is not one.
+fn looks_like_shell_syntax(word: &str) -> bool {
+    let redirection = word.trim_start_matches(|c: char| c.is_ascii_digit());
+    word.contains('`')
+        || word.contains("$(")
+        || word.contains("${")
+        || (word.len() > 1 && word.starts_with('$'))
+        || word.starts_with(['|', '&', ';', '<', '>'])
+        || word.ends_with([';', '|'])
+        || word.ends_with("&&")
+        || (redirection.len() < word.len() && redirection.starts_with(['<', '>']))
+}
+
+/// What to tell a user whose agent.exec holds shell syntax that no shell
+/// will read, and how to have one read it; `None` when there is none, or
+/// when the program is a shell given its line with `-c`.
+pub fn shell_syntax_warning(runner: &Runner) -> Option<String> {
+    let Runner::Exec { argv } = runner else { return None };
+    let program = argv.first()?;
+    let name = Path::new(program)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or(program);
+    let has_c = argv[1..]
+        .iter()
+        .any(|a| a.starts_with('-') && !a.starts_with("--") && a.contains('c'));
+    if SHELLS.contains(&name) && has_c {
+        return None;
+    }
+    let syntax: Vec<String> = argv
+        .iter()
+        .filter(|w| looks_like_shell_syntax(w))
+        .map(|w| format!("`{w}`"))
+        .collect();
+    if syntax.is_empty() {
+        return None;
+    }
+    let arguments = if syntax.len() == 1 {
+        "a plain argument"
+    } else {
+        "plain arguments"
+    };
+    // The exact line to write, when the words need no quoting of their own.
+    let plain = argv
+        .iter()
+        .all(|w| !w.contains(|c: char| c.is_whitespace() || matches!(c, '\'' | '"' | '\\')));
+    let line = if plain { argv.join(" ") } else { "...".to_string() };
+    Some(format!(
+        "no shell runs agent.exec, so `{name}` gets {} as {arguments}; to run a shell line, \
+         write --exec 'sh -c \"{line}\"'",
+        syntax.join(", ")
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn warning(line: &str) -> Option<String> {
+        let argv = crate::config::split_command(line).unwrap();
+        shell_syntax_warning(&Runner::Exec { argv })
+    }
+
+    #[test]
+    fn shell_syntax_in_exec_words_is_warned_about() {
+        assert_eq!(
+            warning("tr a-z A-Z | rev").as_deref(),
+            Some(
+                "no shell runs agent.exec, so `tr` gets `|` as a plain argument; to run a shell line, \
+                 write --exec 'sh -c \"tr a-z A-Z | rev\"'"
+            )
+        );
+        for line in [
+            "cat > out.txt",
+            "cat <in",
+            "cat 2>/dev/null",
+            "cat 2>&1",
+            "echo $HOME",
+            "echo ${X}",
+            "echo `date`",
+            "echo $(date)",
+            "true && cat",
+            "true; cat",
+            "cat ; true",
+            "sleep 1 &",
+            "cat|",
+        ] {
+            assert!(warning(line).is_some(), "{line}");
+        }
+        let w = warning("cat 'a b' | rev").unwrap();
+        assert!(w.ends_with("write --exec 'sh -c \"...\"'"), "{w}");
+        let w = warning("cat > out.txt ; true").unwrap();
+        assert!(w.contains("so `cat` gets `>`, `;` as plain arguments;"), "{w}");
+    }
+
+    #[test]
+    fn programs_that_read_their_own_syntax_are_left_alone() {
+        for line in [
+            "tr a-z A-Z",
+            "sh -c 'tr a-z A-Z | rev'",
+            "/bin/bash -ec 'cat > /dev/null; echo $HOME'",
+            "python3 -c 'import sys; print(sys.argv)'",
+            "grep -E 'a|b'",
+            "awk '{print $1}'",
+            "sed s/$/x/",
+            "printf $",
+            "curl http://x/?a=1&b=2",
+        ] {
+            assert_eq!(warning(line), None, "{line}");
+        }
+        assert_eq!(shell_syntax_warning(&Runner::Echo), None);
     }
 }

@@ -7,7 +7,7 @@ use super::{EXIT_OK, EXIT_USAGE};
 use crate::limits::MCP_EOF_DRAIN_MS;
 use crate::transport::Address;
 
-pub const HELP: &str = "\
+const HELP: &str = "\
 Usage: agentd mcp [ENDPOINT] [OPTIONS]
 
 An MCP server on stdio (newline-delimited JSON-RPC 2.0 on stdin/stdout, logs on
@@ -32,11 +32,23 @@ Options:
                            being worked on (default 30; 0.5 is fine, 0 = none);
                            past it each is answered with an error saying so
   -h, --help               this text
-
-An MCP client's configuration:
-  {\"mcpServers\": {\"agentd\": {\"command\": \"agentd\",
-                               \"args\": [\"mcp\", \"unix:///run/user/1000/agentd/agentd.sock\"]}}}
 ";
+
+/// `agentd mcp --help`: the text above, and an MCP client's configuration
+/// with the default socket of whoever asks (the path depends on the user
+/// and on XDG_RUNTIME_DIR, so no fixed one is right for everyone).
+pub fn help() -> String {
+    let socket = crate::config::default_socket_path();
+    format!(
+        "{HELP}\n\
+         An MCP client's configuration, with the socket `agentd serve` listens on by\n\
+         default for you here (the rule is above; written out, it does not depend on\n\
+         the environment the MCP client starts the bridge in):\n  \
+         {{\"mcpServers\": {{\"agentd\": {{\"command\": \"agentd\",\n                             \
+         \"args\": [\"mcp\", \"unix://{}\"]}}}}}}\n",
+        socket.display()
+    )
+}
 
 /// What argv asked for.
 #[derive(Debug, PartialEq)]
@@ -93,7 +105,7 @@ fn parse(args: &[String]) -> Result<Parsed, String> {
 pub fn run(args: &[String]) -> i32 {
     match parse(args) {
         Ok(Parsed::Help) => {
-            print!("{HELP}");
+            print!("{}", help());
             EXIT_OK
         }
         Ok(Parsed::Run { addr, log_level, drain }) => {

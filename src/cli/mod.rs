@@ -23,13 +23,15 @@ Usage:
                                          talk to an agent (see `agentd help client`)
   agentd mcp [ENDPOINT]                  an MCP server on stdio driving the daemon's tasks
                                          (see `agentd help mcp`)
-  agentd help [serve|client|mcp|config]  this text, the daemon's options, the client's,
-                                         the MCP bridge's, or every config key
+  agentd help [COMMAND|client|config]    this text, a command's options (as with
+                                         `agentd COMMAND --help`), every client
+                                         command's, or every config key
   agentd version                         print the version
 
-Run `agentd help serve` for the daemon's options, `agentd COMMAND --help` for a
-command's, and `man agentd` for the manual (in a clone, before it is installed:
-`man -l man/agentd.8`; `cargo install` does not install it).
+Run `agentd help serve` for the daemon's options, `agentd help COMMAND` or
+`agentd COMMAND --help` for a command's, and `man agentd` for the manual (in a
+clone, before it is installed: `man -l man/agentd.8`; `cargo install` does not
+install it).
 ";
 
 const SERVE_HELP: &str = "\
@@ -45,8 +47,9 @@ Options:
                            (CID -1 = any; repeatable; = a2a.listen)
   -c, --config FILE        read `key: value` lines from FILE (see `agentd help config`)
   -e, --exec 'PROGRAM ARGS'
-                           run PROGRAM for each task (= agent.exec; no shell involved;
-                           of --exec and --peer the last one given wins)
+                           run PROGRAM for each task (= agent.exec; no shell involved,
+                           so for a pipe write --exec 'sh -c \"a | b\"'; of --exec
+                           and --peer the last one given wins)
       --exec-protocol P    how to talk to PROGRAM: text or jsonl (= agent.exec_protocol)
   -p, --peer ENDPOINT      delegate every task to the A2A agent at ENDPOINT
                            (unix://, vsock:// or vsock+uds://; = agent.peer)
@@ -82,7 +85,7 @@ pub fn main() -> i32 {
     let rest = &args[1..];
     match cmd.as_str() {
         "serve" => serve(rest),
-        "card" | "send" | "get" | "list" | "cancel" | "subscribe" | "events" | "command" => client::run(cmd, rest),
+        name if client::is_command(name) => client::run(cmd, rest),
         "mcp" => mcp::run(rest),
         "__forkserver" => crate::worker::forkserver::main(),
         "help" | "-h" | "--help" => help(rest.first().map(String::as_str)),
@@ -90,25 +93,54 @@ pub fn main() -> i32 {
             println!("agentd {}", env!("CARGO_PKG_VERSION"));
             EXIT_OK
         }
-        other => {
-            eprintln!("agentd: unknown command `{other}`\n\n{USAGE}");
-            EXIT_USAGE
-        }
+        other => match nearest_command(other) {
+            // A near miss needs only the name, not the whole overview.
+            Some(near) => {
+                eprintln!(
+                    "agentd: unknown command `{other}` (did you mean `{near}`? `agentd help` lists every command)"
+                );
+                EXIT_USAGE
+            }
+            None => {
+                eprintln!("agentd: unknown command `{other}`\n\n{USAGE}");
+                EXIT_USAGE
+            }
+        },
     }
+}
+
+const VERSION_HELP: &str = "\
+Usage: agentd version
+
+Prints agentd and its version (-V and --version are the same).
+";
+
+/// Every command `agentd` takes, for suggestions.
+fn command_names() -> Vec<&'static str> {
+    let mut names = vec!["serve", "mcp", "help", "version"];
+    names.extend(client::names());
+    names
+}
+
+fn nearest_command(word: &str) -> Option<&'static str> {
+    config::nearest(word, &command_names())
 }
 
 fn help(topic: Option<&str>) -> i32 {
     let mut out = std::io::stdout().lock();
     let _ = match topic {
-        None => write!(out, "{USAGE}"),
+        None | Some("help") => write!(out, "{USAGE}"),
         Some("serve") => write!(out, "{SERVE_HELP}"),
         Some("client") => write!(out, "{}", client::help()),
-        Some("mcp") => write!(out, "{}", mcp::HELP),
+        Some("mcp") => write!(out, "{}", mcp::help()),
         Some("config") => write!(out, "{}", config_help()),
+        Some("version") => write!(out, "{VERSION_HELP}"),
+        Some(name) if client::is_command(name) => write!(out, "{}", client::command_help(name).unwrap_or_default()),
         Some(other) => {
-            eprintln!(
-                "agentd: no help on `{other}`; try `agentd help serve`, `help client`, `help mcp` or `help config`"
-            );
+            let hint = nearest_command(other)
+                .map(|near| format!(" (did you mean `{near}`?)"))
+                .unwrap_or_default();
+            eprintln!("agentd: no help on `{other}`{hint}; try `agentd help` for every command, `help client` or `help config`");
             return EXIT_USAGE;
         }
     };
@@ -232,6 +264,9 @@ fn serve(args: &[String]) -> i32 {
     crate::logging::init(&cfg.log_level, "agentd");
     for unused in cfg.unused_runner_keys() {
         log::warn!("config.unused_key {unused}");
+    }
+    if let Some(warning) = check::shell_syntax_warning(&cfg.runner) {
+        log::warn!("config.shell_syntax {warning}");
     }
     if let Err(e) = prepared {
         log::error!("agentd.init {e}");

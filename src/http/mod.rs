@@ -450,7 +450,7 @@ impl Reader {
 
     fn read_length_body<C: Conn>(&mut self, conn: &mut C, len: u64, deadline: Instant) -> Result<Vec<u8>, ReadError> {
         // `framing` capped `len` at body_max_bytes, a usize.
-        let len = usize::try_from(len).map_err(|_| ReadError::reject(413, "request body is too large"))?;
+        let len = usize::try_from(len).map_err(|_| too_large(self.limits.body_max_bytes))?;
         let mut body = Vec::with_capacity(len.min(limits::HTTP_BODY_READ_CHUNK_BYTES));
         let take = len.min(self.end - self.start);
         body.extend_from_slice(&self.buf[self.start..self.start + take]);
@@ -482,7 +482,7 @@ impl Reader {
                 .unwrap_or(u64::MAX)
                 .saturating_add(decoder.chunk_remaining());
             if body.len() > cap || declared > u64::try_from(cap).unwrap_or(u64::MAX) {
-                return Err(ReadError::reject(413, "request body is too large"));
+                return Err(too_large(cap));
             }
             if decoder.is_done() {
                 return Ok(body);
@@ -497,6 +497,12 @@ impl Reader {
             }
         }
     }
+}
+
+/// The 413 names the limit, so that a client can tell its user what fits
+/// (agentd's own client reads the number back).
+fn too_large(body_max: usize) -> ReadError {
+    ReadError::reject(413, format!("request body is too large: at most {body_max} bytes"))
 }
 
 fn chunk_reject(e: chunked::ChunkError) -> ReadError {
@@ -658,7 +664,7 @@ fn framing(http11: bool, headers: &Headers, body_max: usize) -> Result<Framing, 
     }
     let len = len.unwrap_or(0);
     if len > u64::try_from(body_max).unwrap_or(u64::MAX) {
-        return Err(ReadError::reject(413, "request body is too large"));
+        return Err(too_large(body_max));
     }
     Ok(if len == 0 { Framing::Empty } else { Framing::Length(len) })
 }

@@ -393,7 +393,11 @@ reject!(
     length_huge,
     *b"POST / HTTP/1.1\r\nContent-Length: 99999999999999999999999\r\n\r\n",
     413,
-    "request body is too large"
+    format!(
+        "request body is too large: at most {} bytes",
+        limits::HTTP_BODY_MAX_BYTES
+    )
+    .as_str()
 );
 accept!(length_at_cap, small(1024, 8, 10), post_len(10), |r| assert_eq!(
     r.body.len(),
@@ -404,7 +408,7 @@ reject!(
     small(1024, 8, 10),
     post_len(11),
     413,
-    "request body is too large"
+    "request body is too large: at most 10 bytes"
 );
 accept!(length_at_default_cap, post_len(limits::HTTP_BODY_MAX_BYTES), |r| {
     assert_eq!(r.body.len(), limits::HTTP_BODY_MAX_BYTES)
@@ -413,7 +417,11 @@ reject!(
     length_over_default_cap,
     post_len(limits::HTTP_BODY_MAX_BYTES + 1),
     413,
-    "request body is too large"
+    format!(
+        "request body is too large: at most {} bytes",
+        limits::HTTP_BODY_MAX_BYTES
+    )
+    .as_str()
 );
 reject!(
     eof_mid_length_body,
@@ -515,7 +523,7 @@ reject!(
     small(1024, 8, 10),
     post_chunked("5\r\nhello\r\n6\r\nworld!\r\n0\r\n\r\n"),
     413,
-    "request body is too large"
+    "request body is too large: at most 10 bytes"
 );
 // Refused at the size line: the 1 GiB of data never has to arrive.
 reject!(
@@ -523,7 +531,7 @@ reject!(
     small(1024, 8, 10),
     post_chunked("40000000\r\n"),
     413,
-    "request body is too large"
+    "request body is too large: at most 10 bytes"
 );
 accept!(
     trailer_at_limit,

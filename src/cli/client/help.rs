@@ -72,7 +72,7 @@ pub const COMMANDS: &[Command] = &[
     Command {
         name: "subscribe",
         synopsis: "subscribe [ENDPOINT] TASK_ID",
-        about: "follow a task's events until it ends",
+        about: "show what a task has produced so far, then follow its events until it ends",
         options_text: "      --last-event-id N          resume after event N\n",
         flags: &["--last-event-id"],
         valued: &["--last-event-id"],
@@ -103,7 +103,10 @@ const COMMON: &str = "\
 Options for every command:
       --json                     print the raw JSON results (one per line when streaming)
       --timeout SECS             give up after SECS seconds (0.5 is fine), streaming or not;
-                                 a task goes on running, and the message says how to cancel it
+                                 a task goes on running, and the message says how to cancel it.
+                                 Without it only the card, which every command reads first,
+                                 is bounded (5 s, then exit 3); a blocking send, cancel,
+                                 subscribe and events then wait as long as the task takes
   -h, --help                     this text
 
 ENDPOINT is unix:///PATH, vsock://CID:PORT, or vsock+uds:///PATH:PORT (a guest's
@@ -114,10 +117,11 @@ else /tmp/agentd-UID/agentd.sock). The client reads the agent's card, checks it
 offers agentd's binding for that transport, and always sends to ENDPOINT itself.
 Words after `--` are never options or the ENDPOINT (`agentd send EP -- -v`).
 
-Exit status: 0 success; 1 the agent answered with an error; 2 usage;
-3 the endpoint could not be reached or speaks no binding we know;
-4 the task ended FAILED, REJECTED or CANCELED; 5 --timeout ran out;
-130 interrupted by Ctrl-C (a task goes on; the message says which).
+Exit status: 0 success; 1 the agent answered with an error, or refused the
+message as larger than its http.body_max_bytes; 2 usage; 3 the endpoint could
+not be reached or speaks no binding we know; 4 the task ended FAILED, REJECTED
+or CANCELED; 5 --timeout ran out; 130 interrupted by Ctrl-C (a task goes on;
+the message says which).
 ";
 
 pub fn find(name: &str) -> Option<&'static Command> {

@@ -3,8 +3,9 @@
 //! `--json`.
 //!
 //! Exit codes: 0 success; 1 the agent answered with a JSON-RPC error
-//! (printed); 2 usage; 3 the endpoint could not be reached or did not speak
-//! A2A over our binding; 4 `send`/`subscribe` saw the task end FAILED,
+//! (printed) or refused the message as too large (413); 2 usage; 3 the
+//! endpoint could not be reached, sent no card within its bound, or did not
+//! speak A2A over our binding; 4 `send`/`subscribe` saw the task end FAILED,
 //! REJECTED or CANCELED; 5 `--timeout` ran out; 130 interrupted (Ctrl-C).
 //!
 //! A client that gives up (`--timeout`, Ctrl-C) says exactly what goes on
@@ -38,6 +39,21 @@ pub const EXIT_INTERRUPTED: i32 = 130;
 /// `agentd help client`.
 pub fn help() -> String {
     help::all()
+}
+
+/// Whether `name` is a client command.
+pub fn is_command(name: &str) -> bool {
+    help::find(name).is_some()
+}
+
+/// The client commands' names.
+pub fn names() -> impl Iterator<Item = &'static str> {
+    help::COMMANDS.iter().map(|c| c.name)
+}
+
+/// `agentd help COMMAND`: what `agentd COMMAND --help` prints.
+pub fn command_help(name: &str) -> Option<String> {
+    help::find(name).map(help::one)
 }
 
 /// How far the command got: what a timeout or Ctrl-C says goes on.
@@ -156,7 +172,9 @@ pub fn run(command: &str, args: &[String]) -> i32 {
             let shown = opts.value("--timeout").unwrap_or_default().to_string();
             give_up_after(t, &shown, cmd.name, &endpoint);
         }
-        Ok(None) => {}
+        // Without one, only the card is bounded: what follows it (a blocking
+        // send, a stream) may rightly take as long as the task does.
+        Ok(None) => client.card_timeout = Some(Duration::from_millis(crate::limits::CLIENT_CARD_TIMEOUT_MS)),
         Err(e) => return usage_of(cmd.name, &e),
     }
     if matches!(cmd.name, "send" | "subscribe") {
@@ -188,10 +206,12 @@ pub fn run(command: &str, args: &[String]) -> i32 {
                      by default; name another first, e.g. `agentd {} unix:///tmp/agentd.sock`)",
                     cmd.name
                 ),
+                (ClientError::NoCard { .. }, _) => eprintln!("agentd: {e} (give --timeout SECS to wait longer)"),
                 _ => eprintln!("agentd: {e}"),
             }
             match e {
-                ClientError::Rpc(_) => EXIT_FAILURE,
+                // Refusals: the agent answered, and said no.
+                ClientError::Rpc(_) | ClientError::TooLarge { .. } => EXIT_FAILURE,
                 _ => EXIT_UNREACHABLE,
             }
         }

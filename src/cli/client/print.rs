@@ -1,6 +1,7 @@
 //! How the client shows tasks and stream events to a person, and what it
 //! tells them to do next.
 
+use std::collections::HashMap;
 use std::io::Write;
 
 use serde_json::Value;
@@ -72,11 +73,16 @@ pub fn print_task(task: &Value, with_artifacts: bool, endpoint: &str) {
     }
     if with_artifacts {
         for a in task["artifacts"].as_array().into_iter().flatten() {
+            let body = message_text(a);
+            // An artifact with nothing in it (a program that wrote no
+            // stdout) is no block: a heading over nothing reads as lost output.
+            if body.is_empty() {
+                continue;
+            }
             println!(
                 "artifact {}:",
                 a["name"].as_str().unwrap_or(a["artifactId"].as_str().unwrap_or("?"))
             );
-            let body = message_text(a);
             print!("{body}");
             if !body.ends_with('\n') {
                 println!();
@@ -108,6 +114,11 @@ pub struct Printer {
     /// Artifact text that did not end with a newline is on the screen: the
     /// next line starts on a new one.
     mid_line: bool,
+    /// How many bytes of each artifact's text are on the screen, by id. A
+    /// task snapshot (the first event of `subscribe`, or a fresh one after
+    /// the stream fell behind) holds everything the task produced so far,
+    /// of which only the part not yet shown is printed.
+    shown: HashMap<String, usize>,
 }
 
 impl Printer {
@@ -117,6 +128,15 @@ impl Printer {
             endpoint: endpoint.to_string(),
             last_state: None,
             mid_line: false,
+            shown: HashMap::new(),
+        }
+    }
+
+    /// Prints artifact text as it is, remembering whether a line is open.
+    fn artifact_text(&mut self, body: &str) {
+        if !body.is_empty() {
+            print!("{body}");
+            self.mid_line = !body.ends_with('\n');
         }
     }
 
@@ -146,6 +166,17 @@ impl Printer {
                 text(&t["id"]),
                 short_state(&t["status"]["state"])
             ));
+            for a in t["artifacts"].as_array().into_iter().flatten() {
+                let body = message_text(a);
+                let id = text(&a["artifactId"]);
+                let from = self.shown.get(&id).copied().unwrap_or(0);
+                // Text replaced by a shorter one, or cut mid-character, is
+                // not printed again.
+                if let Some(rest) = body.get(from..) {
+                    self.artifact_text(rest);
+                }
+                self.shown.insert(id, body.len());
+            }
         } else if let Some(m) = r.get("message") {
             self.line(&message_text(m));
         } else if let Some(s) = r.get("statusUpdate") {
@@ -166,10 +197,13 @@ impl Printer {
             }
         } else if let Some(a) = r.get("artifactUpdate") {
             let body = message_text(&a["artifact"]);
-            if !body.is_empty() {
-                print!("{body}");
-                self.mid_line = !body.ends_with('\n');
-            }
+            let shown = self.shown.entry(text(&a["artifact"]["artifactId"])).or_insert(0);
+            *shown = if a["append"] == true {
+                *shown + body.len()
+            } else {
+                body.len()
+            };
+            self.artifact_text(&body);
         }
         let _ = std::io::stdout().flush();
     }

@@ -126,7 +126,8 @@ pub fn events(client: &mut Client, opts: &Opts) -> Result<i32, Failure> {
     client.discover()?;
     client.extensions.push(crate::ext::EVENTS.to_string());
     let mut params = json!({});
-    if let Some(n) = opts.number("--from").map_err(Failure::Usage)? {
+    let from = opts.number("--from").map_err(Failure::Usage)?;
+    if let Some(n) = from {
         params["fromSeq"] = json!(n);
     }
     let json_out = opts.json;
@@ -144,11 +145,16 @@ pub fn events(client: &mut Client, opts: &Opts) -> Result<i32, Failure> {
             }
             println!("{line}");
         } else if let Some(h) = r.get("hello") {
-            println!(
-                "# following events from seq {} (ring starts at {})",
-                text(&h["seq"]),
-                text(&h["ringStart"])
-            );
+            // `seq` is the newest record: new ones come after it, and with
+            // --from the kept records after the one asked for come first.
+            let (newest, ring_start) = (text(&h["seq"]), text(&h["ringStart"]));
+            match from {
+                Some(f) if h["seq"].as_i64().is_some_and(|newest| f < newest) => println!(
+                    "# replaying the kept records after seq {f} (the ring starts at {ring_start}), \
+                     then following new events after seq {newest}"
+                ),
+                _ => println!("# following new events after seq {newest} (the ring starts at {ring_start})"),
+            }
         } else if let Some(rs) = r.get("resync") {
             println!(
                 "# resync: records after {} are gone; the ring starts at {}",
