@@ -186,6 +186,21 @@ pub enum FromWorker {
     },
 }
 
+impl FromWorker {
+    /// The text it carries, in bytes (before escaping): what its encoding
+    /// is sized for.
+    pub fn text_bytes(&self) -> usize {
+        match self {
+            FromWorker::Artifact { artifact, .. } => {
+                artifact.parts.iter().map(|p| p.as_text().map_or(0, str::len)).sum()
+            }
+            FromWorker::Reply { message } => message.parts.iter().map(|p| p.as_text().map_or(0, str::len)).sum(),
+            FromWorker::Status { text, .. } | FromWorker::Done { text, .. } => text.as_ref().map_or(0, String::len),
+            FromWorker::Hello { .. } | FromWorker::Pong => 0,
+        }
+    }
+}
+
 /// Why a frame could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FrameError {
@@ -214,9 +229,17 @@ impl From<FrameError> for io::Error {
 
 /// Encodes one frame of at most `max` bytes (without the length prefix).
 pub fn encode<T: Serialize>(frame: &T, max: usize) -> Result<Vec<u8>, FrameError> {
+    encode_sized(frame, max, 0)
+}
+
+/// [`encode`] for a frame that carries about `hint` bytes of text: the
+/// buffer starts that large, so a large artifact chunk is not copied as
+/// the buffer grows.
+pub fn encode_sized<T: Serialize>(frame: &T, max: usize, hint: usize) -> Result<Vec<u8>, FrameError> {
     // The JSON goes straight after room for its length (filled in once
     // known): one buffer, sized for a typical frame, no copy.
-    let mut out = Vec::with_capacity(crate::limits::CONTROL_FRAME_START_BYTES);
+    let start = crate::limits::CONTROL_FRAME_START_BYTES.saturating_add(hint);
+    let mut out = Vec::with_capacity(start.min(max.saturating_add(4)));
     out.extend_from_slice(&[0; 4]);
     serde_json::to_writer(&mut out, frame).map_err(|e| FrameError::BadJson(e.to_string()))?;
     let len = out.len() - 4;

@@ -217,6 +217,10 @@ pub const CONTROL_FRAME_OVERHEAD_BYTES: usize = 64 * 1024;
 /// (A fresh worker's first block of 1024 bytes costs it an mmap.)
 pub const CONTROL_FRAME_START_BYTES: usize = 512;
 
+/// A response body up to this size is written with its head in one
+/// write(2); a larger one is written after it rather than copied.
+pub const RESPONSE_INLINE_BODY_MAX_BYTES: usize = 64 * 1024;
+
 /// The buffer a JSON-RPC answer is first written into: a task's answer
 /// (about a kilobyte) fits without growing it.
 pub const RPC_ANSWER_START_BYTES: usize = 2048;

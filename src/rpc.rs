@@ -346,9 +346,16 @@ struct Failure<'a> {
 
 /// `{"jsonrpc":"2.0","id":…,"result":…}` as compact bytes.
 pub fn success<T: Serialize + ?Sized>(id: &Id, result: &T) -> Vec<u8> {
+    success_sized(id, result, 0)
+}
+
+/// [`success`] for a result of about `hint` bytes: the buffer starts that
+/// large, so a large answer is not copied as it grows.
+pub fn success_sized<T: Serialize + ?Sized>(id: &Id, result: &T, hint: usize) -> Vec<u8> {
     // serde_json's own start of 128 bytes would grow, and copy, four times
     // on the way to a task's answer.
-    let mut out = Vec::with_capacity(crate::limits::RPC_ANSWER_START_BYTES);
+    let start = crate::limits::RPC_ANSWER_START_BYTES.saturating_add(hint);
+    let mut out = Vec::with_capacity(start);
     let answer = Success {
         jsonrpc: "2.0",
         id,
@@ -357,6 +364,21 @@ pub fn success<T: Serialize + ?Sized>(id: &Id, result: &T) -> Vec<u8> {
     match serde_json::to_writer(&mut out, &answer) {
         Ok(()) => out,
         Err(_) => b"{}".to_vec(),
+    }
+}
+
+/// [`success`] written into `out` (cleared first), so a stream reuses one
+/// buffer for all its answers.
+pub fn success_into<T: Serialize + ?Sized>(out: &mut Vec<u8>, id: &Id, result: &T) {
+    out.clear();
+    let answer = Success {
+        jsonrpc: "2.0",
+        id,
+        result,
+    };
+    if serde_json::to_writer(&mut *out, &answer).is_err() {
+        out.clear();
+        out.extend_from_slice(b"{}");
     }
 }
 

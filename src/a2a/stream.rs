@@ -13,8 +13,6 @@
 
 use std::time::Duration;
 
-use serde_json::Value;
-
 use crate::ext::events::Emit;
 use crate::tasks::{Next, Opening, Watch};
 use crate::wire::{Message, StreamResponse, Task, TaskState};
@@ -71,7 +69,7 @@ impl Plan {
 /// this stream; the task and every other stream go on.
 pub fn pump(plan: Plan, keepalive: Duration, sink: &mut dyn FnMut(Emit) -> std::io::Result<()>) -> std::io::Result<()> {
     if let Start::Reply(m) = plan.start {
-        return sink(Emit::Event(None, message_event(m)));
+        return sink(message_event(m));
     }
     let Some(watch) = plan.watch else {
         return Ok(());
@@ -81,7 +79,7 @@ pub fn pump(plan: Plan, keepalive: Duration, sink: &mut dyn FnMut(Emit) -> std::
             if may_reply {
                 loop {
                     match watch.opening(keepalive) {
-                        Opening::Reply(m) => return sink(Emit::Event(None, message_event(m))),
+                        Opening::Reply(m) => return sink(message_event(m)),
                         Opening::Task => break,
                         Opening::Waiting => sink(Emit::KeepAlive)?,
                         Opening::Gone => return Ok(()),
@@ -89,7 +87,7 @@ pub fn pump(plan: Plan, keepalive: Duration, sink: &mut dyn FnMut(Emit) -> std::
                 }
             }
             let state = task.status.state;
-            sink(Emit::Event(Some(seq), to_value(StreamResponse::Task(task))))?;
+            sink(event(Some(seq), StreamResponse::Task(task)))?;
             if plan.until.reached(state) {
                 return Ok(());
             }
@@ -105,7 +103,7 @@ pub fn pump(plan: Plan, keepalive: Duration, sink: &mut dyn FnMut(Emit) -> std::
                     seq = e.seq;
                     let ends =
                         matches!(&e.event, StreamResponse::StatusUpdate(s) if plan.until.reached(s.status.state));
-                    sink(Emit::Event(Some(e.seq), to_value(e.event)))?;
+                    sink(event(Some(e.seq), e.event))?;
                     if ends {
                         return Ok(());
                     }
@@ -117,7 +115,7 @@ pub fn pump(plan: Plan, keepalive: Duration, sink: &mut dyn FnMut(Emit) -> std::
                 crate::metrics::task_stream_resynced();
                 seq = at;
                 let state = task.status.state;
-                sink(Emit::Event(Some(at), to_value(StreamResponse::Task(*task))))?;
+                sink(event(Some(at), StreamResponse::Task(*task)))?;
                 if plan.until.reached(state) {
                     return Ok(());
                 }
@@ -128,10 +126,10 @@ pub fn pump(plan: Plan, keepalive: Duration, sink: &mut dyn FnMut(Emit) -> std::
     }
 }
 
-fn message_event(m: Message) -> Value {
-    to_value(StreamResponse::Message(m))
+fn message_event(m: Message) -> Emit {
+    event(None, StreamResponse::Message(m))
 }
 
-fn to_value(r: StreamResponse) -> Value {
-    serde_json::to_value(r).unwrap_or(Value::Null)
+fn event(seq: Option<u64>, r: StreamResponse) -> Emit {
+    Emit::Response(seq, Box::new(r))
 }

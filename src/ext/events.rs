@@ -20,14 +20,18 @@ use serde_json::{json, Map, Value};
 
 use crate::principal::Principal;
 use crate::tasks::{About, Notice, Observer};
-use crate::wire::TaskState;
+use crate::wire::{StreamResponse, TaskState};
 
 /// What an SSE stream writes next (the task streams of `a2a::stream` and
 /// this feed alike).
 pub enum Emit {
     /// One SSE event: its sequence (`id:`) if it has one, and the
-    /// StreamResponse to put in the JSON-RPC `result`.
+    /// JSON to put in the JSON-RPC `result` (this feed's records).
     Event(Option<u64>, Value),
+    /// One SSE event of a task stream: its sequence if it has one, and the
+    /// StreamResponse, written as it is (no `Value` tree in between: an
+    /// artifact chunk of a large output is escaped once, straight out).
+    Response(Option<u64>, Box<StreamResponse>),
     /// Nothing happened for a while: a comment keeps the connection alive
     /// and finds out whether the client is still there.
     KeepAlive,

@@ -299,10 +299,18 @@ pub fn encode_chunk(data: &[u8], out: &mut Vec<u8>) {
     if data.is_empty() {
         return;
     }
-    out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+    out.extend_from_slice(chunk_head(data.len()).as_bytes());
     out.extend_from_slice(data);
-    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(CHUNK_END);
 }
+
+/// The line before a chunk of `len` bytes (not 0: that ends the body).
+pub fn chunk_head(len: usize) -> String {
+    format!("{len:x}\r\n")
+}
+
+/// What follows a chunk's data.
+pub const CHUNK_END: &[u8] = b"\r\n";
 
 #[cfg(test)]
 mod tests {

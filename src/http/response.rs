@@ -112,7 +112,10 @@ fn write_head(out: &mut Vec<u8>, status: u16, headers: &[(String, String)], skip
 /// Transfer-Encoding or Connection are dropped (this function owns framing).
 /// 1xx, 204 and 304 get neither Content-Length nor body (RFC 9110 §8.6, §15).
 pub fn write_response<W: Write>(w: &mut W, resp: &Response, keep_alive: bool) -> io::Result<()> {
-    let mut out = Vec::with_capacity(256 + resp.body.len());
+    // A small body goes out with the head in one write; a large one after
+    // it, in a write of its own, rather than copied behind the head.
+    let inline_body = resp.body.len() <= crate::limits::RESPONSE_INLINE_BODY_MAX_BYTES;
+    let mut out = Vec::with_capacity(256 + if inline_body { resp.body.len() } else { 0 });
     write_head(
         &mut out,
         resp.status,
@@ -127,10 +130,13 @@ pub fn write_response<W: Write>(w: &mut W, resp: &Response, keep_alive: bool) ->
         out.extend_from_slice(b"Connection: close\r\n");
     }
     out.extend_from_slice(b"\r\n");
-    if !bodiless {
+    if !bodiless && inline_body {
         out.extend_from_slice(&resp.body);
     }
     w.write_all(&out)?;
+    if !bodiless && !inline_body {
+        w.write_all(&resp.body)?;
+    }
     w.flush()
 }
 
@@ -189,6 +195,14 @@ impl<W: Write> ChunkedWriter<W> {
         }
         if !self.chunked {
             self.w.write_all(data)?;
+            return self.w.flush();
+        }
+        // A small chunk goes out framed in one write; a large one between
+        // its size line and its end, rather than copied between them.
+        if data.len() > crate::limits::RESPONSE_INLINE_BODY_MAX_BYTES {
+            self.w.write_all(chunked::chunk_head(data.len()).as_bytes())?;
+            self.w.write_all(data)?;
+            self.w.write_all(chunked::CHUNK_END)?;
             return self.w.flush();
         }
         self.scratch.clear();

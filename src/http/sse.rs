@@ -38,8 +38,19 @@ fn lines(text: &str) -> impl Iterator<Item = &str> {
 /// so a client sees the same text back, joined with `\n`), then `\n`.
 pub fn encode_event(id: Option<u64>, data: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(data.len() + 32);
+    encode_event_into(&mut out, id, data);
+    out
+}
+
+/// [`encode_event`] into `out` (cleared first), so a stream reuses one
+/// buffer for all its events.
+pub fn encode_event_into(out: &mut Vec<u8>, id: Option<u64>, data: &str) {
+    out.clear();
+    out.reserve(data.len() + 32);
     if let Some(id) = id {
-        out.extend_from_slice(format!("id: {id}\n").as_bytes());
+        out.extend_from_slice(b"id: ");
+        out.extend_from_slice(id.to_string().as_bytes());
+        out.push(b'\n');
     }
     for line in lines(data) {
         out.extend_from_slice(b"data: ");
@@ -47,7 +58,6 @@ pub fn encode_event(id: Option<u64>, data: &str) -> Vec<u8> {
         out.push(b'\n');
     }
     out.push(b'\n');
-    out
 }
 
 /// A comment, used as keep-alive: `encode_comment("keep-alive")` is

@@ -830,6 +830,35 @@ fn response_bytes() {
     );
 }
 
+/// A body at the inline limit goes out with its head in one write; one
+/// past it in a second write; the bytes are the same either way.
+#[test]
+fn a_large_body_is_written_after_its_head_not_copied_behind_it() {
+    /// Records each write it is given.
+    #[derive(Default)]
+    struct Writes(Vec<Vec<u8>>);
+    impl io::Write for Writes {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0.push(buf.to_vec());
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+    let max = crate::limits::RESPONSE_INLINE_BODY_MAX_BYTES;
+    for (len, writes) in [(max, 1), (max + 1, 2)] {
+        let resp = Response::new(200).body("application/json", vec![b'x'; len]);
+        let mut w = Writes::default();
+        write_response(&mut w, &resp, true).unwrap();
+        assert_eq!(w.0.len(), writes, "a body of {len} bytes");
+        let all = w.0.concat();
+        let head = format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len}\r\n\r\n");
+        assert!(all.starts_with(head.as_bytes()), "{len}");
+        assert_eq!(all.len(), head.len() + len);
+    }
+}
+
 #[test]
 fn reject_response_is_one_line() {
     let e = ReadError::Reject {
@@ -863,11 +892,18 @@ fn chunked_writer_bytes_decode_back() {
     w.chunk(&sse::encode_event(Some(1), "{}")).unwrap();
     w.chunk(b"").unwrap();
     w.chunk(&sse::encode_comment("keep-alive")).unwrap();
+    // One past the size written in one piece: written around, not copied.
+    let large = "x".repeat(crate::limits::RESPONSE_INLINE_BODY_MAX_BYTES + 1);
+    w.chunk(&sse::encode_event(Some(2), &large)).unwrap();
     let out = w.finish().unwrap();
     let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+    let large_event = format!("id: 2\ndata: {large}\n\n");
     assert_eq!(
         String::from_utf8_lossy(&out),
-        format!("{head}10\r\nid: 1\ndata: {{}}\n\n\r\ne\r\n: keep-alive\n\n\r\n0\r\n\r\n")
+        format!(
+            "{head}10\r\nid: 1\ndata: {{}}\n\n\r\ne\r\n: keep-alive\n\n\r\n{:x}\r\n{large_event}\r\n0\r\n\r\n",
+            large_event.len()
+        )
     );
     let mut decoder = chunked::Decoder::new();
     let mut body = Vec::new();
@@ -877,11 +913,18 @@ fn chunked_writer_bytes_decode_back() {
     sse::Parser::new().feed(&body, &mut events).unwrap();
     assert_eq!(
         events,
-        [sse::Event {
-            id: Some("1".into()),
-            event: None,
-            data: "{}".into()
-        }]
+        [
+            sse::Event {
+                id: Some("1".into()),
+                event: None,
+                data: "{}".into()
+            },
+            sse::Event {
+                id: Some("2".into()),
+                event: None,
+                data: large
+            }
+        ]
     );
 }
 

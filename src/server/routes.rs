@@ -163,11 +163,15 @@ fn rpc_response(req: &Request, principal: &Principal, shared: &Shared, peer_gone
             // Written from the snapshot, unless labels must come out first
             // (a client that did not activate the extension never sees them).
             if !active.has(ext::ANNOTATIONS) && task.mentions(ext::ANNOTATIONS) {
+                let hint = task.json_bytes_hint();
                 let mut task = task.render();
                 ext::annotations::strip_task(&mut task);
-                return full(200, answer_task(&call.id, &task, in_result));
+                return full(200, answer_task(&call.id, &task, in_result, hint));
             }
-            full(200, answer_task(&call.id, &task.json(), in_result))
+            full(
+                200,
+                answer_task(&call.id, &task.json(), in_result, task.json_bytes_hint()),
+            )
         }
         Ok(Answer::Response(mut response)) => {
             if !active.has(ext::ANNOTATIONS) {
@@ -199,16 +203,16 @@ fn rpc_response(req: &Request, principal: &Principal, shared: &Shared, peer_gone
 }
 
 /// A task as a call's result: SendMessage's `{"task": …}` (`in_result`),
-/// or the task itself.
-fn answer_task<T: serde::Serialize>(id: &rpc::Id, task: &T, in_result: bool) -> Vec<u8> {
+/// or the task itself, of about `hint` bytes.
+fn answer_task<T: serde::Serialize>(id: &rpc::Id, task: &T, in_result: bool, hint: usize) -> Vec<u8> {
     #[derive(serde::Serialize)]
     struct InResult<'a, T> {
         task: &'a T,
     }
     if in_result {
-        rpc::success(id, &InResult { task })
+        rpc::success_sized(id, &InResult { task }, hint)
     } else {
-        rpc::success(id, task)
+        rpc::success_sized(id, task, hint)
     }
 }
 

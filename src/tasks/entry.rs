@@ -107,6 +107,15 @@ pub(super) struct View {
 }
 
 impl View {
+    /// About how many bytes the task's JSON takes (what it holds, before
+    /// escaping): what a buffer for it starts with, so that a large output
+    /// is not copied over and over as the buffer grows.
+    pub fn json_bytes_hint(&self) -> usize {
+        let artifacts: usize = self.artifacts.iter().map(|s| s.bytes).sum();
+        let history: usize = self.history.iter().map(|m| message_bytes(m)).sum();
+        artifacts + history
+    }
+
     /// The task for the wire.
     pub fn render(self, id: &str, context_id: &str) -> Task {
         let history: Vec<Message> = self.history.iter().map(|m| Message::clone(m)).collect();

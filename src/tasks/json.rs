@@ -77,11 +77,125 @@ impl Serialize for Artifacts<'_> {
             match stored.chunks.as_slice() {
                 // One chunk is the artifact as it is.
                 [only] => seq.serialize_element(&**only)?,
-                // Chunks are joined (a copy) only when there are several.
-                _ => seq.serialize_element(&stored.render())?,
+                // Several are written as `Stored::render` joins them,
+                // without joining them first.
+                _ => seq.serialize_element(&Joined(stored))?,
             }
         }
         seq.end()
+    }
+}
+
+/// An artifact of several chunks, written as [`Stored::render`] would join
+/// them (the first chunk's fields, every chunk's parts, a run of text parts
+/// as one), without the join: a program's large output is escaped once,
+/// straight from the chunks it came in, and never copied whole.
+struct Joined<'a>(&'a Stored);
+
+impl Serialize for Joined<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let Some(first) = self.0.chunks.first() else {
+            return self.0.render().serialize(s);
+        };
+        // The fields and the order of `wire::Artifact`'s derive.
+        let mut st = s.serialize_struct("Artifact", 6)?;
+        st.serialize_field("artifactId", &first.artifact_id)?;
+        match &first.name {
+            Some(name) => st.serialize_field("name", name)?,
+            None => st.skip_field("name")?,
+        }
+        match &first.description {
+            Some(d) => st.serialize_field("description", d)?,
+            None => st.skip_field("description")?,
+        }
+        st.serialize_field("parts", &JoinedParts(merged_parts(&self.0.chunks)))?;
+        match &first.metadata {
+            Some(md) => st.serialize_field("metadata", md)?,
+            None => st.skip_field("metadata")?,
+        }
+        if first.extensions.is_empty() {
+            st.skip_field("extensions")?;
+        } else {
+            st.serialize_field("extensions", &first.extensions)?;
+        }
+        st.end()
+    }
+}
+
+/// A part, and the text of the parts joined onto it.
+type MergedPart<'a> = (&'a Part, Vec<&'a str>);
+
+/// The parts of an artifact's chunks as `entry::merge_parts` joins them:
+/// the first chunk's as they are, then each later part either joined onto
+/// the text part before it (a text part without metadata) or on its own.
+fn merged_parts(chunks: &[Arc<Artifact>]) -> Vec<MergedPart<'_>> {
+    let mut chunks = chunks.iter();
+    let mut out: Vec<MergedPart<'_>> = chunks
+        .next()
+        .map(|c| c.parts.iter().map(|p| (p, Vec::new())).collect())
+        .unwrap_or_default();
+    for part in chunks.flat_map(|c| &c.parts) {
+        match (out.last_mut(), part.as_text()) {
+            (Some((last, more)), Some(text)) if last.as_text().is_some() && part.metadata.is_none() => more.push(text),
+            _ => out.push((part, Vec::new())),
+        }
+    }
+    out
+}
+
+struct JoinedParts<'a>(Vec<MergedPart<'a>>);
+
+impl Serialize for JoinedParts<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(self.0.len()))?;
+        for (part, more) in &self.0 {
+            match part.as_text() {
+                Some(text) if !more.is_empty() => seq.serialize_element(&JoinedText { part, text, more })?,
+                _ => seq.serialize_element(*part)?,
+            }
+        }
+        seq.end()
+    }
+}
+
+/// A text part with more text joined on: `wire::Part`'s JSON, its text
+/// written piece by piece (serde_json escapes a `collect_str` as it comes).
+struct JoinedText<'a> {
+    part: &'a Part,
+    text: &'a str,
+    more: &'a [&'a str],
+}
+
+impl Serialize for JoinedText<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("text", &Pieces(self.text, self.more))?;
+        if let Some(md) = &self.part.metadata {
+            m.serialize_entry("metadata", md)?;
+        }
+        if let Some(f) = &self.part.filename {
+            m.serialize_entry("filename", f)?;
+        }
+        if let Some(mt) = &self.part.media_type {
+            m.serialize_entry("mediaType", mt)?;
+        }
+        m.end()
+    }
+}
+
+/// Strings written one after another as one JSON string.
+struct Pieces<'a>(&'a str, &'a [&'a str]);
+
+impl Serialize for Pieces<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl std::fmt::Display for Pieces<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)?;
+        self.1.iter().try_for_each(|piece| f.write_str(piece))
     }
 }
 

@@ -180,6 +180,11 @@ impl Snapshot {
         }
     }
 
+    /// About how many bytes [`json`](Self::json) writes.
+    pub fn json_bytes_hint(&self) -> usize {
+        self.view.json_bytes_hint()
+    }
+
     /// Whether any metadata map of the task holds `key` (a caller that
     /// must leave a key out renders the task and strips it).
     pub fn mentions(&self, key: &str) -> bool {

@@ -707,6 +707,62 @@ fn a_snapshot_writes_the_json_of_the_task_it_renders() {
     assert!(written.get("metadata").is_none(), "{written}");
 }
 
+/// An artifact of many chunks is written without joining them, and the
+/// JSON is what the joined artifact renders to: text runs joined (escapes
+/// across chunk boundaries included), a part with metadata or a data part
+/// on its own, and the first chunk's name, description, metadata and
+/// extensions.
+#[test]
+fn an_artifact_of_many_chunks_is_written_as_it_renders() {
+    use serde_json::json;
+    let t = table(10);
+    let id = started(&t);
+    let mut head = chunk("a", "first \"line\"\n");
+    head.name = Some("output".into());
+    head.description = Some("what it wrote".into());
+    head.metadata = json!({"m": 1}).as_object().cloned();
+    head.extensions = vec!["https://example.com/ext".into()];
+    head.parts.push(Part::text("a second part of the first chunk"));
+    t.add_artifact(&id, head, false, false);
+    t.add_artifact(&id, chunk("a", "\u{2603} then a tab\t"), true, false);
+    let mut labelled = chunk("a", "labelled: its own part");
+    labelled.parts[0].metadata = json!({"label": "x"}).as_object().cloned();
+    t.add_artifact(&id, labelled, true, false);
+    t.add_artifact(&id, chunk("a", " joined onto the labelled one"), true, false);
+    let mut data = chunk("a", "");
+    data.parts = vec![
+        Part {
+            content: crate::wire::PartContent::Data(json!({"k": [1, 2]})),
+            metadata: None,
+            filename: None,
+            media_type: Some("application/json".into()),
+        },
+        Part::text("after data"),
+    ];
+    t.add_artifact(&id, data, true, false);
+    t.add_artifact(&id, chunk("a", ", and the end"), true, true);
+    let snap = t.peek(&op(), &id, None).unwrap();
+    let written: serde_json::Value = serde_json::from_slice(&serde_json::to_vec(&snap.json()).unwrap()).unwrap();
+    let rendered = serde_json::to_value(snap.render()).unwrap();
+    assert_eq!(written, rendered);
+    let texts: Vec<&str> = written["artifacts"][0]["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["text"].as_str().unwrap_or("<data>"))
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            "first \"line\"\n",
+            "a second part of the first chunk\u{2603} then a tab\t",
+            "labelled: its own part joined onto the labelled one",
+            "<data>",
+            "after data, and the end",
+        ]
+    );
+}
+
 #[test]
 fn a_snapshot_knows_which_metadata_keys_it_holds() {
     use serde_json::json;

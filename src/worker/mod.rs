@@ -110,7 +110,7 @@ impl Link {
     /// its task with. A write failure means the supervisor is gone: the
     /// task's group is killed.
     pub fn send(&self, frame: &FromWorker) -> Result<(), control::FrameError> {
-        let bytes = control::encode(frame, self.frame_max)?;
+        let bytes = control::encode_sized(frame, self.frame_max, frame.text_bytes())?;
         let mut w = self.writer();
         let w = &mut *w;
         let written = if w.held.is_empty() {

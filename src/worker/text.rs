@@ -44,7 +44,7 @@ impl Protocol for Text<'_> {
     /// Output is relayed until the end, even after a cancel or the budget:
     /// what the program printed before it stopped is part of its result.
     fn output(&mut self, bytes: Vec<u8>, _over: bool) -> Heard {
-        self.out.push(&bytes);
+        self.out.push(bytes);
         Heard::Nothing
     }
 
@@ -107,12 +107,21 @@ impl<'a> Output<'a> {
         }
     }
 
-    fn push(&mut self, bytes: &[u8]) {
-        self.pending.extend_from_slice(bytes);
-        let cut = self.pending.len() - incomplete_utf8_tail(&self.pending);
-        if cut > 0 {
-            let text = String::from_utf8_lossy(&self.pending[..cut]).into_owned();
-            self.pending.drain(..cut);
+    /// Sends what `bytes` completes, keeping an incomplete last character
+    /// for the next piece. Valid UTF-8 (the common case) becomes the text
+    /// as it is, without a copy.
+    fn push(&mut self, bytes: Vec<u8>) {
+        let mut whole = if self.pending.is_empty() {
+            bytes
+        } else {
+            let mut joined = std::mem::take(&mut self.pending);
+            joined.extend_from_slice(&bytes);
+            joined
+        };
+        let cut = whole.len() - incomplete_utf8_tail(&whole);
+        self.pending = whole.split_off(cut);
+        if !whole.is_empty() {
+            let text = String::from_utf8(whole).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
             self.send(text, false);
         }
     }
