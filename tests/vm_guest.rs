@@ -2,7 +2,11 @@
 //! guest's `/init` and serves A2A on vsock; the host reaches it through
 //! vhost-device-vsock's hybrid unix socket with agentd's own client
 //! (`vsock+uds://`). The card, a completed task, and a cancelled task whose
-//! process is gone, all over vsock. The test waits for agentd's readiness
+//! process is gone, all over vsock. The host (CID 2) is not an operator:
+//! a task the guest's own client (CID 1, over vsock loopback, an operator)
+//! started is unknown to it, it lists only its own, and its command is
+//! refused, while the guest's client sees and cancels every task; real vsock
+//! peers, judged by the CID the kernel tells. The test waits for agentd's readiness
 //! notification, sent to the host over vsock (`NOTIFY_SOCKET=vsock:2:PORT`
 //! on the kernel command line, as systemd's VM interface does), not by
 //! polling the card.
@@ -84,6 +88,56 @@ fn json_out(o: &Output) -> Value {
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&o.stdout)))
 }
 
+/// A client command the guest's agentd refuses: exit 1, and the JSON-RPC
+/// error (`--json` prints it).
+fn refused(o: &Output) -> Value {
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "expected a refusal: {out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"));
+    v["error"].clone()
+}
+
+/// Runs agentd's client inside the guest against the guest itself (vsock
+/// loopback: CID 1), through a task the host sends; returns what it printed.
+fn as_guest(endpoint: &str, command: &str) -> Value {
+    let sent = json_out(&client(endpoint, &["send", "--json", &format!("as-guest {command}")]));
+    let task = &sent["task"];
+    assert_eq!(
+        task["status"]["state"], "TASK_STATE_COMPLETED",
+        "as-guest {command}: {sent}"
+    );
+    let text = task["artifacts"][0]["parts"][0]["text"].as_str().unwrap_or_default();
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("as-guest {command}: not JSON ({e}): {sent}"))
+}
+
+fn task_ids(list: &Value) -> Vec<String> {
+    list["tasks"]
+        .as_array()
+        .unwrap_or_else(|| panic!("not a task list: {list}"))
+        .iter()
+        .map(|t| t["id"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// The kernel's module `name` as shipped (compressed or not), for the
+/// initramfs: agentd's init loads either.
+fn kernel_module(vm: &Path, name: &str) -> PathBuf {
+    let found = std::fs::read_dir(vm.join("kernel/lib/modules"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .flat_map(|release| {
+            ["ko", "ko.xz", "ko.zst"].map(|ext| release.path().join(format!("kernel/net/vmw_vsock/{name}.{ext}")))
+        })
+        .find(|p| p.exists());
+    found.unwrap_or_else(|| panic!("no {name} module under {}/kernel (run tests/vm/setup.sh)", vm.display()))
+}
+
 fn write(path: &Path, text: &str, mode: u32) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::write(path, text).unwrap();
@@ -107,12 +161,20 @@ fn agentd_as_guest_init_serves_a2a_over_vsock() {
     let work = common::TempDir::new("vm");
     let stage = work.0.join("files");
     std::fs::create_dir_all(&stage).unwrap();
-    // The guest's agent: echoes, unless asked to sleep (then it is cancelled).
+    // The guest's agent: echoes, unless asked to sleep (then it is cancelled)
+    // or to be the guest's own client (`as-guest COMMAND ARGS…`: agentd's
+    // client, run against the guest itself over vsock loopback).
     write(
         &stage.join("agent.sh"),
-        "#!/bin/sh\nread -r line\ncase \"$line\" in\nsleep*) exec sleep 600 ;;\n*) echo \"guest says: $line\" ;;\nesac\n",
+        &format!(
+            "#!/bin/sh\nread -r line\ncase \"$line\" in\nsleep*) exec sleep 600 ;;\n\
+             as-guest\\ *) set -- ${{line#as-guest }}; cmd=$1; shift; exec /init \"$cmd\" vsock://1:{PORT} \"$@\" ;;\n\
+             *) echo \"guest says: $line\" ;;\nesac\n"
+        ),
         0o755,
     );
+    let loopback = kernel_module(&vm, "vsock_loopback");
+    let loopback_name = loopback.file_name().unwrap().to_string_lossy().into_owned();
     let modules = [
         "vsock",
         "vmw_vsock_virtio_transport_common",
@@ -120,11 +182,13 @@ fn agentd_as_guest_init_serves_a2a_over_vsock() {
     ];
     let mut conf = format!("a2a.listen: vsock://-1:{PORT}\nagent.exec: /bin/sh /etc/agent.sh\n");
     conf.push_str("tasks.cancel_grace_ms: 200\ntasks.term_grace_ms: 300\n");
-    // The host is CID 2: the only peer allowed in, and an operator.
-    conf.push_str("a2a.vsock_allow_cids: 2\na2a.vsock_operator_cids: 2\n");
+    // The host is CID 2 and the guest's own client CID 1: the only peers
+    // allowed in. Only CID 1 is an operator, so the host sees just its own.
+    conf.push_str("a2a.vsock_allow_cids: 1,2\na2a.vsock_operator_cids: 1\n");
     for m in modules {
         conf.push_str(&format!("init.modules: /lib/modules/{m}.ko\n"));
     }
+    conf.push_str(&format!("init.modules: /lib/modules/{loopback_name}\n"));
     write(&stage.join("agentd.conf"), &conf, 0o644);
     let initramfs = work.0.join("initramfs.cpio");
     let bb = busybox.display().to_string();
@@ -136,6 +200,7 @@ fn agentd_as_guest_init_serves_a2a_over_vsock() {
         &format!("{bb}:/bin/sleep"),
         &format!("{}:/etc/agent.sh", stage.join("agent.sh").display()),
         &format!("{}:/etc/agentd.conf", stage.join("agentd.conf").display()),
+        &format!("{}:/lib/modules/{loopback_name}", loopback.display()),
     ]));
 
     let run_dir = work.0.join("run");
@@ -199,6 +264,32 @@ fn agentd_as_guest_init_serves_a2a_over_vsock() {
         done["task"]["artifacts"][0]["parts"][0]["text"],
         "guest says: hello from the host\n"
     );
+    let ours = done["task"]["id"].as_str().unwrap().to_string();
+
+    // A second vsock peer, the guest's own client (CID 1), starts a task:
+    // to the host, not an operator, it is unknown; the host lists only its
+    // own tasks, and its command is refused.
+    let theirs = as_guest(&endpoint, "send --json --no-wait sleep please");
+    let theirs = theirs["task"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{theirs}"))
+        .to_string();
+    for command in ["get", "cancel"] {
+        let err = refused(&client(&endpoint, &[command, "--json", &theirs]));
+        assert_eq!(err["code"], -32001, "the host's {command} of CID 1's task: {err}");
+    }
+    let listed = task_ids(&json_out(&client(&endpoint, &["list", "--json"])));
+    assert!(listed.contains(&ours), "the host lists its own task: {listed:?}");
+    assert!(!listed.contains(&theirs), "the host lists CID 1's task: {listed:?}");
+    let err = refused(&client(&endpoint, &["command", "--json", "status"]));
+    assert_eq!(err["code"], -31403, "the host's command: {err}");
+    assert_eq!(err["data"][0]["metadata"]["principal"], "vsock:cid=2", "{err}");
+    // The operator sees every task.
+    let listed = task_ids(&as_guest(&endpoint, "list --json"));
+    assert!(
+        listed.contains(&ours) && listed.contains(&theirs),
+        "CID 1, an operator, lists the host's task and its own: {listed:?}"
+    );
 
     // A task that is cancelled: CANCELED, and its process gone.
     let sleeping = json_out(&client(&endpoint, &["send", "--json", "--no-wait", "sleep please"]));
@@ -214,14 +305,18 @@ fn agentd_as_guest_init_serves_a2a_over_vsock() {
     }
     let canceled = json_out(&client(&endpoint, &["cancel", "--json", &id]));
     assert_eq!(canceled["status"]["state"], "TASK_STATE_CANCELED", "{canceled}");
-    let status = json_out(&client(&endpoint, &["command", "--json", "status"]));
+    // The operator cancels the host's peer's task too, and asks for status.
+    let canceled = as_guest(&endpoint, &format!("cancel --json {theirs}"));
+    assert_eq!(canceled["status"]["state"], "TASK_STATE_CANCELED", "{canceled}");
+    let status = as_guest(&endpoint, "command --json status");
     assert_eq!(
-        status["tasks"]["running"], 0,
-        "nothing runs in the guest any more: {status}"
+        status["tasks"]["running"], 1,
+        "nothing runs in the guest but the task asking: {status}"
     );
     assert!(status["isolation"].as_str().unwrap().starts_with("process-group"));
     // The events feed from the guest's boot on: the cancelled task's worker
-    // exited, after the SIGKILL rung if it came to that.
+    // exited, after the SIGKILL rung if it came to that; and nothing of CID
+    // 1's task, created before it, reaches the host.
     // (`timeout`: should the record be missing, the feed would wait forever)
     let mut feed = Command::new("timeout")
         .args(["30", common::BIN, "events", &endpoint, "--json", "--from", "0"])
@@ -234,6 +329,7 @@ fn agentd_as_guest_init_serves_a2a_over_vsock() {
         for line in BufReader::new(feed.stdout.take().unwrap()).lines() {
             let v: Value = serde_json::from_str(&line.unwrap()).unwrap();
             let e = &v["event"];
+            assert_ne!(e["taskId"], theirs.as_str(), "the host's feed shows CID 1's task: {e}");
             if e["kind"] == "worker.exit" && e["taskId"] == id.as_str() {
                 exited = true;
                 break;

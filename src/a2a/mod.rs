@@ -206,7 +206,7 @@ impl Agent {
             Some(task_id) => {
                 if let Some(l) = &labels {
                     self.tasks
-                        .update_metadata(&task_id, |md| ext::annotations::check_fits(md.as_ref(), l))?;
+                        .update_metadata(principal, &task_id, |md| ext::annotations::check_fits(md.as_ref(), l))?;
                 }
                 let (task, seq) = self
                     .tasks
@@ -214,7 +214,7 @@ impl Agent {
                     .map_err(|e| continue_error(&task_id, e))?;
                 if let Some(l) = &labels {
                     self.tasks
-                        .update_metadata(&task_id, |md| ext::annotations::merge_into(md, l))?;
+                        .update_metadata(principal, &task_id, |md| ext::annotations::merge_into(md, l))?;
                 }
                 let watch = if watch {
                     self.tasks.watch(principal, &task_id)

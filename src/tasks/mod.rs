@@ -632,13 +632,17 @@ impl TaskTable {
 
     /// Changes task `id`'s metadata with `f` (the annotations extension's
     /// labels); an error from `f` leaves it as it was. A task that does not
-    /// exist is left alone.
+    /// exist, or that `principal` may not see, is left alone and `f` is not
+    /// called: its error would tell that the task exists.
     pub fn update_metadata<E>(
         &self,
+        principal: &Principal,
         id: &str,
         f: impl FnOnce(&mut Option<Map<String, Value>>) -> Result<(), E>,
     ) -> Result<(), E> {
-        let Some(slot) = self.find(id) else { return Ok(()) };
+        let Some(slot) = self.visible(principal, id) else {
+            return Ok(());
+        };
         slot.change(|e| {
             let mut md = e.metadata.as_deref().cloned();
             f(&mut md)?;

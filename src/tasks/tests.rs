@@ -519,18 +519,26 @@ fn follow_ups_are_refused_with_the_reason() {
 fn metadata_updates_apply_or_leave_it_alone() {
     let t = table(2);
     let id = t.create(&op(), msg("x"), None).unwrap().id().to_string();
-    t.update_metadata(&id, |md| {
+    t.update_metadata(&op(), &id, |md| {
         md.get_or_insert_with(Map::new).insert("k".into(), Value::from("v"));
         Ok::<(), String>(())
     })
     .unwrap();
-    let err = t.update_metadata(&id, |md| {
+    let err = t.update_metadata(&op(), &id, |md| {
         md.take();
         Err("no".to_string())
     });
     assert_eq!(err, Err("no".to_string()));
     assert_eq!(t.get(&op(), &id, None).unwrap().metadata.unwrap()["k"], "v");
-    assert_eq!(t.update_metadata("missing", |_| Err("never called")), Ok(()));
+    assert_eq!(t.update_metadata(&op(), "missing", |_| Err("never called")), Ok(()));
+    // Another peer's task is as missing: `f` never runs, so its error
+    // cannot tell that the task exists.
+    let stranger = Principal::Vsock {
+        cid: 3,
+        operator: false,
+    };
+    assert_eq!(t.update_metadata(&stranger, &id, |_| Err("never called")), Ok(()));
+    assert_eq!(t.get(&op(), &id, None).unwrap().metadata.unwrap()["k"], "v");
 }
 
 #[test]

@@ -480,6 +480,15 @@ impl fmt::Display for Denied {
     }
 }
 
+/// A debug build's test hook: with this variable set, the unix gate judges
+/// a peer's uid as if it were a vsock CID, by the very CID rule
+/// ([`Gate::vsock_principal`]: the allow-list and the operator list). A
+/// second vsock CID cannot be had on a machine without vsock loopback, so
+/// this is how tests reach the scoping of non-operator peers, everything
+/// below the gate being the real code. A release build has no such path.
+#[cfg(debug_assertions)]
+pub const UNIX_PEERS_AS_VSOCK: &str = "AGENTD_TEST_UNIX_PEERS_AS_VSOCK";
+
 /// Who may connect. Decided before a byte is read.
 #[derive(Debug, Clone, Default)]
 pub struct Gate {
@@ -495,6 +504,13 @@ impl Gate {
         match peer {
             Peer::Unix(s) => {
                 let cred = sys::peer_cred(&s).map_err(|e| Denied::Unknown(e.to_string()))?;
+                #[cfg(debug_assertions)]
+                if std::env::var_os(UNIX_PEERS_AS_VSOCK).is_some() {
+                    return self
+                        .vsock_principal(cred.uid)
+                        .map(|p| (Stream::Unix(s), p))
+                        .ok_or(Denied::Vsock { cid: cred.uid });
+                }
                 if cred.uid == sys::geteuid() || cred.uid == 0 {
                     Ok((
                         Stream::Unix(s),
