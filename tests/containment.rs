@@ -404,3 +404,108 @@ fn without_the_children_file_escapees_still_die_with_their_task() {
         );
     }
 }
+
+/// The slot number (`slot-N`) a task's program found itself in: the
+/// first line of its output, its cgroup v2 path.
+fn slot_of(task: &serde_json::Value) -> u32 {
+    let text = task["artifacts"][0]["parts"][0]["text"].as_str().unwrap_or("");
+    let line = text.lines().next().unwrap_or("");
+    line.rsplit_once("/slot-")
+        .and_then(|(_, n)| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no slot in the program's output: {task}"))
+}
+
+/// "A slot in which something was left to kill when its task ended (an
+/// escapee, a process the ladder's SIGKILL found) is removed instead, and
+/// the next worker gets a new slot-N": a slot is reused after a task that
+/// ended by itself; after a task whose program ignored SIGTERM and left an
+/// escapee in another session, the ladder's SIGKILL to the process group
+/// leaves the escapee for the cgroup's kill (cgroup.kill written in the
+/// slot): that slot is gone, and the next task runs in a new one.
+#[test]
+fn a_slot_the_ladder_killed_in_is_removed_and_the_next_worker_gets_a_new_one() {
+    let test = "a_slot_the_ladder_killed_in_is_removed_and_the_next_worker_gets_a_new_one";
+    let Some(base) = private_cgroup(test) else { return };
+    let tmp = common::TempDir::new("slots");
+    let prog = common::script(
+        &tmp.0,
+        "slot.sh",
+        "read l\ngrep '^0::' /proc/self/cgroup\n\
+         case \"$l\" in stubborn) trap '' TERM; setsid sleep 600 & echo \"ready $!\"; \
+         while :; do sleep 0.05; done ;; esac",
+    );
+    let set = format!("tasks.cgroup={}", base.0.display());
+    let d = Daemon::start(&[
+        "--exec",
+        prog.to_str().unwrap(),
+        "--set",
+        &set,
+        // Workers take their slot when asked for: no idle worker holds one.
+        "--set",
+        "tasks.prespawn=0",
+        "--set",
+        "tasks.cancel_grace_ms=100",
+        "--set",
+        "tasks.term_grace_ms=200",
+    ]);
+    let parent = base.0.join(format!("agentd-{}", d.pid()));
+    let slot_dir = |n: u32| parent.join(format!("slot-{n}"));
+    let plain = || {
+        let r = d.ok("SendMessage", json!({"message": user_message("plain")}));
+        assert_eq!(r["task"]["status"]["state"], "TASK_STATE_COMPLETED", "{r}");
+        slot_of(&r["task"])
+    };
+    let first = plain();
+    assert_eq!(plain(), first, "a slot left empty is reused");
+
+    let id = d.send_async("stubborn");
+    let mut task = json!(null);
+    assert!(
+        wait_for(Duration::from_secs(10), || {
+            task = d.ok("GetTask", json!({"id": id}));
+            task["artifacts"][0]["parts"][0]["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("ready"))
+        }),
+        "the stubborn program never said ready: {task}"
+    );
+    let killed_in = slot_of(&task);
+    let text = task["artifacts"][0]["parts"][0]["text"].as_str().unwrap_or("");
+    let escapee: i32 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("ready "))
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no escapee pid: {text}"));
+    assert!(alive(escapee));
+    assert_eq!(killed_in, first, "the stubborn task reuses the free slot too");
+    let t = d.ok("CancelTask", json!({"id": id}));
+    assert_eq!(t["status"]["state"], "TASK_STATE_CANCELED", "{t}");
+    let log = d.log_text();
+    assert!(
+        log.contains(&format!("task.ladder task={id}")) && log.contains("rung=SIGKILL"),
+        "the program that ignores SIGTERM met no SIGKILL:\n{log}"
+    );
+    // Its slot is removed by the time the task is CANCELED: nothing of it
+    // is left, and no worker is put in it again.
+    assert!(!slot_dir(killed_in).exists(), "slot-{killed_in} is still there:\n{log}");
+    assert!(
+        log.contains(&format!("cgroup.retire slot={killed_in} (killed in)")),
+        "{log}"
+    );
+    assert!(
+        wait_for(Duration::from_secs(5), || !alive(escapee)),
+        "the escapee {escapee} outlived its task"
+    );
+
+    let next = plain();
+    assert_ne!(
+        next, killed_in,
+        "the next worker went into the slot a kill was written in"
+    );
+    assert!(
+        next > first,
+        "the next worker gets a new slot-N, not an old one: slot-{next}"
+    );
+    assert!(slot_dir(next).is_dir(), "{}", slot_dir(next).display());
+    eprintln!("slot-{first} used twice, killed in, removed; the next task ran in slot-{next}");
+}
