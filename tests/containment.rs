@@ -3,7 +3,9 @@
 //! on cancel, on completion, and when agentd itself is SIGKILLed — with
 //! cgroups (cgroup.kill from the worker's parent-death path; a restarted
 //! agentd kills and removes a dead one's slots) and without (the worker is
-//! its task's subreaper).
+//! its task's subreaper). Slots: one a kill was written in is removed,
+//! not reused; the pids and memory limits land where the host enforces
+//! them (tasks.pids_max=auto limits nothing where cgroup v2 cannot).
 
 mod common;
 
@@ -403,4 +405,291 @@ fn without_the_children_file_escapees_still_die_with_their_task() {
             d.log_text()
         );
     }
+}
+
+/// The slot number (`slot-N`) a task's program found itself in: the
+/// first line of its output, its cgroup v2 path.
+fn slot_of(task: &serde_json::Value) -> u32 {
+    let text = task["artifacts"][0]["parts"][0]["text"].as_str().unwrap_or("");
+    let line = text.lines().next().unwrap_or("");
+    line.rsplit_once("/slot-")
+        .and_then(|(_, n)| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no slot in the program's output: {task}"))
+}
+
+/// "A slot in which something was left to kill when its task ended (an
+/// escapee, a process the ladder's SIGKILL found) is removed instead, and
+/// the next worker gets a new slot-N": a slot is reused after a task that
+/// ended by itself; after a task whose program ignored SIGTERM and left an
+/// escapee in another session, the ladder's SIGKILL to the process group
+/// leaves the escapee for the cgroup's kill (cgroup.kill written in the
+/// slot): that slot is gone, and the next task runs in a new one.
+#[test]
+fn a_slot_the_ladder_killed_in_is_removed_and_the_next_worker_gets_a_new_one() {
+    let test = "a_slot_the_ladder_killed_in_is_removed_and_the_next_worker_gets_a_new_one";
+    let Some(base) = private_cgroup(test) else { return };
+    let tmp = common::TempDir::new("slots");
+    let prog = common::script(
+        &tmp.0,
+        "slot.sh",
+        "read l\ngrep '^0::' /proc/self/cgroup\n\
+         case \"$l\" in stubborn) trap '' TERM; setsid sleep 600 & echo \"ready $!\"; \
+         while :; do sleep 0.05; done ;; esac",
+    );
+    let set = format!("tasks.cgroup={}", base.0.display());
+    let d = Daemon::start(&[
+        "--exec",
+        prog.to_str().unwrap(),
+        "--set",
+        &set,
+        // Workers take their slot when asked for: no idle worker holds one.
+        "--set",
+        "tasks.prespawn=0",
+        "--set",
+        "tasks.cancel_grace_ms=100",
+        "--set",
+        "tasks.term_grace_ms=200",
+    ]);
+    let parent = base.0.join(format!("agentd-{}", d.pid()));
+    let slot_dir = |n: u32| parent.join(format!("slot-{n}"));
+    let plain = || {
+        let r = d.ok("SendMessage", json!({"message": user_message("plain")}));
+        assert_eq!(r["task"]["status"]["state"], "TASK_STATE_COMPLETED", "{r}");
+        slot_of(&r["task"])
+    };
+    let first = plain();
+    assert_eq!(plain(), first, "a slot left empty is reused");
+
+    let id = d.send_async("stubborn");
+    let mut task = json!(null);
+    assert!(
+        wait_for(Duration::from_secs(10), || {
+            task = d.ok("GetTask", json!({"id": id}));
+            task["artifacts"][0]["parts"][0]["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("ready"))
+        }),
+        "the stubborn program never said ready: {task}"
+    );
+    let killed_in = slot_of(&task);
+    let text = task["artifacts"][0]["parts"][0]["text"].as_str().unwrap_or("");
+    let escapee: i32 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("ready "))
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no escapee pid: {text}"));
+    assert!(alive(escapee));
+    assert_eq!(killed_in, first, "the stubborn task reuses the free slot too");
+    let t = d.ok("CancelTask", json!({"id": id}));
+    assert_eq!(t["status"]["state"], "TASK_STATE_CANCELED", "{t}");
+    let log = d.log_text();
+    assert!(
+        log.contains(&format!("task.ladder task={id}")) && log.contains("rung=SIGKILL"),
+        "the program that ignores SIGTERM met no SIGKILL:\n{log}"
+    );
+    // Its slot is removed by the time the task is CANCELED: nothing of it
+    // is left, and no worker is put in it again.
+    assert!(!slot_dir(killed_in).exists(), "slot-{killed_in} is still there:\n{log}");
+    assert!(
+        log.contains(&format!("cgroup.retire slot={killed_in} (killed in)")),
+        "{log}"
+    );
+    assert!(
+        wait_for(Duration::from_secs(5), || !alive(escapee)),
+        "the escapee {escapee} outlived its task"
+    );
+
+    let next = plain();
+    assert_ne!(
+        next, killed_in,
+        "the next worker went into the slot a kill was written in"
+    );
+    assert!(
+        next > first,
+        "the next worker gets a new slot-N, not an old one: slot-{next}"
+    );
+    assert!(slot_dir(next).is_dir(), "{}", slot_dir(next).display());
+    eprintln!("slot-{first} used twice, killed in, removed; the next task ran in slot-{next}");
+}
+
+/// A program (python) that starts as many threads as its first line asks,
+/// says how many it had, and prints its cgroups first.
+fn threads_program(dir: &Path) -> PathBuf {
+    let py = dir.join("threads.py");
+    std::fs::write(
+        &py,
+        r#"import sys, threading
+threading.stack_size(64 * 1024)
+want = int(sys.stdin.readline())
+go = threading.Event()
+started = []
+try:
+    for _ in range(want):
+        t = threading.Thread(target=go.wait)
+        t.start()
+        started.append(t)
+    print("threads", len(started), flush=True)
+except RuntimeError as e:
+    print("threads stopped at", len(started), e, flush=True)
+go.set()
+for t in started:
+    t.join()
+"#,
+    )
+    .unwrap();
+    common::script(
+        dir,
+        "threads.sh",
+        &format!(
+            "grep -E '^[0-9]+:(pids|memory):|^0::' /proc/self/cgroup\nexec python3 {}",
+            py.display()
+        ),
+    )
+}
+
+/// The cgroup directory a program named for `controller` in its output
+/// (`N:pids:/path`, `0::/path` for v2), joined to that hierarchy's mount.
+fn program_cgroup(output: &str, controller: &str) -> Option<PathBuf> {
+    let rel = output.lines().find_map(|l| {
+        let mut f = l.splitn(3, ':');
+        let (_, c, p) = (f.next()?, f.next()?, f.next()?);
+        (c == controller).then(|| p.trim_start_matches('/').to_string())
+    })?;
+    let own = common::own_cgroup(controller)?;
+    // Our own cgroup in that hierarchy, minus its path: the mount.
+    let own_rel = std::fs::read_to_string("/proc/self/cgroup")
+        .ok()?
+        .lines()
+        .find_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (_, c, p) = (f.next()?, f.next()?, f.next()?);
+            (c == controller).then(|| p.trim_start_matches('/').to_string())
+        })?;
+    let mut mount = own;
+    for _ in Path::new(&own_rel).components() {
+        mount.pop();
+    }
+    Some(mount.join(rel))
+}
+
+/// `tasks.pids_max`: "auto is 1024 where agentd's cgroup v2 slots enforce
+/// it (the pids controller delegated to them) and no limit elsewhere, so a
+/// hybrid host pays no cgroup v1 move unless asked; a number applies
+/// everywhere". A program asks for 1100 threads. Where v2 offers no pids
+/// controller (this hybrid host, CI's too), `auto` limits nothing: no v1
+/// move (isolation without cgroup1-pids, the program in no slot of the v1
+/// pids hierarchy), and all 1100 start. Where it does, `auto` means 1024 in
+/// the v2 slot, and the program is stopped (exhausted). The number 1024
+/// applies here too, through a v1 pids slot (with the memory limit through
+/// a v1 memory slot), and stops the same program.
+#[test]
+fn pids_max_auto_limits_only_where_v2_enforces_it_and_a_number_applies_everywhere() {
+    let test = "pids_max_auto_limits_only_where_v2_enforces_it_and_a_number_applies_everywhere";
+    if std::process::Command::new("python3")
+        .arg("-c")
+        .arg("pass")
+        .status()
+        .is_err()
+    {
+        return common::skip_or_fail(test, "python3 is not installed");
+    }
+    let tmp = common::TempDir::new("pids-auto");
+    let prog = threads_program(&tmp.0);
+    let run = |d: &Daemon| {
+        let r = d.ok("SendMessage", json!({"message": user_message("1100")}));
+        let task = r["task"].clone();
+        let text = task["artifacts"][0]["parts"][0]["text"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        (task, text)
+    };
+
+    let d = Daemon::start(&["--exec", prog.to_str().unwrap(), "--set", "tasks.prespawn=0"]);
+    let isolation = common::isolation(&d);
+    if !isolation.contains("cgroup2") {
+        return common::skip_or_fail(test, &format!("agentd makes no cgroup v2 slots here ({isolation})"));
+    }
+    let v2_parent = common::own_cgroup("").unwrap().join(format!("agentd-{}", d.pid()));
+    let delegated = std::fs::read_to_string(v2_parent.join("cgroup.subtree_control")).unwrap_or_default();
+    let (task, text) = run(&d);
+    let v2_slot = program_cgroup(&text, "").unwrap_or_else(|| panic!("no v2 cgroup in: {text}"));
+    assert!(
+        v2_slot.starts_with(&v2_parent),
+        "{} not in {}",
+        v2_slot.display(),
+        v2_parent.display()
+    );
+    if delegated.split_whitespace().any(|c| c == "pids") {
+        // A pure v2 host with pids delegated: auto is 1024, in the slot.
+        assert_eq!(
+            std::fs::read_to_string(v2_slot.join("pids.max"))
+                .unwrap_or_default()
+                .trim(),
+            "1024"
+        );
+        assert_eq!(task["status"]["state"], "TASK_STATE_FAILED", "{task}");
+        assert_eq!(common::terminal_cause(&task), "exhausted", "{task}");
+    } else {
+        // No v2 pids controller: auto limits nothing and moves nothing.
+        assert!(!isolation.contains("cgroup1-pids"), "{isolation}");
+        assert!(!v2_slot.join("pids.max").exists(), "{}", v2_slot.display());
+        assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{task}");
+        assert!(text.contains("threads 1100"), "auto limited the threads: {text}");
+        let v1 = program_cgroup(&text, "pids").unwrap_or_else(|| panic!("no pids cgroup in: {text}"));
+        assert!(
+            !v1.to_string_lossy().contains("agentd-"),
+            "auto moved the worker into a v1 pids slot: {}",
+            v1.display()
+        );
+    }
+    drop(d);
+
+    // A number applies everywhere: here through the v1 pids hierarchy.
+    const MEMORY: u64 = 256 * 1024 * 1024;
+    let d = Daemon::start(&[
+        "--exec",
+        prog.to_str().unwrap(),
+        "--set",
+        "tasks.prespawn=0",
+        "--set",
+        "tasks.pids_max=1024",
+        "--set",
+        &format!("tasks.memory_max_bytes={MEMORY}"),
+    ]);
+    let isolation = common::isolation(&d);
+    let (task, text) = run(&d);
+    assert_eq!(task["status"]["state"], "TASK_STATE_FAILED", "{task}");
+    assert_eq!(common::terminal_cause(&task), "exhausted", "{task}");
+    assert!(
+        common::status_text(&task).contains("1024"),
+        "the limit in force is named: {task}"
+    );
+    let stopped = text.lines().find(|l| l.starts_with("threads stopped at "));
+    assert!(stopped.is_some(), "the program was not refused a thread: {text}");
+    if !delegated.split_whitespace().any(|c| c == "pids") {
+        assert!(isolation.contains("cgroup1-pids"), "{isolation}");
+        assert!(isolation.contains("cgroup1-memory"), "{isolation}");
+        let pids = program_cgroup(&text, "pids").unwrap_or_else(|| panic!("no pids cgroup in: {text}"));
+        assert!(
+            pids.to_string_lossy().contains(&format!("agentd-{}/slot-", d.pid())),
+            "{}",
+            pids.display()
+        );
+        let memory = program_cgroup(&text, "memory").unwrap_or_else(|| panic!("no memory cgroup in: {text}"));
+        assert!(
+            memory.to_string_lossy().contains(&format!("agentd-{}/slot-", d.pid())),
+            "{}",
+            memory.display()
+        );
+        // The slots live on (reused): their limits are still there to read.
+        assert_eq!(std::fs::read_to_string(pids.join("pids.max")).unwrap().trim(), "1024");
+        assert_eq!(
+            std::fs::read_to_string(memory.join("memory.limit_in_bytes"))
+                .unwrap()
+                .trim(),
+            MEMORY.to_string()
+        );
+    }
+    eprintln!("isolation {isolation}; {}", stopped.unwrap_or(""));
 }

@@ -96,14 +96,6 @@ fn send_and_hold(d: &Daemon, method: &str, params: Value) -> std::os::unix::net:
     s
 }
 
-/// How many `sleep` programs run below `pid`.
-fn sleepers(pid: i32) -> usize {
-    common::descendants(pid)
-        .into_iter()
-        .filter(|p| std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.starts_with(b"sleep\0")))
-        .count()
-}
-
 /// The status a new connection gets for GET `path`; `None` when there was
 /// no answer. A refused peer is answered 503 and closed without its request
 /// being read: the write may fail (EPIPE) with the 503 already waiting.
@@ -120,41 +112,92 @@ fn time_until_served(d: &Daemon, timeout: Duration) -> Option<Duration> {
     common::wait_for(timeout, || try_get(d, "/.well-known/agent-card.json") == Some(200)).then(|| t0.elapsed())
 }
 
+/// The task programs below `pid` that run `prog` (its path in their
+/// command line).
+fn programs(pid: i32, prog: &std::path::Path) -> Vec<i32> {
+    let needle = prog.as_os_str().as_encoded_bytes();
+    common::descendants(pid)
+        .into_iter()
+        .filter(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.windows(needle.len()).any(|w| w == needle))
+        })
+        .collect()
+}
+
+fn running(pid: i32, prog: &std::path::Path) -> usize {
+    programs(pid, prog).len()
+}
+
+/// "A client that hangs up while its blocking SendMessage waits frees its
+/// connection within about 200 ms": at a2a.max_connections=3, three
+/// clients hang up on their blocking sends, and all three connections are
+/// free within the promised 200 ms plus 800 ms for a loaded machine (the
+/// suite runs tests side by side on two cores; here the three tasks keep
+/// both cores busy as well). Then a new client gets in at once, and the
+/// tasks go on. Four rounds: clients that hang up while their tasks run,
+/// and clients that hang up as soon as their request is written (before
+/// the daemon has read it; timed from when their tasks run, i.e. from when
+/// their requests were read).
 #[test]
-fn clients_that_give_up_on_blocking_calls_free_their_slots_at_once_and_the_tasks_go_on() {
-    let d = Daemon::start(&["--exec", "sleep 30", "--set", "a2a.max_connections=3"]);
+fn clients_that_hang_up_on_blocking_calls_free_the_cap_within_about_200_ms_even_under_load() {
+    const PROMISED: Duration = Duration::from_millis(200);
+    const LOADED: Duration = Duration::from_millis(800);
+    let tmp = common::TempDir::new("hangup");
+    let spin = common::script(&tmp.0, "spin.sh", "while :; do :; done");
+    let d = Daemon::start(&["--exec", spin.to_str().unwrap(), "--set", "a2a.max_connections=3"]);
     d.settle();
-    let held: Vec<_> = (0..3)
-        .map(|_| send_and_hold(&d, "SendMessage", json!({"message": user_message("wait")})))
-        .collect();
-    // The cap is full: a fourth client is turned away.
-    assert!(common::wait_for(Duration::from_secs(5), || try_get(
-        &d,
-        "/.well-known/agent-card.json"
-    ) == Some(503)));
-    // Every call is waiting on its task, not on its request.
-    assert!(
-        common::wait_for(Duration::from_secs(10), || sleepers(d.pid()) == 3),
-        "three tasks running; log:\n{}",
-        d.log_text()
-    );
-    drop(held);
-    let took = time_until_served(&d, Duration::from_secs(5));
-    let took = took.unwrap_or_else(|| panic!("abandoned blocking calls still hold the cap; log:\n{}", d.log_text()));
-    eprintln!("slots free again {took:?} after the clients hung up");
-    d.settle(); // all three, not only the first
-    let tasks = d.ok("ListTasks", json!({}));
-    let tasks = tasks["tasks"].as_array().unwrap();
-    assert_eq!(tasks.len(), 3, "{tasks:?}");
-    for t in tasks {
-        assert_eq!(t["status"]["state"], "TASK_STATE_WORKING", "the task goes on: {t}");
+    for round in 0..4 {
+        let at_once = round % 2 == 1;
+        let held: Vec<_> = (0..3)
+            .map(|_| send_and_hold(&d, "SendMessage", json!({"message": user_message("wait")})))
+            .collect();
+        let hung_up = if at_once {
+            drop(held);
+            let read = common::wait_for(Duration::from_secs(10), || running(d.pid(), &spin) == 3);
+            assert!(read, "round {round}: three tasks running; log:\n{}", d.log_text());
+            Instant::now()
+        } else {
+            if round == 0 {
+                // The cap is full: a fourth client is turned away.
+                assert_eq!(try_get(&d, "/.well-known/agent-card.json"), Some(503));
+            }
+            // Every call is waiting on its task, not on its request.
+            let running3 = common::wait_for(Duration::from_secs(10), || running(d.pid(), &spin) == 3);
+            assert!(running3, "round {round}: three tasks running; log:\n{}", d.log_text());
+            let t = Instant::now();
+            drop(held);
+            t
+        };
+        let freed = common::wait_for(Duration::from_secs(5), || common::conn_threads(d.pid()) == 0);
+        let took = hung_up.elapsed();
+        assert!(
+            freed && took < PROMISED + LOADED,
+            "round {round}: {} of the three connections still held {took:?} after their clients hung up \
+             (promised: about {PROMISED:?}); log:\n{}",
+            common::conn_threads(d.pid()),
+            d.log_text()
+        );
+        assert_eq!(
+            try_get(&d, "/.well-known/agent-card.json"),
+            Some(200),
+            "round {round}: a new client did not get in"
+        );
+        eprintln!("round {round}: three connections free {took:?} after their clients hung up");
+        let tasks = d.ok("ListTasks", json!({}));
+        let working = tasks["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| t["status"]["state"] == "TASK_STATE_WORKING")
+            .count();
+        assert_eq!(working, 3, "round {round}: the tasks go on: {tasks}");
+        // End the round's load: its programs are killed (their tasks fail).
+        for p in programs(d.pid(), &spin) {
+            common::signal(p, libc::SIGKILL);
+        }
+        assert!(common::wait_for(Duration::from_secs(10), || running(d.pid(), &spin) == 0));
+        d.settle();
     }
-    // The connections' threads are gone too.
-    assert!(
-        common::wait_for(Duration::from_secs(5), || common::conn_threads(d.pid()) == 0),
-        "{} connection threads left",
-        common::conn_threads(d.pid())
-    );
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! The exec runner's jsonl protocol, tested from outside: a multi-turn
 //! agent on one warm process, direct replies, bad lines, exits without a
 //! verdict, rejection, follow-ups at the wrong time, and the ways a warm or
-//! stuck worker is ended (idle, stalled, cancelled).
+//! stuck worker is ended (idle, stalled, cancelled, a deadline that runs
+//! on while the task waits for input).
 
 mod common;
 
@@ -380,4 +381,68 @@ fn cancel_input_required_task() {
     for p in program {
         assert!(!alive(p), "program {p} outlived the cancel");
     }
+}
+
+/// "tasks.deadline_ms counts from the worker's start and includes time
+/// spent waiting for input": an agent that asks for input after every
+/// message, and is answered once halfway through its deadline, fails with
+/// cause deadline at the deadline counted from the first message, not
+/// from the answer (that would be half a deadline later) and not at the
+/// input_idle_ms a waiting task otherwise has.
+#[test]
+fn the_deadline_counts_from_the_start_and_through_waits_for_input() {
+    use std::time::Instant;
+    const DEADLINE: Duration = Duration::from_millis(3000);
+    let tmp = common::TempDir::new("jl");
+    let d = sh_daemon(
+        &tmp,
+        r#"while read l; do echo '{"status":"input-required","text":"and then?"}'; done"#,
+        &[
+            "--set",
+            &format!("tasks.deadline_ms={}", DEADLINE.as_millis()),
+            "--set",
+            "tasks.input_idle_ms=60000",
+            "--set",
+            "tasks.cancel_grace_ms=100",
+            "--set",
+            "tasks.term_grace_ms=100",
+        ],
+    );
+    let sent = Instant::now();
+    let t = send(&d, "first")["task"].clone();
+    assert_eq!(t["status"]["state"], "TASK_STATE_INPUT_REQUIRED", "{t}");
+    let id = t["id"].as_str().unwrap().to_string();
+    let worker = only_worker(&d);
+    // Answered halfway: the agent asks again, and waits again.
+    std::thread::sleep((DEADLINE / 2).saturating_sub(sent.elapsed()));
+    let follow = json!({"message": {
+        "messageId": common::new_id(), "role": "ROLE_USER", "taskId": id,
+        "contextId": t["contextId"], "parts": [{"text": "second"}],
+    }});
+    let again = d.ok("SendMessage", follow);
+    assert_eq!(again["task"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED", "{again}");
+    let answered = sent.elapsed();
+    let mut end = Value::Null;
+    assert!(
+        wait_for(Duration::from_secs(10), || {
+            end = get(&d, &id);
+            end["status"]["state"] == "TASK_STATE_FAILED"
+        }),
+        "the task waiting for input did not fail within 10 s: {end}"
+    );
+    let took = sent.elapsed();
+    assert_eq!(common::terminal_cause(&end), "deadline", "{end}");
+    eprintln!("answered at {answered:?}; the deadline of {DEADLINE:?} ended the task at {took:?}");
+    // Not before the deadline (the worker starts after the send); well
+    // before the deadline counted from the answer (DEADLINE * 3 / 2): the
+    // ladder takes 200 ms, the rest is room for a loaded machine.
+    assert!(
+        answered < DEADLINE,
+        "the follow-up came too late to tell ({answered:?})"
+    );
+    assert!(
+        took >= DEADLINE && took < DEADLINE + Duration::from_millis(1200),
+        "a deadline of {DEADLINE:?}, answered at {answered:?}, ended the task at {took:?}"
+    );
+    assert!(gone(worker), "worker {worker} or its group outlived the task");
 }

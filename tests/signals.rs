@@ -2,7 +2,10 @@
 //! ignored and logged (its default action would kill), SIGINT drains as
 //! SIGTERM does, a second SIGTERM or SIGINT kills every task at once, and
 //! the drain waits at most tasks.cancel_grace_ms + tasks.term_grace_ms +
-//! 2 s for the tasks before it kills what is left.
+//! 2 s for the tasks before it kills what is left. The drain from its
+//! first moment: STOPPING=1 while a task is still on the ladder, new
+//! connections refused, queued tasks CANCELED at once, every stream's final
+//! event before the exit, and at most 2 s for a stream nobody reads.
 
 mod common;
 
@@ -316,4 +319,236 @@ fn a_task_that_outlasts_the_ladder_does_not_hold_up_the_stop() {
         d.log_text()
     );
     eprintln!("a task that outlasts the ladder (task {id}): agentd stopped {took:?} after SIGTERM");
+}
+
+/// A program that ignores SIGTERM, appends its pid to `started` (one line
+/// per task that ever ran), and runs until SIGKILL.
+fn stubborn_counted(tmp: &TempDir) -> (String, std::path::PathBuf) {
+    let started = tmp.0.join("started");
+    let prog = common::script(
+        &tmp.0,
+        "counted.sh",
+        &format!(
+            "trap '' TERM\necho $$ >> {}\nwhile :; do sleep 0.05; done",
+            started.display()
+        ),
+    );
+    (prog.to_str().unwrap().to_string(), started)
+}
+
+/// Whether a new connection to `socket` is refused (ECONNREFUSED): what a
+/// listener that stopped accepting answers.
+fn refused(socket: &std::path::Path) -> bool {
+    matches!(std::os::unix::net::UnixStream::connect(socket),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused)
+}
+
+/// The next event of a stream, with when it came.
+fn next_at(s: &mut common::SseStream) -> (common::SseEvent, Instant) {
+    let e = s.next_event().expect("an event before the stream's end");
+    (e, Instant::now())
+}
+
+/// The drain as SIGNALS describes it, from its first moment: STOPPING=1
+/// goes out when it starts (while a task is still on the ladder, not after
+/// the exit), new connections are refused from then on, queued tasks are
+/// CANCELED at once and never run (a stream on one and a blocking call on
+/// another get that answer during the ladder), and the running task's
+/// stream gets its final event before agentd exits, which it does soon
+/// after the ladder's end once every answer is out.
+#[test]
+fn the_drain_says_stopping_refuses_connections_and_cancels_the_queue_at_once() {
+    const CANCEL: Duration = Duration::from_millis(1000);
+    const TERM: Duration = Duration::from_millis(1000);
+    let tmp = TempDir::new("drain-start");
+    let (prog, started) = stubborn_counted(&tmp);
+    let ear_path = tmp.0.join("notify");
+    let ear = std::os::unix::net::UnixDatagram::bind(&ear_path).unwrap();
+    ear.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+    let dir = TempDir::new("it");
+    let socket = dir.0.join("a.sock");
+    let cancel = format!("tasks.cancel_grace_ms={}", CANCEL.as_millis());
+    let term = format!("tasks.term_grace_ms={}", TERM.as_millis());
+    let notify = ear_path.display().to_string();
+    let mut d = Daemon::start_env(
+        dir,
+        socket.clone(),
+        &[
+            "--exec",
+            &prog,
+            "--set",
+            &cancel,
+            "--set",
+            &term,
+            "--set",
+            "tasks.max_running=1",
+        ],
+        &[("RUST_LOG", "debug"), ("NOTIFY_SOCKET", &notify)],
+    );
+    let params = || json!({"message": user_message("x")});
+    // One task runs (on the ladder once the drain starts); two wait.
+    let mut running = d.stream("SendStreamingMessage", params(), &[]);
+    let id = running.next_event().expect("the task").data["result"]["task"]["id"].clone();
+    let program = program_pid(&started);
+    let mut queued = d.stream("SendStreamingMessage", params(), &[]);
+    let first = queued.next_event().expect("the queued task");
+    assert_eq!(first.state(), Some("TASK_STATE_SUBMITTED"), "{}", first.raw);
+    let blocked = {
+        let b = blocked_send(&d);
+        std::thread::spawn(move || (b.join().unwrap(), Instant::now()))
+    };
+    assert!(
+        wait_for(Duration::from_secs(10), || d.ok("ListTasks", json!({}))["tasks"]
+            .as_array()
+            .is_some_and(|t| t.len() == 3)),
+        "three tasks"
+    );
+    let mut heard = Vec::new();
+    let mut buf = [0u8; 512];
+    while let Ok(n) = ear.recv(&mut buf) {
+        heard.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+    }
+    assert!(!heard.iter().any(|m| m.contains("STOPPING=1")), "{heard:?}");
+
+    let sent = Instant::now();
+    signal(d.pid(), libc::SIGTERM);
+    // STOPPING=1 at the drain's start: the program is still on the ladder.
+    let stopping = loop {
+        if let Ok(n) = ear.recv(&mut buf) {
+            let m = String::from_utf8_lossy(&buf[..n]).into_owned();
+            if m.lines().any(|l| l == "STOPPING=1") {
+                break sent.elapsed();
+            }
+        }
+        assert!(
+            sent.elapsed() < Duration::from_secs(5),
+            "no STOPPING=1 within 5 s of SIGTERM"
+        );
+    };
+    assert!(
+        alive(program),
+        "STOPPING=1 came only after the ladder had killed the task"
+    );
+    assert!(alive(d.pid()), "STOPPING=1 came only at the exit");
+    // From then on, new connections are refused (the listener is shut
+    // down; it stays bound until the exit).
+    assert!(
+        wait_for(Duration::from_secs(1), || refused(&socket)),
+        "a new connection was not refused during the drain; log:\n{}",
+        d.log_text()
+    );
+    // The queued tasks end CANCELED (shutdown) at the drain's start.
+    let (end, queued_at) = next_at(&mut queued);
+    assert_eq!(end.state(), Some("TASK_STATE_CANCELED"), "{}", end.raw);
+    assert_eq!(common::terminal_cause(end.body()), "shutdown", "{}", end.raw);
+    assert!(queued.next_event().is_none(), "the queued task's stream ends");
+    let ((answer, answered_at), still_running) = (blocked.join().unwrap(), alive(program));
+    let answer = answer.expect("the blocked client got an answer");
+    assert_eq!(
+        answer["result"]["task"]["status"]["state"], "TASK_STATE_CANCELED",
+        "{answer}"
+    );
+    assert_eq!(common::terminal_cause(&answer["result"]["task"]), "shutdown");
+    assert!(
+        still_running && refused(&socket),
+        "the queue's answers came after the ladder ended: the drain is over already"
+    );
+    // The running task's stream: its final event once the ladder's SIGKILL
+    // killed the program, then the stream's end.
+    let mut last = next_at(&mut running);
+    while !last.0.is_terminal_status() {
+        last = next_at(&mut running);
+    }
+    let (end, running_at) = last;
+    assert_eq!(end.state(), Some("TASK_STATE_CANCELED"), "{}", end.raw);
+    assert_eq!(end.body()["taskId"], id, "{}", end.raw);
+    assert_eq!(common::terminal_cause(end.body()), "shutdown", "{}", end.raw);
+    assert!(running.next_event().is_none(), "the running task's stream ends");
+    let (code, took) = wait_exit(&mut d, sent, Duration::from_secs(30));
+    assert_eq!(code, Some(0), "{}", d.log_text());
+    assert!(!alive(program));
+    let ran = std::fs::read_to_string(&started).unwrap();
+    assert_eq!(ran.lines().count(), 1, "a queued task ran during the drain: {ran}");
+    let ms = |t: Instant| t.duration_since(sent);
+    eprintln!(
+        "STOPPING=1 {stopping:?} after SIGTERM; queued answers at {:?} and {:?}; the running task's end at {:?}; \
+         exit at {took:?}",
+        ms(queued_at),
+        ms(answered_at),
+        ms(running_at)
+    );
+    // Not before the ladder's SIGKILL, and with every stream answered, no
+    // wait for answers: the ladder, then the exit (room for a loaded machine).
+    let ladder = CANCEL + TERM;
+    assert!(
+        ms(running_at) >= ladder && took >= ladder,
+        "the stubborn program's task ended before its ladder: {:?}",
+        ms(running_at)
+    );
+    assert!(
+        took < ladder + Duration::from_millis(1500),
+        "agentd exited {took:?} after SIGTERM: the ladder takes {ladder:?}, and every answer was out"
+    );
+    assert!(stopping < CANCEL, "STOPPING=1 {stopping:?} after SIGTERM");
+}
+
+/// "gives answers and open streams up to 2 seconds to reach their
+/// clients": a client that stops reading its stream (megabytes behind, its
+/// connection's writes blocked) holds the exit for those 2 seconds after
+/// the ladder, and no longer.
+#[test]
+fn a_stream_nobody_reads_holds_the_exit_for_2_seconds_and_no_longer() {
+    const CANCEL: Duration = Duration::from_millis(100);
+    const TERM: Duration = Duration::from_millis(100);
+    const OUTPUT: usize = 2_000_000;
+    let tmp = TempDir::new("drain-flush");
+    let prog = common::script(
+        &tmp.0,
+        "flood.sh",
+        &format!("head -c {OUTPUT} /dev/zero | tr '\\0' a\nexec sleep 600"),
+    );
+    let mut d = ladder_daemon(prog.to_str().unwrap(), CANCEL, TERM, &[]);
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage",
+        "params": {"message": user_message("x")}})
+    .to_string();
+    let mut stuck = d.connect();
+    write!(
+        stuck,
+        "POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nA2A-Version: 1.0\r\n\
+         Accept: text/event-stream\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    // The task has written all its output; the stream, never read, is far
+    // behind it (a socket holds a few hundred KiB): its writes block.
+    let output_len = || {
+        let tasks = d.ok("ListTasks", json!({"includeArtifacts": true}));
+        tasks["tasks"][0]["artifacts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|a| a["parts"].as_array().into_iter().flatten())
+            .map(|p| p["text"].as_str().unwrap_or("").len())
+            .sum::<usize>()
+    };
+    assert!(
+        wait_for(Duration::from_secs(20), || output_len() == OUTPUT),
+        "the task's output never reached {OUTPUT} bytes"
+    );
+    let sent = Instant::now();
+    signal(d.pid(), libc::SIGTERM);
+    let (code, took) = wait_exit(&mut d, sent, Duration::from_secs(30));
+    assert_eq!(code, Some(0), "{}", d.log_text());
+    let log = d.log_text();
+    assert!(!log.contains("overran"), "{log}");
+    // The ladder ends the task within CANCEL + TERM; then the stream gets
+    // its 2 s. Room for a loaded machine above, none below.
+    let flush = Duration::from_secs(2);
+    assert!(
+        took >= flush && took < flush + CANCEL + TERM + Duration::from_millis(1500),
+        "agentd exited {took:?} after SIGTERM with a stream blocked: the ladder takes up to {:?}, then 2 s for answers",
+        CANCEL + TERM
+    );
+    eprintln!("a stream nobody reads: agentd exited {took:?} after SIGTERM");
+    drop(stuck);
 }

@@ -1,6 +1,7 @@
 //! Tasks as processes, tested from outside: the exec runner, the kill
 //! ladder against a program that fights back, clients that vanish, a daemon
-//! killed with SIGKILL, deadlines, the running cap and the queue.
+//! killed with SIGKILL, deadlines, the running cap and the queue, and a
+//! worker whose agentd died before it armed its parent-death signal.
 
 mod common;
 
@@ -549,4 +550,151 @@ fn a_worker_that_cannot_be_forked_fails_its_task_with_the_reason_and_nothing_han
     cgroup.set_max("max");
     assert_eq!(hi("room again")["task"]["status"]["state"], "TASK_STATE_COMPLETED");
     assert_eq!(common::fork_servers(d.pid()), server);
+}
+
+/// A process traced with ptrace(2) by this thread, with the options that
+/// stop it at each fork or clone and trace the child from its first
+/// instruction. Detached (or found gone) on drop.
+struct Traced(i32);
+
+impl Traced {
+    fn seize(pid: i32, options: libc::c_int) -> Traced {
+        #[allow(unsafe_code)]
+        // SAFETY: ptrace(2) with integer arguments on a process this test's
+        // daemon started.
+        let r = unsafe { libc::ptrace(libc::PTRACE_SEIZE, pid, 0, options) };
+        assert_eq!(r, 0, "PTRACE_SEIZE {pid}: {}", std::io::Error::last_os_error());
+        Traced(pid)
+    }
+
+    /// Waits (bounded) for the next stop or end this thread is told of for
+    /// the traced process `pid` (this one, or a child traced with it).
+    fn wait(pid: i32, within: Duration) -> libc::c_int {
+        let deadline = Instant::now() + within;
+        loop {
+            let mut status = 0;
+            #[allow(unsafe_code)]
+            // SAFETY: waitpid(2) on a tracee of this thread, with an owned
+            // status word.
+            let r = unsafe { libc::waitpid(pid, &mut status, libc::__WALL | libc::WNOHANG) };
+            assert!(r >= 0, "waitpid {pid}: {}", std::io::Error::last_os_error());
+            if r == pid {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "{pid} did not stop or end within {within:?}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// The pid of the child a fork or clone event stop is about.
+    fn event_child(&self) -> i32 {
+        let mut msg: libc::c_ulong = 0;
+        #[allow(unsafe_code)]
+        // SAFETY: PTRACE_GETEVENTMSG writes one c_ulong into `msg`.
+        let r = unsafe { libc::ptrace(libc::PTRACE_GETEVENTMSG, self.0, 0, &mut msg as *mut libc::c_ulong) };
+        assert_eq!(r, 0, "PTRACE_GETEVENTMSG: {}", std::io::Error::last_os_error());
+        msg as i32
+    }
+
+    /// Lets it run on, still traced.
+    fn resume(&self) {
+        #[allow(unsafe_code)]
+        // SAFETY: ptrace(2) with integer arguments on our tracee.
+        let r = unsafe { libc::ptrace(libc::PTRACE_CONT, self.0, 0, 0) };
+        assert_eq!(r, 0, "PTRACE_CONT {}: {}", self.0, std::io::Error::last_os_error());
+    }
+}
+
+impl Drop for Traced {
+    fn drop(&mut self) {
+        #[allow(unsafe_code)]
+        // SAFETY: ptrace(2) on our tracee; ESRCH (gone, or not stopped) is
+        // harmless.
+        unsafe {
+            libc::ptrace(libc::PTRACE_DETACH, self.0, 0, 0);
+        }
+    }
+}
+
+/// "checks that its parent is still the agentd that started it (otherwise
+/// agentd died before the signal was armed, and it exits 111 at once)":
+/// the fork server is traced so that the worker it forks for a task is
+/// held at its first instruction (before it arms its parent-death signal);
+/// agentd is SIGKILLed then, and the worker, let go, finds another parent
+/// and exits 111 at once, without running its task.
+#[test]
+fn a_worker_whose_agentd_died_before_it_armed_its_signal_exits_111_at_once() {
+    let tmp = common::TempDir::new("orphaned");
+    let ran = tmp.0.join("ran.log");
+    let prog = common::script(
+        &tmp.0,
+        "ran.sh",
+        &format!("read l; echo \"$l\" >> {}; echo ok", ran.display()),
+    );
+    let mut d = Daemon::start(&["--exec", prog.to_str().unwrap(), "--set", "tasks.prespawn=0"]);
+    let warm = d.ok("SendMessage", json!({"message": user_message("warm")}));
+    assert_eq!(warm["task"]["status"]["state"], "TASK_STATE_COMPLETED", "{warm}");
+    let servers = common::fork_servers(d.pid());
+    assert_eq!(servers.len(), 1, "one fork server after a task");
+    let agentd = d.pid();
+    let server = Traced::seize(
+        servers[0],
+        libc::PTRACE_O_TRACECLONE | libc::PTRACE_O_TRACEFORK | libc::PTRACE_O_TRACEVFORK,
+    );
+    // The task's worker is asked of the fork server (no idle worker), with
+    // the task in its pipe.
+    send_async(&d, "orphaned");
+    let status = Traced::wait(server.0, Duration::from_secs(10));
+    let event = status >> 16;
+    assert!(
+        libc::WIFSTOPPED(status)
+            && [
+                libc::PTRACE_EVENT_CLONE,
+                libc::PTRACE_EVENT_FORK,
+                libc::PTRACE_EVENT_VFORK
+            ]
+            .contains(&event),
+        "the fork server did not stop at its fork: status {status:#x}"
+    );
+    let worker = Traced(server.event_child());
+    let status = Traced::wait(worker.0, Duration::from_secs(10));
+    assert!(libc::WIFSTOPPED(status), "the worker's first stop: {status:#x}");
+    assert_eq!(
+        common::proc_stat(worker.0).map(|s| s.ppid),
+        Some(agentd),
+        "the worker is agentd's child (CLONE_PARENT)"
+    );
+    // agentd dies while its worker has armed nothing yet.
+    d.kill9();
+    assert!(
+        wait_for(Duration::from_secs(5), || common::proc_stat(worker.0)
+            .is_some_and(|s| s.ppid != agentd)),
+        "the worker was not re-parented"
+    );
+    // The fork server, held at its fork, dies with agentd (its own
+    // parent-death signal); its end is told to us, its tracer.
+    let status = Traced::wait(server.0, Duration::from_secs(5));
+    assert!(
+        libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGKILL,
+        "the fork server did not die with agentd: status {status:#x}"
+    );
+    let let_go = Instant::now();
+    worker.resume();
+    let status = loop {
+        let status = Traced::wait(worker.0, Duration::from_secs(5));
+        if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
+            break status;
+        }
+        // A signal stop on the way (none is expected): pass it on.
+        worker.resume();
+    };
+    let took = let_go.elapsed();
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 111,
+        "the orphaned worker ended with status {status:#x}, not exit 111"
+    );
+    assert!(took < Duration::from_secs(1), "it took {took:?} to exit");
+    let runs = std::fs::read_to_string(&ran).unwrap_or_default();
+    assert_eq!(runs, "warm\n", "the orphaned worker ran its task");
+    eprintln!("an orphaned worker: exit 111 {took:?} after it was let go");
 }

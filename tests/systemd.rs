@@ -1,6 +1,8 @@
 //! systemd's protocols from outside: readiness, status, stopping and the
 //! watchdog on a datagram socket standing in for the service manager, and
 //! socket activation through `systemd-socket-activate` (the real tool).
+//! The watchdog is judged against a process manager stopped from outside
+//! (its thread alone, by ptrace), so a timer that beats regardless fails.
 
 mod common;
 
@@ -209,4 +211,143 @@ fn socket_activation_serves_the_passed_socket() {
     assert_eq!(d.stop(), Some(0));
     // The socket is the manager's: agentd leaves it in place.
     assert!(socket.exists(), "a passed socket is not agentd's to remove");
+}
+
+/// The thread of `pid` named `name` (its comm), if any.
+fn thread_named(pid: i32, name: &str) -> Option<i32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+        .find(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim_end() == name))
+        .and_then(|t| t.file_name().to_string_lossy().parse().ok())
+}
+
+/// One thread of another process held stopped, and only it, until
+/// dropped: ptrace(2) seizes the thread and interrupts it (no group stop:
+/// the process's other threads run on), and detaching lets it go on. Held
+/// and dropped on the thread that made it (a tracer is a thread).
+struct ThreadStop {
+    tid: i32,
+}
+
+impl ThreadStop {
+    fn new(tid: i32) -> Result<ThreadStop, String> {
+        let err = |what: &str| format!("{what} {tid}: {}", std::io::Error::last_os_error());
+        #[allow(unsafe_code)]
+        // SAFETY: ptrace(2) and waitpid(2) on a thread of a process this
+        // test started, with integer arguments and an owned status word.
+        unsafe {
+            if libc::ptrace(libc::PTRACE_SEIZE, tid, 0, 0) != 0 {
+                return Err(err("PTRACE_SEIZE"));
+            }
+            let held = ThreadStop { tid };
+            if libc::ptrace(libc::PTRACE_INTERRUPT, tid, 0, 0) != 0 {
+                return Err(err("PTRACE_INTERRUPT"));
+            }
+            let mut status = 0;
+            if libc::waitpid(tid, &mut status, libc::__WALL) != tid || !libc::WIFSTOPPED(status) {
+                return Err(err("waiting for the stop of"));
+            }
+            Ok(held)
+        }
+    }
+}
+
+impl Drop for ThreadStop {
+    fn drop(&mut self) {
+        #[allow(unsafe_code)]
+        // SAFETY: ptrace(2) on the thread this value seized; it is stopped.
+        unsafe {
+            libc::ptrace(libc::PTRACE_DETACH, self.tid, 0, 0);
+        }
+    }
+}
+
+/// Every notification that arrives within `window`, counted from now.
+fn heard_within(ear: &UnixDatagram, window: Duration) -> Vec<String> {
+    let until = Instant::now() + window;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while Instant::now() < until {
+        if let Ok(n) = ear.recv(&mut buf) {
+            got.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+        }
+    }
+    got
+}
+
+fn beats(msgs: &[String]) -> usize {
+    msgs.iter().filter(|m| *m == "WATCHDOG=1").count()
+}
+
+/// WATCHDOG=1 proves the process manager alive, not a timer: with
+/// procman's thread stopped (from outside, by ptrace; the rest of the
+/// daemon runs on) the beats stop and each missed one is logged as
+/// agentd.watchdog; let go, procman answers again and the beats resume.
+#[test]
+fn a_wedged_process_manager_misses_its_beats_and_they_resume_when_it_answers() {
+    // 0.4 s: a beat due every 0.2 s.
+    const HALF: Duration = Duration::from_millis(200);
+    let dir = TempDir::new("sd-wedge");
+    let ear_path = dir.0.join("notify");
+    let ear = UnixDatagram::bind(&ear_path).unwrap();
+    ear.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+    let mut d = start_with_env(
+        dir,
+        &[
+            ("NOTIFY_SOCKET", ear_path.display().to_string()),
+            ("WATCHDOG_USEC", "400000".into()),
+        ],
+        &[],
+    );
+    let mut seen = Vec::new();
+    assert!(
+        wait_for_message(&ear, &mut seen, "READY=1", Duration::from_secs(10)),
+        "{seen:?}"
+    );
+    assert!(
+        wait_for_message(&ear, &mut seen, "WATCHDOG=1", Duration::from_secs(5)),
+        "no beat from a healthy daemon: {seen:?}"
+    );
+    let procman = thread_named(d.pid(), "procman").expect("agentd has a thread named procman");
+    let missed = || d.log_text().matches("agentd.watchdog").count();
+    assert_eq!(missed(), 0, "{}", d.log_text());
+
+    let wedged = ThreadStop::new(procman).unwrap_or_else(|e| panic!("cannot stop procman's thread: {e}"));
+    let since = Instant::now();
+    // Ten half periods with procman stopped: the ping asked just before
+    // the stop may still have been answered (one beat), no more.
+    let during = heard_within(&ear, HALF * 10);
+    let missed_during = missed();
+    let log = d.log_text();
+    drop(wedged);
+    eprintln!(
+        "procman stopped {:?}: {} beats, {missed_during} agentd.watchdog lines",
+        since.elapsed(),
+        beats(&during)
+    );
+    assert!(beats(&during) <= 1, "beats went on without procman: {during:?}");
+    // A miss is known a half period after its ping, logged at once: of
+    // ten half periods, at least five (a loaded machine delays the
+    // logging thread, not what it finds).
+    assert!(
+        missed_during >= 5,
+        "{missed_during} agentd.watchdog lines in {:?} of a wedged procman:\n{log}",
+        since.elapsed()
+    );
+    assert!(
+        log.contains("agentd.watchdog procman did not answer within 200 ms; not beating"),
+        "{log}"
+    );
+
+    // Let go: procman answers again, and so do the beats.
+    let mut after = Vec::new();
+    let resumed = common::wait_for(Duration::from_secs(5), || {
+        after.extend(heard_within(&ear, HALF));
+        beats(&after) >= 3
+    });
+    assert!(resumed, "the beats did not resume: {after:?}\n{}", d.log_text());
+    let task = d.ok("SendMessage", json!({"message": user_message("still here")}));
+    assert_eq!(task["task"]["status"]["state"], "TASK_STATE_COMPLETED", "{task}");
+    assert_eq!(d.stop(), Some(0));
 }

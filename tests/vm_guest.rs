@@ -9,7 +9,10 @@
 //! peers, judged by the CID the kernel tells. The test waits for agentd's readiness
 //! notification, sent to the host over vsock (`NOTIFY_SOCKET=vsock:2:PORT`
 //! on the kernel command line, as systemd's VM interface does), not by
-//! polling the card.
+//! polling the card. Then the guest is stopped from inside (a task's
+//! program sends SIGTERM to process 1): agentd drains, syncs and powers
+//! the machine off, and qemu exits by itself. A second guest whose module
+//! cannot be loaded powers off at once, without serving.
 //!
 //! Needs what `tests/vm/setup.sh` installs (qemu, a Debian cloud kernel,
 //! vhost-device-vsock, busybox); `.ci/run` runs it first. Without them the
@@ -33,11 +36,8 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn skip_or_fail(why: &str) {
-    common::skip_or_fail(
-        "agentd_as_guest_init_serves_a2a_over_vsock",
-        &format!("{why} (run tests/vm/setup.sh to install what it needs)"),
-    );
+fn skip_or_fail(test: &str, why: &str) {
+    common::skip_or_fail(test, &format!("{why} (run tests/vm/setup.sh to install what it needs)"));
 }
 
 fn run(cmd: &mut Command) -> Output {
@@ -86,6 +86,30 @@ fn json_out(o: &Output) -> Value {
     );
     serde_json::from_slice(&o.stdout)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&o.stdout)))
+}
+
+fn write(path: &Path, text: &str, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// The static agentd and busybox, or None (the test skipped) where the VM
+/// tools are missing.
+fn guest_tools(test: &str) -> Option<(PathBuf, PathBuf)> {
+    let vm = common::vm_dir();
+    let busybox = vm.join("busybox/bin/busybox");
+    let vhost = vm.join("tools/bin/vhost-device-vsock");
+    let have_qemu = Command::new("qemu-system-x86_64").arg("--version").output().is_ok();
+    if !have_qemu || !busybox.exists() || !vhost.exists() || !vm.join("kernel").exists() {
+        skip_or_fail(test, "qemu, the guest kernel, vhost-device-vsock or busybox is missing");
+        return None;
+    }
+    if !common::musl_target_installed() {
+        skip_or_fail(test, "the x86_64-unknown-linux-musl target is not installed");
+        return None;
+    }
+    Some((common::static_agentd(), busybox))
 }
 
 /// A client command the guest's agentd refuses: exit 1, and the JSON-RPC
@@ -144,36 +168,76 @@ fn write(path: &Path, text: &str, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
+/// The initramfs of a guest whose /init is `agentd` with `conf` as
+/// /etc/agentd.conf and `agent` as /etc/agent.sh, busybox as its shell,
+/// and `extra` files (`HOST_PATH:GUEST_PATH`).
+fn initramfs(work: &Path, agentd: &Path, busybox: &Path, conf: &str, agent: &str, extra: &[String]) -> PathBuf {
+    let stage = work.join("files");
+    std::fs::create_dir_all(&stage).unwrap();
+    write(&stage.join("agent.sh"), agent, 0o755);
+    write(&stage.join("agentd.conf"), conf, 0o644);
+    let initramfs = work.join("initramfs.cpio");
+    let bb = busybox.display().to_string();
+    run(Command::new(repo().join("tests/vm/mkinitramfs.sh"))
+        .args([
+            agentd.to_str().unwrap(),
+            initramfs.to_str().unwrap(),
+            &format!("{bb}:/bin/busybox"),
+            &format!("{bb}:/bin/sh"),
+            &format!("{bb}:/bin/sleep"),
+            &format!("{}:/etc/agent.sh", stage.join("agent.sh").display()),
+            &format!("{}:/etc/agentd.conf", stage.join("agentd.conf").display()),
+        ])
+        .args(extra));
+    initramfs
+}
+
+/// The pid of the guest's qemu (run-guest.sh wrote it).
+fn qemu_pid(run_dir: &Path) -> i32 {
+    std::fs::read_to_string(run_dir.join("qemu.pid"))
+        .ok()
+        .and_then(|p| p.trim().parse().ok())
+        .expect("run-guest.sh wrote qemu.pid")
+}
+
+/// Waits up to `within` for the guest's qemu to exit by itself (it runs
+/// with -no-reboot: a guest that powers off, or panics, ends it); how long
+/// that took, or None.
+fn qemu_exits(qemu: i32, within: Duration) -> Option<Duration> {
+    let t = Instant::now();
+    common::wait_for(within, || !common::alive(qemu)).then(|| t.elapsed())
+}
+
+/// What the guest's console shows of a clean power-off by agentd (not a
+/// kernel panic, which also ends qemu): agentd's line, then the kernel's.
+fn assert_powered_off(console: &str, exit_code: i32) {
+    let said = console
+        .find(&format!("agentd.poweroff exit_code={exit_code}"))
+        .unwrap_or_else(|| panic!("agentd did not say agentd.poweroff exit_code={exit_code}:\n{console}"));
+    assert!(
+        console[said..].contains("reboot: Power down"),
+        "no power-off after agentd.poweroff:\n{console}"
+    );
+    assert!(!console.contains("Kernel panic"), "{console}");
+}
+
 #[test]
 fn agentd_as_guest_init_serves_a2a_over_vsock() {
-    let vm = common::vm_dir();
-    let busybox = vm.join("busybox/bin/busybox");
-    let vhost = vm.join("tools/bin/vhost-device-vsock");
-    let have_qemu = Command::new("qemu-system-x86_64").arg("--version").output().is_ok();
-    if !have_qemu || !busybox.exists() || !vhost.exists() || !vm.join("kernel").exists() {
-        return skip_or_fail("qemu, the guest kernel, vhost-device-vsock or busybox is missing");
-    }
-    if !common::musl_target_installed() {
-        return skip_or_fail("the x86_64-unknown-linux-musl target is not installed");
-    }
-    let agentd = common::static_agentd();
-
+    let Some((agentd, busybox)) = guest_tools("agentd_as_guest_init_serves_a2a_over_vsock") else {
+        return;
+    };
     let work = common::TempDir::new("vm");
-    let stage = work.0.join("files");
-    std::fs::create_dir_all(&stage).unwrap();
-    // The guest's agent: echoes, unless asked to sleep (then it is cancelled)
-    // or to be the guest's own client (`as-guest COMMAND ARGS…`: agentd's
-    // client, run against the guest itself over vsock loopback).
-    write(
-        &stage.join("agent.sh"),
-        &format!(
-            "#!/bin/sh\nread -r line\ncase \"$line\" in\nsleep*) exec sleep 600 ;;\n\
-             as-guest\\ *) set -- ${{line#as-guest }}; cmd=$1; shift; exec /init \"$cmd\" vsock://1:{PORT} \"$@\" ;;\n\
-             *) echo \"guest says: $line\" ;;\nesac\n"
-        ),
-        0o755,
+    // The guest's agent: echoes, unless asked to sleep (then it is
+    // cancelled), to stop the machine (SIGTERM to process 1, agentd), or to
+    // be the guest's own client (`as-guest COMMAND ARGS…`: agentd's client,
+    // run against the guest itself over vsock loopback).
+    let agent = format!(
+        "#!/bin/sh\nread -r line\ncase \"$line\" in\nsleep*) exec sleep 600 ;;\n\
+         poweroff*) kill -TERM 1; echo \"stopping\" ;;\n\
+         as-guest\\ *) set -- ${{line#as-guest }}; cmd=$1; shift; exec /init \"$cmd\" vsock://1:{PORT} \"$@\" ;;\n\
+         *) echo \"guest says: $line\" ;;\nesac\n"
     );
-    let loopback = kernel_module(&vm, "vsock_loopback");
+    let loopback = kernel_module(&common::vm_dir(), "vsock_loopback");
     let loopback_name = loopback.file_name().unwrap().to_string_lossy().into_owned();
     let modules = [
         "vsock",
@@ -189,19 +253,8 @@ fn agentd_as_guest_init_serves_a2a_over_vsock() {
         conf.push_str(&format!("init.modules: /lib/modules/{m}.ko\n"));
     }
     conf.push_str(&format!("init.modules: /lib/modules/{loopback_name}\n"));
-    write(&stage.join("agentd.conf"), &conf, 0o644);
-    let initramfs = work.0.join("initramfs.cpio");
-    let bb = busybox.display().to_string();
-    run(Command::new(repo().join("tests/vm/mkinitramfs.sh")).args([
-        agentd.to_str().unwrap(),
-        initramfs.to_str().unwrap(),
-        &format!("{bb}:/bin/busybox"),
-        &format!("{bb}:/bin/sh"),
-        &format!("{bb}:/bin/sleep"),
-        &format!("{}:/etc/agent.sh", stage.join("agent.sh").display()),
-        &format!("{}:/etc/agentd.conf", stage.join("agentd.conf").display()),
-        &format!("{}:/lib/modules/{loopback_name}", loopback.display()),
-    ]));
+    let extra = [format!("{}:/lib/modules/{loopback_name}", loopback.display())];
+    let initramfs = initramfs(&work.0, &agentd, &busybox, &conf, &agent, &extra);
 
     let run_dir = work.0.join("run");
     let started = Instant::now();
@@ -344,5 +397,72 @@ fn agentd_as_guest_init_serves_a2a_over_vsock() {
         console.contains("agentd.ready"),
         "agentd logged to the guest console:\n{console}"
     );
-    eprintln!("VM test done in {:.1} s", started.elapsed().as_secs_f64());
+
+    // Stopped from inside: a task's program sends SIGTERM to process 1.
+    // agentd drains (the ladder takes 0.5 s here, answers 2 s at most),
+    // syncs and powers off; qemu, with -no-reboot, exits by itself.
+    let qemu = qemu_pid(&run_dir);
+    let stop = json_out(&client(&endpoint, &["send", "--json", "--no-wait", "poweroff please"]));
+    assert!(stop["task"]["id"].is_string(), "{stop}");
+    let took = qemu_exits(qemu, Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("the guest still runs 60 s after its agentd was sent SIGTERM"));
+    let console = std::fs::read_to_string(run_dir.join("console.log")).unwrap_or_default();
+    let stopping = console
+        .find("agentd.stopping signal=SIGTERM")
+        .unwrap_or_else(|| panic!("agentd did not drain on SIGTERM:\n{console}"));
+    assert!(
+        console[stopping..].contains("agentd.stopped"),
+        "agentd did not finish its drain before powering off:\n{console}"
+    );
+    assert_powered_off(&console[stopping..], 0);
+    eprintln!(
+        "guest powered off {:.1} s after its agentd was asked to stop; VM test done in {:.1} s",
+        took.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// "a failed mount or module load logs the error and powers off at once":
+/// a guest whose agentd is told to load a module that is not there says
+/// why on the console and powers the machine off, before it serves.
+#[test]
+fn a_guest_whose_module_cannot_be_loaded_powers_off_at_once() {
+    let Some((agentd, busybox)) = guest_tools("a_guest_whose_module_cannot_be_loaded_powers_off_at_once") else {
+        return;
+    };
+    let work = common::TempDir::new("vm-fail");
+    let conf = format!(
+        "a2a.listen: vsock://-1:{PORT}\nagent.exec: /bin/sh /etc/agent.sh\ninit.modules: /lib/modules/missing.ko\n"
+    );
+    let initramfs = initramfs(&work.0, &agentd, &busybox, &conf, "#!/bin/sh\ncat\n", &[]);
+    let run_dir = work.0.join("run");
+    run(Command::new(repo().join("tests/vm/run-guest.sh"))
+        .args([
+            run_dir.to_str().unwrap(),
+            initramfs.to_str().unwrap(),
+            &PORT.to_string(),
+        ])
+        .env("VM_APPEND", "-- serve --config /etc/agentd.conf"));
+    let _guest = Guest { work: run_dir.clone() };
+    let qemu = qemu_pid(&run_dir);
+    // Its boot takes 3-15 s here (see tests/vm/README.md).
+    let within = Duration::from_secs(60);
+    let took = qemu_exits(qemu, within).unwrap_or_else(|| panic!("the guest still runs {within:?} after it started"));
+    let console = std::fs::read_to_string(run_dir.join("console.log")).unwrap_or_default();
+    let error = console
+        .find("agentd: init: cannot open module /lib/modules/missing.ko")
+        .unwrap_or_else(|| panic!("agentd did not say why on the console:\n{console}"));
+    // At once: nothing is served, no drain, straight to the power-off.
+    for never in ["agentd.ready", "a2a.listen", "agentd.stopping"] {
+        assert!(!console.contains(never), "{never} before the power-off:\n{console}");
+    }
+    assert!(
+        console[error..].contains("reboot: Power down"),
+        "no power-off after the error:\n{console}"
+    );
+    assert!(!console.contains("Kernel panic"), "{console}");
+    eprintln!(
+        "a guest whose module is missing powered off {:.1} s after qemu started",
+        took.as_secs_f64()
+    );
 }

@@ -201,8 +201,9 @@ pub(super) fn helpers<C, L>(pool: &Pool<C, L>) -> Helpers<'_> {
 
 /// Why no worker was asked for.
 pub(super) enum Ask {
-    /// The fork server's request queue is full, or the start path holds
-    /// asks back: ask again later.
+    /// The fork server's request queue is full, it was lost before it
+    /// heard the request, or the start path holds asks back: ask again
+    /// later.
     Later,
     /// It could not be asked (it cannot be started, pipes cannot be made).
     Failed(std::io::Error),
@@ -449,11 +450,15 @@ impl<O: Os> Supervisor<O> {
                 if let Some(cg) = asked.cgroups {
                     self.driver.os.discard_slot(cg);
                 }
-                // Only a full request queue is worth waiting out.
-                Err(match e.kind() {
-                    std::io::ErrorKind::WouldBlock => Ask::Later,
-                    _ => Ask::Failed(e),
-                })
+                // A full request queue is waited out. Any other error is a
+                // fork server gone before it heard the request: that is a
+                // lost helper, which the start path counts as one (it costs
+                // a task nothing until five in a row), not a worker not had
+                // as well; the next ask starts another.
+                if e.kind() != std::io::ErrorKind::WouldBlock {
+                    log::debug!("procman.ask error={e}; asking the next fork server");
+                }
+                Err(Ask::Later)
             }
         }
     }

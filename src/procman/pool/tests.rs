@@ -738,6 +738,29 @@ fn rows() -> Vec<Row> {
             (TaskState::Failed, "crashed"),
         ),
         (
+            "fork servers dead before a request reached them: each a loss, not a failed ask too",
+            || {
+                let mut r = Rig::new();
+                // Every fork server's socket breaks before the first send.
+                r.kernel().broken.extend(1..=20);
+                let id = r.submit();
+                let mut ms = 0;
+                while r.state(&id) == TaskState::Submitted && ms < 1000 {
+                    ms += 25;
+                    r.at(ms);
+                }
+                let text = r.verdict(&id).2.unwrap();
+                assert_eq!(
+                    r.kernel().fork_servers,
+                    8,
+                    "fork servers lost before the task failed: {text}"
+                );
+                assert!(text.contains("8 fork servers in a row were lost"), "{text}");
+                (r, id)
+            },
+            (TaskState::Failed, "crashed"),
+        ),
+        (
             "the fork server answers nonsense: it is replaced, the task asks the next one",
             || {
                 let mut r = Rig::new();
