@@ -21,7 +21,8 @@ const COST: &str = "agentd.dev/cost";
 const MIB: u64 = 1 << 20;
 
 /// Burns 0.6 s of CPU in user space ("burn") or allocates and touches
-/// 64 MiB ("alloc"), then prints what it used itself (RUSAGE_SELF).
+/// 64 MiB ("alloc"), then prints what it used itself (RUSAGE_SELF) and
+/// which cgroups it ran in (its task's slots, when there are any).
 const PROGRAM: &str = r#"
 import json, resource, sys, time
 mode = sys.stdin.read().strip()
@@ -37,7 +38,8 @@ elif mode == "alloc":
     for i in range(0, len(b), 4096):
         b[i] = 1
 r = resource.getrusage(resource.RUSAGE_SELF)
-print(json.dumps({"cpu_usec": int((r.ru_utime + r.ru_stime) * 1e6), "maxrss_bytes": r.ru_maxrss * 1024}))
+print(json.dumps({"cpu_usec": int((r.ru_utime + r.ru_stime) * 1e6), "maxrss_bytes": r.ru_maxrss * 1024,
+                  "cgroup": open("/proc/self/cgroup").read()}))
 "#;
 
 fn python3() -> Option<&'static str> {
@@ -136,7 +138,14 @@ fn burns_and_allocates(extra: &[&str], want_isolation: &str) {
     let d = Daemon::start(&args);
     let iso = isolation(&d);
     if !iso.contains(want_isolation) {
-        eprintln!("!!!!!!!! SKIPPED part of the cost checks: isolation={iso}, not {want_isolation}");
+        common::skip_or_fail(
+            &format!("cost ({want_isolation})"),
+            &format!(
+                "agentd chose isolation={iso} here, not {want_isolation}: {}",
+                common::CGROUP_HOST
+            ),
+        );
+        return;
     }
     let (cpu_source, memory_source) = expected_sources(&iso);
     eprintln!("isolation={iso}: cpu from {cpu_source}, memory from {memory_source}");
@@ -152,8 +161,12 @@ fn burns_and_allocates(extra: &[&str], want_isolation: &str) {
         let own_peak = own["maxrss_bytes"].as_u64().unwrap();
         assert!(peak >= own_peak, "{peak} < the program's own {own_peak}");
     }
+    let with_slots = iso.contains("cgroup");
+    // The slots each task ran in, in order: the allocator's first.
+    let mut ran_in = vec![slots(&own, with_slots)];
     for round in 0..3 {
         let (cost, own) = run(&d, "burn");
+        ran_in.push(slots(&own, with_slots));
         let burned = own["cpu_usec"].as_u64().unwrap();
         assert!(burned >= 600_000, "the program burned {burned} µs");
         let cpu = &cost["cpu"];
@@ -183,6 +196,22 @@ fn burns_and_allocates(extra: &[&str], want_isolation: &str) {
             "round {round}: a burner peaked at {peak} bytes: {cost}"
         );
     }
+    if with_slots {
+        // The resets above are only tested where a task reuses a slot: the
+        // peak where a burner ran in the allocator's slot, the CPU time
+        // where one ran in an earlier burner's. A daemon that took a fresh
+        // slot per task would pass them without resetting anything.
+        let burners = &ran_in[1..];
+        assert!(
+            burners.iter().any(|s| *s == ran_in[0]),
+            "no burner ran in the allocator's slot, so no peak reset was tested: {ran_in:?}"
+        );
+        assert!(
+            (1..burners.len()).any(|i| burners[..i].contains(&burners[i])),
+            "no burner ran in an earlier burner's slot, so no CPU reset was tested: {ran_in:?}"
+        );
+    }
+    eprintln!("slots in order (allocator, burners): {ran_in:?}");
     // Each task counted once in /metrics.
     let metrics = d.get("/metrics").text();
     let value = |prefix: &str| -> u64 {
@@ -218,6 +247,26 @@ fn with_a_memory_limit_on_a_hybrid_host_the_peak_is_the_v1_slots() {
 #[test]
 fn without_cgroups_the_cost_is_the_workers_rusage() {
     burns_and_allocates(&["--set", "tasks.cgroup=off"], "subreaper");
+}
+
+/// The cgroups of agentd's that a task ran in (one per hierarchy it
+/// places tasks in), from the program's own /proc/self/cgroup; none
+/// without cgroups.
+fn slots(own: &Value, with_slots: bool) -> Vec<String> {
+    let text = own["cgroup"].as_str().unwrap_or_else(|| panic!("no cgroup in {own}"));
+    let slots: Vec<String> = text
+        .lines()
+        .filter(|l| l.contains("/agentd-"))
+        .map(String::from)
+        .collect();
+    assert_eq!(
+        !slots.is_empty(),
+        with_slots,
+        "a task's cgroups under an isolation {} slots: {text}",
+        if with_slots { "with" } else { "without" }
+    );
+    assert!(slots.iter().all(|s| s.contains("/slot-")), "{slots:?}");
+    slots
 }
 
 fn agentd(args: &[&str]) -> (i32, String) {

@@ -2,9 +2,8 @@
 //! or a limit lowered under a running daemon): new connections and new
 //! workers may fail for a moment, with a clear error, but what already
 //! runs must go on — frames read, exits reaped, timers kept. A case the
-//! chaos soak (tests/chaos.rs) found, reduced to one task; the test of a
-//! bug still open is ignored with the bug named
-//! (`cargo test --test fd_squeeze -- --ignored` runs it).
+//! chaos soak (tests/chaos.rs) found, reduced to one task: the bug is
+//! fixed, and the test stays as its regression test.
 
 mod common;
 
@@ -14,10 +13,11 @@ use common::{processes_with_parent, wait_for, Daemon};
 
 /// Found by the soak: with the soft RLIMIT_NOFILE below the number of fds
 /// procman polls (its wake fds and two pipes per worker), poll(2) fails
-/// with EINVAL ("nfds exceeds RLIMIT_NOFILE"): procman logs
+/// with EINVAL ("nfds exceeds RLIMIT_NOFILE"). procman used to log
 /// `procman.poll error=Invalid argument` every 10 ms and, until the limit
-/// is back, reads no frame and reaps no exit — a worker that ended stays a
-/// zombie and its task does not end. Nothing of that needs a new fd.
+/// was back, read no frame and reap no exit — a worker that ended stayed a
+/// zombie and its task did not end, though nothing of that needs a new fd.
+/// Now a failed poll counts every fd as ready and the turn goes on.
 #[test]
 fn a_task_ends_and_is_reaped_while_rlimit_nofile_is_squeezed() {
     let d = Daemon::start(&[

@@ -69,17 +69,23 @@ fn an_idle_keep_alive_connection_is_closed_after_idle_timeout_ms() {
     }
     assert!(served >= 5, "{served}");
 
-    // Idle, it is closed: not at once, and not much after the idle time.
+    // Idle, it is closed: not before the idle time, and not much after.
+    // The idle clock starts when the answer is written, after the request
+    // is sent and before it is read here. A loaded 2-core machine wakes the
+    // connection's timer and this reader late, well under 100 ms when
+    // measured there; LATE is room enough.
+    const LATE: Duration = Duration::from_secs(1);
     let mut idle = d.connect();
+    let asked = Instant::now();
     assert_eq!(keep_alive_get(&mut idle), 200);
     let answered = Instant::now();
     idle.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let mut byte = [0u8; 1];
     let n = idle.read(&mut byte).expect("a close, not a read timeout");
-    let closed_after = answered.elapsed();
+    let (since_asked, closed_after) = (asked.elapsed(), answered.elapsed());
     assert_eq!(n, 0, "the daemon wrote unasked: {byte:?}");
     assert!(
-        closed_after >= IDLE - Duration::from_millis(100) && closed_after < IDLE + Duration::from_secs(10),
+        since_asked >= IDLE && closed_after < IDLE + LATE,
         "an idle connection closed {closed_after:?} after its last answer (idle timeout {IDLE:?})"
     );
     assert!(

@@ -8,10 +8,16 @@ mod common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{alive, children, group_members, status_text, task_workers, user_message, wait_for, Daemon, SseEvent};
 use serde_json::{json, Value};
+
+/// How much later than its setting a timer may be seen to fire: a loaded
+/// 2-core machine wakes procman's timers, delivers the kill and schedules
+/// this test's 10 ms polls late, together well under 100 ms when measured
+/// there; a second is room enough, and shorter than the timers tested.
+const LATE: Duration = Duration::from_secs(1);
 
 /// Writes an executable script into `dir`; returns its path for `--exec`.
 fn script(dir: &Path, name: &str, interpreter: &str, body: &str) -> String {
@@ -309,13 +315,27 @@ fn follow_up_to_working_task_refused() {
 
 #[test]
 fn idle_warm_session_ends() {
+    const IDLE: Duration = Duration::from_millis(1000);
     let tmp = common::TempDir::new("jl");
-    let d = sh_daemon(&tmp, ASK_OR_WORK, &["--set", "tasks.input_idle_ms=500"]);
+    let idle = format!("tasks.input_idle_ms={}", IDLE.as_millis());
+    let d = sh_daemon(&tmp, ASK_OR_WORK, &["--set", &idle]);
+    // The idle clock starts when the task asks, after this instant and
+    // before the answer: the end may come no sooner than IDLE after the
+    // first, and (the program dies at the cancel's SIGTERM) within LATE
+    // of IDLE after the second.
+    let asked = Instant::now();
     let t = &send(&d, "ask-me")["task"];
+    let answered = Instant::now();
     assert_eq!(t["status"]["state"], "TASK_STATE_INPUT_REQUIRED", "{t}");
     let id = t["id"].as_str().unwrap();
     let worker = only_worker(&d);
-    let t = wait_state(&d, id, "TASK_STATE_FAILED", Duration::from_secs(3));
+    let t = wait_state(&d, id, "TASK_STATE_FAILED", IDLE + LATE);
+    let (since_asked, since_answered) = (asked.elapsed(), answered.elapsed());
+    assert!(
+        since_asked >= IDLE && since_answered < IDLE + LATE,
+        "an idle session ended {since_answered:?} after it asked; tasks.input_idle_ms is {IDLE:?}"
+    );
+    eprintln!("idle: ended {since_answered:?} after it asked (tasks.input_idle_ms {IDLE:?})");
     assert_eq!(common::terminal_cause(&t), "idle", "{t}");
     assert!(gone(worker), "worker {worker} or its group outlived the task");
     assert!(task_workers(d.pid()).is_empty());
@@ -326,12 +346,12 @@ fn stalled_worker_is_killed() {
     let tmp = common::TempDir::new("jl");
     let d = sh_daemon(
         &tmp,
-        "read l; echo '{\"status\":\"working\"}'; sleep 60",
+        "read l; echo '{\"status\":\"working\",\"text\":\"busy\"}'; sleep 60",
         &[
             "--set",
             "tasks.ping_interval_ms=100",
             "--set",
-            "tasks.stall_timeout_ms=400",
+            "tasks.stall_timeout_ms=1000",
             "--set",
             "tasks.cancel_grace_ms=100",
             "--set",
@@ -339,7 +359,14 @@ fn stalled_worker_is_killed() {
         ],
     );
     let id = d.send_async("x");
-    wait_state(&d, &id, "TASK_STATE_WORKING", Duration::from_secs(5));
+    // The worker has spoken (its program's status came through it): from
+    // now on it is judged by pings. Before that it is only asked whether it
+    // read its task, which a stopped worker would make a different clock.
+    assert!(
+        wait_for(Duration::from_secs(5), || status_text(&get(&d, &id)) == "busy"),
+        "{}",
+        get(&d, &id)
+    );
     let worker = only_worker(&d);
     let mut program = Vec::new();
     assert!(wait_for(Duration::from_secs(5), || {
@@ -349,7 +376,20 @@ fn stalled_worker_is_killed() {
     // Answering pings is the worker's job: a stopped worker stalls even
     // though its program is fine.
     common::signal(worker, libc::SIGSTOP);
-    let t = wait_state(&d, &id, "TASK_STATE_FAILED", Duration::from_secs(5));
+    let stopped = Instant::now();
+    // Its last ping goes out at most ping_interval after the stop (or
+    // just before it, unanswered); the stall is judged stall_timeout after
+    // that ping, and the ladder's cancel grace passes before the stopped
+    // worker is woken to end: no sooner than 1000 ms (the 100 ms grace
+    // covers a ping sent a moment before the stop), no later than
+    // 100 + 1000 + 100 + 100 ms and LATE.
+    let t = wait_state(&d, &id, "TASK_STATE_FAILED", Duration::from_millis(1300) + LATE);
+    let took = stopped.elapsed();
+    assert!(
+        took >= Duration::from_millis(1000),
+        "a worker stopped {took:?} ago was judged stalled; tasks.stall_timeout_ms is 1000"
+    );
+    eprintln!("stall: FAILED {took:?} after the worker was stopped");
     assert_eq!(common::terminal_cause(&t), "stalled", "{t}");
     assert!(gone(worker), "the stopped worker was not killed");
     for p in program {

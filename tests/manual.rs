@@ -3,7 +3,8 @@
 //! `agentd help client`, every client command, every extension URI agentd
 //! declares (each with its own subsection of EXTENSIONS) and the events
 //! method, the error codes agentd answers, and the version must appear in
-//! it, and groff must render it without a single warning.
+//! it, every default it states must be the one the code starts with, and
+//! groff must render it without a single warning.
 
 mod common;
 
@@ -231,6 +232,80 @@ fn every_default_in_the_manual_is_the_help_configs() {
     // The manual had 44 of them when this test was written: a parser that
     // finds far fewer has lost its way.
     assert!(compared >= 40, "only {compared} Default: lines compared: {man:?}");
+}
+
+/// Every default the manual states, and every one `agentd help config`
+/// lists, is what the daemon starts with: set on `Config::default()`, the
+/// stated value changes nothing. The test above ties the manual to the
+/// help's strings; this ties both to the code, so a default changed in
+/// `limits` or `Config::default` and not in the manual fails here.
+/// Defaults that are descriptions (`(runner name)`, `none`) name no value
+/// to set, except agentd's own version.
+#[test]
+fn every_stated_default_is_config_default() {
+    use agentd::config::{Config, KEYS};
+    let code = Config::default();
+    let unchanged_by = |key: &str, value: &str| -> Result<(), String> {
+        let mut c = Config::default();
+        c.set(key, value)
+            .map_err(|e| format!("{key}: the stated default {value:?} is refused: {e}"))?;
+        // agent.runner also records that it was given; what counts is the
+        // runner it resolves to.
+        let same = if key == "agent.runner" {
+            c.resolve_runner() == Ok(code.runner.clone())
+        } else {
+            c == code
+        };
+        if same {
+            Ok(())
+        } else {
+            Err(format!(
+                "{key}: the stated default {value:?} is not Config::default()'s"
+            ))
+        }
+    };
+    let literal = |default: &str| !default.is_empty() && !default.starts_with(['(', '$']);
+    let mut wrong = Vec::new();
+    let mut checked = Vec::new();
+    for k in KEYS {
+        let value = match k.default {
+            "(agentd's version)" => env!("CARGO_PKG_VERSION"),
+            d if literal(d) => d,
+            _ => continue,
+        };
+        match unchanged_by(k.name, value) {
+            Ok(()) => checked.push(k.name),
+            Err(e) => wrong.push(format!("help config: {e}")),
+        }
+    }
+    let mut from_man = 0;
+    for (key, man_default) in man_defaults() {
+        let Some(key_help) = KEYS.iter().find(|k| k.name == key) else {
+            continue; // the test above reports it
+        };
+        let Some(text) = man_default else { continue };
+        let value = match key_help.default {
+            "(agentd's version)" => env!("CARGO_PKG_VERSION").to_string(),
+            d if literal(d) => text.split_once(" (").map_or(text.as_str(), |(v, _)| v).to_string(),
+            _ => continue,
+        };
+        from_man += 1;
+        if let Err(e) = unchanged_by(&key, &value) {
+            wrong.push(format!("the manual: {e}"));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "stated defaults that are not the code's:\n  {}",
+        wrong.join("\n  ")
+    );
+    // 34 keys had a value as their default when this test was written: far
+    // fewer means a parser lost its way.
+    assert!(
+        checked.len() >= 34 && from_man >= 34,
+        "only {} help defaults and {from_man} manual ones checked: {checked:?}",
+        checked.len()
+    );
 }
 
 /// Whether a parenthesised figure (`64 MiB`, `one hour`) is `value`.

@@ -15,7 +15,8 @@
 //! | mixed tasks                 | 2,000 tasks                           | 10,000 tasks                              |
 //! | fork bomb + memory hog      | 1 round                               | 5 rounds                                  |
 //! | kill -9 mid load            | 20 tasks in flight, 1 round           | 200 tasks in flight, 5 rounds             |
-//! | orphans                     | 20 tasks                              | 200 tasks                                 |
+//! | orphans of tasks            | 20 tasks                              | 200 tasks                                 |
+//! | orphans reaching agentd     | 5 workers SIGKILLed                   | 30 workers SIGKILLed                      |
 //! | ping race                   | 100 tasks                             | 1,000 tasks                               |
 //! | malformed corpus            | every case once                       | every case 10 times                       |
 //!
@@ -30,6 +31,7 @@ mod common;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufReader, Write};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -874,7 +876,19 @@ fn kill9_mid_load_then_restart_replaces_the_socket() {
                 "worker group {g} still has members"
             );
         }
-        let stale = std::fs::symlink_metadata(&socket).is_ok();
+        // SIGKILL gives agentd no chance to remove its socket: the file
+        // stays, a socket nobody listens on, and the restart must replace
+        // it (not refuse to start, nor leave it and bind elsewhere).
+        let stale = std::fs::symlink_metadata(&socket)
+            .unwrap_or_else(|e| panic!("after SIGKILL the socket file is gone ({e}): who removed it?"));
+        assert!(stale.file_type().is_socket(), "{}: {stale:?}", socket.display());
+        let refused = UnixStream::connect(&socket).map(drop);
+        assert!(
+            refused
+                .as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused),
+            "a dead daemon's socket must refuse connections: {refused:?}"
+        );
 
         // A new daemon on the same path replaces the stale socket.
         let t = Instant::now();
@@ -890,14 +904,21 @@ fn kill9_mid_load_then_restart_replaces_the_socket() {
         let id = d.send_async("sleep");
         let c = d.ok("CancelTask", json!({"id": id}));
         assert_eq!(state(&c), "TASK_STATE_CANCELED", "{c}");
+        let said = format!("a2a.unix.stale path={} ", socket.display());
         assert!(
-            d.log_text().contains("a2a.unix.stale") || !stale,
-            "the new daemon did not say it replaced the stale socket:\n{}",
+            d.log_text().contains(&said),
+            "the new daemon did not say it replaced the stale socket ({said:?}):\n{}",
             d.log_text()
+        );
+        let now = std::fs::symlink_metadata(&socket).expect("the new socket");
+        assert_ne!(
+            (now.dev(), now.ino()),
+            (stale.dev(), stale.ino()),
+            "the socket file is the dead daemon's, not a new one"
         );
         figures.push(format!(
             "round {round}: {working} running + {queued} queued, {} processes recorded, all gone {gone_in:?} \
-             after SIGKILL; stale socket left: {stale}; restarted on it and serving in {ready_in:?}",
+             after SIGKILL; stale socket replaced; restarted on it and serving in {ready_in:?}",
             pids.len()
         ));
     }
@@ -913,12 +934,21 @@ fn kill9_mid_load_then_restart_replaces_the_socket() {
 // orphans
 // ---------------------------------------------------------------------------
 
+/// Every worker is its task's subreaper, so a task's double-forked orphan
+/// is re-parented to the worker, not to agentd, and the worker kills it
+/// before it reports the task's end (man page, "Kill ladder"). The orphan
+/// sleeps 30 s: gone when the blocking send returns means killed, not
+/// ended. Nothing of it reaches agentd: no zombie, no process, and agentd
+/// never names it (the orphans that do reach agentd are the next test's).
 #[test]
-fn orphans_are_reaped() {
+fn a_tasks_orphans_die_with_it_and_never_reach_agentd() {
     let _serial = serial();
     let begun = Instant::now();
     let n: usize = pick(20, 200);
-    let d = Arc::new(Daemon::start(&["--exec", "sh -c '(sleep 0.5 &) ; echo done'"]));
+    let d = Arc::new(Daemon::start(&[
+        "--exec",
+        "sh -c '(sleep 30 </dev/null >/dev/null 2>&1 & echo $!) ; echo done'",
+    ]));
     let pid = d.pid();
     let next = Arc::new(AtomicUsize::new(0));
     let handles: Vec<_> = (0..4)
@@ -926,43 +956,163 @@ fn orphans_are_reaped() {
             let (d, next) = (d.clone(), next.clone());
             std::thread::spawn(move || {
                 let mut bad = Vec::new();
+                let mut orphans = Vec::new();
                 while next.fetch_add(1, Ordering::SeqCst) < n {
                     let v = d.ok("SendMessage", json!({"message": user_message("x")}));
                     let t = &v["task"];
-                    if state(t) != "TASK_STATE_COMPLETED" || t["artifacts"][0]["parts"][0]["text"] != "done\n" {
-                        bad.push(v);
+                    let out = t["artifacts"][0]["parts"][0]["text"].as_str().unwrap_or("");
+                    let orphan = out.strip_suffix("\ndone\n").and_then(|p| p.parse::<i32>().ok());
+                    match orphan {
+                        // The task's end is reported: its orphan was killed
+                        // and reaped before that (a sleep 30 of another
+                        // name would be a reused pid).
+                        Some(o) if state(t) == "TASK_STATE_COMPLETED" => {
+                            if common::proc_stat(o).is_some_and(|p| p.comm == "sleep") {
+                                bad.push(format!("orphan {o} outlived its task: {:?}", common::proc_stat(o)));
+                            }
+                            orphans.push(o);
+                        }
+                        _ => bad.push(v.to_string()),
                     }
                 }
-                bad
+                (bad, orphans)
             })
         })
         .collect();
-    let bad: Vec<Value> = handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
+    let (mut bad, mut orphans) = (Vec::new(), Vec::new());
+    for h in handles {
+        let (b, o) = h.join().unwrap();
+        bad.extend(b);
+        orphans.extend(o);
+    }
     assert!(bad.is_empty(), "{} task(s) went wrong; first: {}", bad.len(), bad[0]);
+    assert_eq!(orphans.len(), n);
     let last_done = Instant::now();
-    // Orphans live 0.5 s at most (or die with their task's group); agentd,
-    // their subreaper, must reap each one. A deadline, not a window: on a
-    // loaded machine the last ones may take a while, but an agentd that
-    // does not reap leaves zombies forever.
-    let mut max_zombies = 0;
-    let settled = wait_for(Duration::from_secs(20), || {
-        let zombies = zombies_of(pid).len();
-        max_zombies = max_zombies.max(zombies);
-        zombies == 0 && not_idle(common::processes_with_parent(pid)).is_empty()
+    // Nothing is left under agentd but its pool. A deadline, not a window:
+    // the workers' own exits are reaped a moment after their reports.
+    let settled = wait_for(Duration::from_secs(10), || {
+        zombies_of(pid).is_empty() && not_idle(common::processes_with_parent(pid)).is_empty()
     });
-    let settle_time = last_done.elapsed();
     assert!(
         settled,
-        "20 s after the last task, zombie children of agentd: {:?}; other processes under it: {:?}",
+        "10 s after the last task, zombie children of agentd: {:?}; other processes under it: {:?}",
         zombies_of(pid),
         not_idle(common::processes_with_parent(pid))
     );
-    let reaped = d.log_text().matches("procman.reaped").count();
+    let log = d.log_text();
+    for o in &orphans {
+        for event in ["procman.reaped", "procman.adopted"] {
+            assert!(
+                !log.contains(&format!("{event} pid={o} ")),
+                "orphan {o} reached agentd ({event}):\n{log}"
+            );
+        }
+    }
     eprintln!(
-        "orphans [{}]: {n} tasks each double-forked a `sleep 0.5` orphan; agentd reaped {reaped} non-worker \
-         process(es); zombies seen while settling: at most {max_zombies} (transient), {settle_time:?} after the last \
-         task: 0 zombies, 0 children; total {:?}",
+        "orphans of tasks [{}]: {n} tasks each double-forked a `sleep 30`; each was gone when its task's end \
+         was reported, none reached agentd; {:?} after the last task agentd had no zombie, no other child; \
+         total {:?}",
         mode(),
+        last_done.elapsed(),
+        begun.elapsed()
+    );
+}
+
+/// Orphans that do reach agentd, its own subreaper: those of a worker that
+/// died without cleaning up (here SIGKILLed from outside, as a crash or
+/// the OOM killer would). Its program (whose parent-death signal kills it)
+/// and a process the program setsid()'d away are re-parented to agentd,
+/// which kills what is no worker of its own (procman.adopted) and reaps
+/// every one: each must vanish from /proc, since only its parent can take
+/// a zombie out. Without cgroups, because a cgroup's kill would take the
+/// escapee before it is agentd's, and agentd's own children would not be
+/// what the test sees.
+#[test]
+fn orphans_that_reach_agentd_are_reaped() {
+    let _serial = serial();
+    let begun = Instant::now();
+    // At most tasks.max_running (32 by default): all must run at once.
+    let n: usize = pick(5, 30);
+    let tmp = TempDir::new("orphans");
+    let prog = common::script(
+        &tmp.0,
+        "escape.sh",
+        &format!(
+            "setsid sleep 30 </dev/null >/dev/null 2>&1 &\n\
+             echo \"$$ $!\" > {dir}/$$.new && mv {dir}/$$.new {dir}/$$.pids\n\
+             exec sleep 30",
+            dir = tmp.0.display()
+        ),
+    );
+    let d = Daemon::start(&["--exec", prog.to_str().unwrap(), "--set", "tasks.cgroup=off"]);
+    let pid = d.pid();
+    let ids: Vec<String> = (0..n).map(|_| d.send_async("x")).collect();
+    let mut pids: Vec<(i32, i32)> = Vec::new();
+    let all_started = wait_for(Duration::from_secs(20), || {
+        pids = std::fs::read_dir(&tmp.0)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".pids"))
+            .filter_map(|e| {
+                let text = std::fs::read_to_string(e.path()).ok()?;
+                let mut it = text.split_whitespace().map(|p| p.parse::<i32>());
+                Some((it.next()?.ok()?, it.next()?.ok()?))
+            })
+            .collect();
+        pids.len() == n
+    });
+    assert!(all_started, "{} of {n} tasks started", pids.len());
+    // Before: each program is its worker's child, each escapee the
+    // program's; none is agentd's yet.
+    let mut workers = Vec::new();
+    for &(program, escapee) in &pids {
+        let worker = common::proc_stat(program).map(|p| p.ppid).unwrap_or(0);
+        let w = common::proc_stat(worker);
+        assert!(
+            w.as_ref().is_some_and(|w| w.comm == "agentd-task" && w.ppid == pid),
+            "program {program}'s parent is no worker of agentd's: {w:?}"
+        );
+        let e = common::proc_stat(escapee);
+        assert_eq!(e.as_ref().map(|e| e.ppid), Some(program), "escapee {escapee}: {e:?}");
+        workers.push(worker);
+    }
+    for w in &workers {
+        common::signal(*w, libc::SIGKILL);
+    }
+    // After: every orphan reaped, so gone from /proc (pids are not reused
+    // within seconds), and nothing of the tasks left under agentd.
+    let orphans: Vec<i32> = pids.iter().flat_map(|&(p, e)| [p, e]).collect();
+    let t = Instant::now();
+    let reaped = wait_for(Duration::from_secs(10), || {
+        orphans.iter().all(|o| common::proc_stat(*o).is_none())
+            && zombies_of(pid).is_empty()
+            && not_idle(common::processes_with_parent(pid)).is_empty()
+    });
+    let reaped_in = t.elapsed();
+    assert!(
+        reaped,
+        "10 s after their workers died, orphans left: {:?}; zombies of agentd: {:?}; other children: {:?}",
+        orphans.iter().filter_map(|o| common::proc_stat(*o)).collect::<Vec<_>>(),
+        zombies_of(pid),
+        not_idle(common::processes_with_parent(pid))
+    );
+    // They were agentd's: procman kills only its own children that way.
+    let log = d.log_text();
+    for &(_, escapee) in &pids {
+        assert!(
+            log.contains(&format!("procman.adopted pid={escapee} killed")),
+            "agentd never adopted escapee {escapee}:\n{log}"
+        );
+    }
+    for id in &ids {
+        let t = wait_terminal(&d, id, Duration::from_secs(10));
+        assert_eq!(state(&t), "TASK_STATE_FAILED", "{t}");
+    }
+    eprintln!(
+        "orphans reaching agentd [{}]: {n} workers SIGKILLed, each leaving its program and a setsid() escapee; \
+         the escapees adopted and killed, all {} orphans reaped {reaped_in:?} after; total {:?}",
+        mode(),
+        orphans.len(),
         begun.elapsed()
     );
 }

@@ -6,18 +6,29 @@
 //! first moment: STOPPING=1 while a task is still on the ladder, new
 //! connections refused, queued tasks CANCELED at once, every stream's final
 //! event before the exit, and at most 2 s for a stream nobody reads.
+//!
+//! Times are bounded on both sides: never before the manual says a thing
+//! happens, and at most [`LATE`] after.
 
 mod common;
 
 use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::{alive, signal, user_message, wait_for, Daemon, TempDir};
 use serde_json::json;
 
 const CARD: &str = "/.well-known/agent-card.json";
+
+/// How much later than the manual's time a thing may be seen to happen.
+/// On a loaded 2-core machine (the suite's own tests beside an hour-long
+/// soak) procman's timers wake late, the kernel delivers a SIGKILL and the
+/// exit late, a debug build joins its threads, and this test polls every
+/// 10 ms: together under 100 ms when measured there. A second covers that
+/// with room; a rung a second late, or early at all, fails.
+const LATE: Duration = Duration::from_secs(1);
 
 /// A program that ignores SIGTERM, writes its pid to `pid_file`, and runs
 /// until SIGKILL.
@@ -32,6 +43,40 @@ fn stubborn(tmp: &TempDir) -> (String, std::path::PathBuf) {
         ),
     );
     (prog.to_str().unwrap().to_string(), pid_file)
+}
+
+/// `stubborn`, noting the wall-clock time of each SIGTERM it gets (in ns
+/// since the epoch, a line each) in the file returned third. Its `sleep`
+/// dies of the group's SIGTERM, so the trap runs at once.
+fn stubborn_noting_sigterm(tmp: &TempDir) -> (String, std::path::PathBuf, std::path::PathBuf) {
+    let pid_file = tmp.0.join("pid");
+    let term_file = tmp.0.join("term");
+    let prog = common::script(
+        &tmp.0,
+        "stubborn.sh",
+        &format!(
+            "trap 'date +%s%N >> {term}' TERM\necho $$ > {pid}.tmp && mv {pid}.tmp {pid}\n\
+             while :; do sleep 0.05; done",
+            pid = pid_file.display(),
+            term = term_file.display()
+        ),
+    );
+    (prog.to_str().unwrap().to_string(), pid_file, term_file)
+}
+
+/// When each SIGTERM came, after `since` (wall clock), from the file
+/// `stubborn_noting_sigterm` writes.
+fn sigterms_after(term_file: &std::path::Path, since: SystemTime) -> Vec<Duration> {
+    let since = since.duration_since(UNIX_EPOCH).unwrap();
+    std::fs::read_to_string(term_file)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| {
+            let at = Duration::from_nanos(l.trim().parse().unwrap_or_else(|_| panic!("{l:?}")));
+            at.checked_sub(since)
+                .unwrap_or_else(|| panic!("a SIGTERM at {at:?}, before the stop at {since:?}"))
+        })
+        .collect()
 }
 
 fn program_pid(pid_file: &std::path::Path) -> i32 {
@@ -120,8 +165,14 @@ fn sigint_drains_as_sigterm_does() {
     let program = program_pid(&pid_file);
     let sent = Instant::now();
     signal(d.pid(), libc::SIGINT);
-    let (code, _) = wait_exit(&mut d, sent, Duration::from_secs(20));
+    let (code, took) = wait_exit(&mut d, sent, Duration::from_secs(20));
     assert_eq!(code, Some(0), "SIGINT is a clean stop; log:\n{}", d.log_text());
+    // The whole ladder (the program ignores SIGTERM), then the answer.
+    let ladder = Duration::from_millis(100 + 200);
+    assert!(
+        took >= ladder && took < ladder + LATE,
+        "SIGINT drained in {took:?}; the ladder takes {ladder:?}"
+    );
     let answer = blocked.join().unwrap().expect("the blocked client got an answer");
     let task = &answer["result"]["task"];
     assert_eq!(task["status"]["state"], "TASK_STATE_CANCELED", "{answer}");
@@ -167,51 +218,80 @@ fn a_second_sigterm_or_sigint_kills_every_task_at_once() {
         );
         let second = Instant::now();
         signal(d.pid(), sig);
+        // "At once": the program's SIGKILL and agentd's exit within LATE of
+        // the second signal (nobody waits on an answer), not after a grace.
+        let killed = wait_for(LATE, || !alive(program));
+        let killed_in = second.elapsed();
+        assert!(
+            killed,
+            "{name}: the program {program} lives {killed_in:?} after the second signal"
+        );
         let (code, took) = wait_exit(&mut d, second, Duration::from_secs(20));
         assert!(
-            took < Duration::from_secs(15),
-            "{name}: {took:?} after the second signal, well into the 30 s grace"
+            took < LATE,
+            "{name}: agentd exited {took:?} after the second signal, not at once"
         );
         assert_eq!(code, Some(0), "{name}; log:\n{}", d.log_text());
-        assert!(
-            wait_for(Duration::from_secs(5), || !alive(program)),
-            "{name}: the program {program} outlived the second signal"
-        );
         let log = d.log_text();
         assert!(log.contains(&format!("agentd.signal second {name}")), "{log}");
         assert!(
             !log.contains("rung=SIGTERM"),
             "{name}: the ladder ran on instead: {log}"
         );
-        eprintln!("second {name}: agentd exited {took:?} after it (task {id})");
+        eprintln!("second {name}: the program killed {killed_in:?} and agentd exited {took:?} after it (task {id})");
     }
 }
 
 #[test]
 fn the_drain_runs_the_ladder_and_waits_no_longer_than_its_bound() {
-    // A program that ignores SIGTERM dies at the ladder's SIGKILL, after
-    // cancel grace + term grace: the drain waits that long, and exits
-    // within its bound (+ 2 s, + 2 s for answers).
+    // The ladder, timed by its target: the worker passes the cancel on as
+    // SIGTERM at once, the group's SIGTERM comes after the cancel grace and
+    // the SIGKILL after the term grace more (the program ignores SIGTERM,
+    // so only that ends it). Then agentd exits: no answer, no stream and
+    // no subscriber is left to wait for.
     const CANCEL: Duration = Duration::from_millis(500);
     const TERM: Duration = Duration::from_millis(1000);
     let tmp = TempDir::new("bound");
-    let (prog, pid_file) = stubborn(&tmp);
+    let (prog, pid_file, term_file) = stubborn_noting_sigterm(&tmp);
     let mut d = ladder_daemon(&prog, CANCEL, TERM, &[]);
     d.send_async("x");
     let program = program_pid(&pid_file);
-    let sent = Instant::now();
+    let (sent, sent_wall) = (Instant::now(), SystemTime::now());
     signal(d.pid(), libc::SIGTERM);
+    let killed = wait_for(CANCEL + TERM + LATE, || !alive(program));
+    let killed_in = sent.elapsed();
     let (code, took) = wait_exit(&mut d, sent, Duration::from_secs(30));
     assert_eq!(code, Some(0), "{}", d.log_text());
-    assert!(!alive(program));
-    let bound = CANCEL + TERM + Duration::from_secs(2) + Duration::from_secs(2);
+    assert!(killed, "the program lived {killed_in:?} after SIGTERM to agentd");
+    let terms = sigterms_after(&term_file, sent_wall);
+    let log = d.log_text();
+    assert_eq!(terms.len(), 2, "the cancel's SIGTERM and the group's: {terms:?}\n{log}");
     assert!(
-        took >= CANCEL + TERM && took < bound + Duration::from_secs(8),
-        "drained in {took:?}: the ladder takes {:?}, the bound is {bound:?}",
+        terms[0] < LATE,
+        "the worker passed the cancel on {:?} after the stop",
+        terms[0]
+    );
+    assert!(
+        terms[1] >= CANCEL && terms[1] < CANCEL + LATE,
+        "the group's SIGTERM came {:?} after the stop; the cancel grace is {CANCEL:?}",
+        terms[1]
+    );
+    assert!(
+        killed_in >= CANCEL + TERM && killed_in < CANCEL + TERM + LATE,
+        "the program was killed {killed_in:?} after the stop; the ladder takes {:?}",
         CANCEL + TERM
     );
-    assert!(d.log_text().contains("rung=SIGKILL"), "{}", d.log_text());
-    assert!(!d.log_text().contains("overran"), "{}", d.log_text());
+    assert!(
+        took < killed_in + LATE,
+        "agentd exited {took:?} after SIGTERM, {:?} after its last task's program died",
+        took - killed_in
+    );
+    assert!(log.contains("rung=SIGKILL"), "{log}");
+    assert!(!log.contains("overran"), "{log}");
+    eprintln!(
+        "drain: SIGTERMs at {terms:?}, SIGKILL by {killed_in:?}, exit {took:?} after SIGTERM (ladder {:?})",
+        CANCEL + TERM
+    );
 }
 
 #[test]
@@ -260,8 +340,10 @@ fn a_worker_the_fork_server_makes_after_the_stop_began_is_stopped_too() {
         !log.contains("overran"),
         "the late worker held the stop up to its bound ({took:?}):\n{log}"
     );
+    // The program ignores SIGTERM: the stop takes the whole ladder, and
+    // no more (the late worker is stopped with the rest, at once).
     assert!(
-        took < CANCEL + TERM + Duration::from_secs(2),
+        took >= CANCEL + TERM && took < CANCEL + TERM + LATE,
         "stopped {took:?} after SIGTERM; the ladder takes {:?}:\n{log}",
         CANCEL + TERM
     );
@@ -303,22 +385,50 @@ fn a_task_that_outlasts_the_ladder_does_not_hold_up_the_stop() {
     let sent = Instant::now();
     signal(d.pid(), libc::SIGTERM);
     let (code, took) = wait_exit(&mut d, sent, Duration::from_secs(30));
+    // The drain waits for its tasks this long and not less: the task is
+    // not over, and its ladder (cancel + term grace) is.
     let waited = CANCEL + TERM + Duration::from_secs(2);
-    // + 2 s after the kill, + 2 s for answers, and room for a loaded machine.
-    let bound = waited + Duration::from_secs(4);
+    // Then it kills what is left and waits up to 2 s more (the zombie keeps
+    // the group alive all that time); no answer is owed to anyone.
+    let bound = waited + Duration::from_secs(2);
     let _ = lingerer.kill();
     let _ = lingerer.wait();
     assert_eq!(code, Some(0), "{}", d.log_text());
     assert!(
-        took >= waited && took < bound + Duration::from_secs(6),
-        "stopped {took:?} after SIGTERM: the drain waits {waited:?} at most, then kills (bound {bound:?})"
+        took >= waited && took < bound + LATE,
+        "stopped {took:?} after SIGTERM: the drain waits {waited:?}, then kills and waits up to {bound:?}"
     );
+    // When it gave up, by its own clock: not before its bound, nor later.
+    let log = d.log_text();
+    let gave_up = logged_after(&log, "agentd.stopping signal=SIGTERM", "agentd.stopping ladder overran");
     assert!(
-        d.log_text().contains("agentd.stopping ladder overran"),
-        "{}",
-        d.log_text()
+        gave_up >= waited && gave_up < waited + LATE,
+        "the drain gave up on its task {gave_up:?} after SIGTERM; it waits {waited:?}:\n{log}"
     );
-    eprintln!("a task that outlasts the ladder (task {id}): agentd stopped {took:?} after SIGTERM");
+    eprintln!("a task that outlasts the ladder (task {id}): agentd gave up on it {gave_up:?} and stopped {took:?} after SIGTERM");
+}
+
+/// How long after the log line containing `first` the one containing
+/// `then` was written, by the log's own millisecond timestamps
+/// (`YYYY-MM-DDTHH:MM:SS.mmmZ`, the first word of a line).
+fn logged_after(log: &str, first: &str, then: &str) -> Duration {
+    let at = |what: &str| -> u64 {
+        let line = log
+            .lines()
+            .find(|l| l.contains(what))
+            .unwrap_or_else(|| panic!("no {what:?} in the log:\n{log}"));
+        let time = line
+            .split_whitespace()
+            .next()
+            .and_then(|w| w.split_once('T'))
+            .map(|(_, t)| t.trim_end_matches('Z'))
+            .unwrap_or_else(|| panic!("no timestamp: {line}"));
+        let parts: Vec<f64> = time.split(':').map(|p| p.parse().unwrap()).collect();
+        ((parts[0] * 3600.0 + parts[1] * 60.0 + parts[2]) * 1000.0).round() as u64
+    };
+    const DAY_MS: u64 = 86_400_000;
+    // Across midnight the second time of day is the smaller.
+    Duration::from_millis((at(then) + DAY_MS - at(first)) % DAY_MS)
 }
 
 /// A program that ignores SIGTERM, appends its pid to `started` (one line

@@ -312,12 +312,14 @@ fn last_event_id_replays() {
 
 #[test]
 fn keepalive_comments() {
+    const EVERY: Duration = Duration::from_millis(200);
     let d = Daemon::start(&[
         "--set",
-        "http.sse_keepalive_ms=200",
+        &format!("http.sse_keepalive_ms={}", EVERY.as_millis()),
         "--exec",
         "sh -c 'sleep 1; echo late'",
     ]);
+    let opened = Instant::now();
     let mut s = send_stream(&d, json!(1), "");
     let mut events = Vec::new();
     let seen_before_artifact = loop {
@@ -328,10 +330,23 @@ fn keepalive_comments() {
             break s.keepalives();
         }
     };
+    let silent_for = opened.elapsed();
     events.extend(s.collect());
     check_task_stream(&events, &json!(1));
-    println!("keep-alives before the first artifact: {seen_before_artifact}");
-    assert!(seen_before_artifact >= 2, "{seen_before_artifact} keep-alives");
+    println!("keep-alives before the first artifact, {silent_for:?} after the stream opened: {seen_before_artifact}");
+    // Each keep-alive comes after EVERY of silence, so no more than
+    // fit in the time before the artifact (a storm of them fails), and
+    // not fewer than that less two: a loaded 2-core machine may wake the
+    // stream's timer late, but not by two intervals over one second.
+    let fit = (silent_for.as_millis() / EVERY.as_millis()) as usize;
+    assert!(
+        seen_before_artifact <= fit,
+        "{seen_before_artifact} keep-alives in {silent_for:?}, at most one per {EVERY:?}"
+    );
+    assert!(
+        seen_before_artifact + 2 >= fit && seen_before_artifact >= 2,
+        "{seen_before_artifact} keep-alives in {silent_for:?}: one is due every {EVERY:?}"
+    );
 }
 
 /// Waits until the daemon has no children and its counts hold still.

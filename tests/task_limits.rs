@@ -7,7 +7,6 @@
 
 mod common;
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::{status_text, terminal_cause, user_message, wait_for, Daemon, SseEvent, TempDir};
@@ -141,52 +140,31 @@ fn jsonl_lines_count_against_the_budget_too() {
 
 // ---- history ---------------------------------------------------------------
 
-/// A jsonl program that says `working` with texts m1..mN, waits for the
-/// file `go`, then completes with the text `done`: N + 2 history messages
-/// with the user's.
-fn says(dir: &TempDir, n: usize, go: &Path) -> String {
+/// A jsonl program that says `working` with texts m1..mN and completes
+/// with the text `done` at once: N + 2 history messages with the user's.
+fn says(dir: &TempDir, n: usize) -> String {
     script(
         dir,
         &format!(
             "read -r first\n\
              i=1\n\
              while [ $i -le {n} ]; do echo \"{{\\\"status\\\":\\\"working\\\",\\\"text\\\":\\\"m$i\\\"}}\"; i=$((i+1)); done\n\
-             while [ ! -e {go} ]; do sleep 0.02; done\n\
-             echo '{{\"status\":\"completed\",\"text\":\"done\"}}'",
-            go = go.display()
+             echo '{{\"status\":\"completed\",\"text\":\"done\"}}'"
         ),
     )
 }
 
-/// Sends `text`, waits until the task's newest history message satisfies
-/// `arrived` (every working line was taken in while the program ran), then
-/// lets the program end (`go`) and returns the finished task.
+/// Sends `text` and returns the finished task (a blocking send).
 ///
-/// The wait is not cosmetic: procman reaps a worker's exit before it reads
-/// the frames still in its pipe, and drops the status frames it then reads
-/// (`on_frame` only applies them while the worker is Running), so a
-/// program's last working lines before it exits can be lost. Reported to
-/// the lead; this test is about the caps, so it keeps the program alive
-/// until they are in.
-fn run_until(d: &Daemon, go: &Path, text: &str, arrived: impl Fn(&str) -> bool) -> Value {
-    let id = d.send_async(text);
-    let mut newest = String::new();
-    assert!(
-        wait_for(Duration::from_secs(60), || {
-            let h = history_texts(&d.ok("GetTask", json!({"id": id, "historyLength": 1})));
-            newest = h.last().cloned().unwrap_or_default();
-            arrived(&newest)
-        }),
-        "the program's last working line never reached the history (newest: {:.40})",
-        newest
-    );
-    std::fs::write(go, "").unwrap();
-    let mut task = Value::Null;
-    assert!(wait_for(Duration::from_secs(30), || {
-        task = get(d, &id);
-        state(&task) == "TASK_STATE_COMPLETED"
-    }));
-    task
+/// The program writes its last working lines and its verdict and exits at
+/// once, so this also holds procman to reading a worker's frames before it
+/// reaps it, and to relaying those it reads after the exit: it used to reap
+/// first and drop the status frames it then read, losing a program's last
+/// working lines (fixed in dcfe33f).
+fn run(d: &Daemon, text: &str) -> Value {
+    let t = send(d, text);
+    assert_eq!(state(&t), "TASK_STATE_COMPLETED", "{}", t["status"]);
+    get(d, t["id"].as_str().unwrap())
 }
 
 #[test]
@@ -194,11 +172,9 @@ fn history_keeps_the_last_1000_messages_at_and_over_the_cap() {
     // The user's message, N working texts, the final `done`.
     for working in [MANUAL_HISTORY_MAX - 2, MANUAL_HISTORY_MAX - 1, MANUAL_HISTORY_MAX + 100] {
         let tmp = TempDir::new("hist");
-        let go = tmp.0.join("go");
         let total = working + 2;
-        let d = Daemon::start(&["--exec", &says(&tmp, working, &go), "--exec-protocol", "jsonl"]);
-        let last_working = format!("m{working}");
-        let t = run_until(&d, &go, "the user's message", |newest| newest == last_working);
+        let d = Daemon::start(&["--exec", &says(&tmp, working), "--exec-protocol", "jsonl"]);
+        let t = run(&d, "the user's message");
         let history = history_texts(&t);
         let dropped = total.saturating_sub(MANUAL_HISTORY_MAX);
         assert_eq!(
@@ -234,7 +210,6 @@ fn history_keeps_at_most_16_mib_the_newest_first() {
     // message), so 15 or 16 of them, then the final `done`.
     const MIB: usize = 1024 * 1024;
     let tmp = TempDir::new("histb");
-    let go = tmp.0.join("go");
     let big = tmp.0.join("big.json");
     std::fs::write(
         &big,
@@ -247,14 +222,12 @@ fn history_keeps_at_most_16_mib_the_newest_first() {
             "read -r first\n\
              i=1\n\
              while [ $i -le 20 ]; do sed \"s/^{{\\\"status\\\":\\\"working\\\",\\\"text\\\":\\\"h/&$i-/\" {big}; i=$((i+1)); done\n\
-             while [ ! -e {go} ]; do sleep 0.02; done\n\
              echo '{{\"status\":\"completed\",\"text\":\"done\"}}'",
-            big = big.display(),
-            go = go.display()
+            big = big.display()
         ),
     );
     let d = Daemon::start(&["--exec", &prog, "--exec-protocol", "jsonl"]);
-    let t = run_until(&d, &go, "x", |newest| newest.starts_with("h20-"));
+    let t = run(&d, "x");
     let history = history_texts(&t);
     let bytes: usize = history.iter().map(String::len).sum();
     assert!(
