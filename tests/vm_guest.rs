@@ -162,12 +162,6 @@ fn kernel_module(vm: &Path, name: &str) -> PathBuf {
     found.unwrap_or_else(|| panic!("no {name} module under {}/kernel (run tests/vm/setup.sh)", vm.display()))
 }
 
-fn write(path: &Path, text: &str, mode: u32) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::write(path, text).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
-}
-
 /// The initramfs of a guest whose /init is `agentd` with `conf` as
 /// /etc/agentd.conf and `agent` as /etc/agent.sh, busybox as its shell,
 /// and `extra` files (`HOST_PATH:GUEST_PATH`).
