@@ -51,7 +51,8 @@
 //! `AGENTD_CHAOS_BREAK=<invariant>,…` (or `all`) breaks the soak on purpose
 //! (breaks.rs says how, per invariant): the run then passes only if each
 //! named invariant fired, and prints which others fired beside it.
-//! `resource_growth` needs `AGENTD_CHAOS_SECS=150` or more.
+//! `resource_growth` needs `AGENTD_CHAOS_SECS=150` or more. The judges' own
+//! tests (judge_tests.rs) run beside the soak, so the proof stays.
 //!
 //! ```text
 //! cargo test -j2 --test chaos -- --nocapture                     # the default short run (25 s, debug build)
@@ -101,6 +102,8 @@ mod gates;
 mod http;
 #[path = "chaos/judge.rs"]
 mod judge;
+#[path = "chaos/judge_tests.rs"]
+mod judge_tests;
 #[path = "chaos/ledger.rs"]
 mod ledger;
 #[path = "chaos/load.rs"]

@@ -3,7 +3,8 @@
 //! run do, once, what the named invariant exists to catch, at the place
 //! its judge reads — a daemon that answers otherwise, a process left
 //! behind, a request dropped — and the run then passes only if each named
-//! invariant fired.
+//! invariant fired. The judges' own tests (judge_tests.rs) show the same
+//! in the normal suite without a daemon.
 
 use std::collections::BTreeSet;
 use std::io::Read;

@@ -80,7 +80,7 @@ pub fn kill_and_restart(env: Arc<Env>) -> Result<(String, JoinHandle<()>), Strin
 /// afresh, not only among its processes seen at the kill: a process in one
 /// of its slots, or marked as one of its tasks' (CHAOS_RUN and the
 /// CHAOS_CTX of a task sent to it); and its slots must be gone in 10 s.
-fn left_after_restart(env: &Env, old_epoch: u32, old_pid: i32, before: &[Proc], slots: &[PathBuf]) {
+pub fn left_after_restart(env: &Env, old_epoch: u32, old_pid: i32, before: &[Proc], slots: &[PathBuf]) {
     let mut planted = None;
     if env.breaks.take("process_left_after_restart") {
         let ctx = env

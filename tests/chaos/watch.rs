@@ -157,7 +157,7 @@ impl Watch {
         }
     }
 
-    fn tick(&mut self) {
+    pub fn tick(&mut self) {
         let env = self.env.clone();
         if let Some(status) = env.daemon.died() {
             env.ledger.violation(
