@@ -8,7 +8,8 @@
 //! counter in the report that must stay 0, printed beside how much it
 //! judged (tasks, calls, scans, kills…); an invariant that judged nothing
 //! fails the run, unless the report says why a run this short cannot
-//! judge it (`resource_growth` needs a daemon life of a minute):
+//! judge it (`resource_growth` needs a daemon life with a minute after it
+//! grew warm, holding as many finished tasks as it keeps):
 //!
 //! | counter | what it means |
 //! |---|---|
@@ -24,7 +25,7 @@
 //! | `cgroup_slot_left_after_restart` | the killed daemon's cgroups outlive the restart by 10 s, or the last daemon's its clean stop |
 //! | `escaped_process` | a task's process outside the daemon, or alive 1.5 s after its task ended |
 //! | `zombie` | a child of the daemon unreaped for over a second |
-//! | `resource_bound` / `resource_growth` | threads, fds or RSS over the stated bound, or higher late in a daemon's life than early |
+//! | `resource_bound` / `resource_growth` | threads, fds or RSS over the stated bound, or higher late in a daemon's warm life than early |
 //! | `probe_p99` / `probe_timeout` | the probe client's p99 over the stated bound; a probe call unanswered |
 //! | `metrics_undercount` / `metrics_mismatch` | `/metrics` counted fewer ended tasks than clients saw; at the end, not exactly as many |
 //! | `daemon_died` | the daemon exited when nobody killed it, or not with 0 at SIGTERM |
@@ -51,14 +52,14 @@
 //! `AGENTD_CHAOS_BREAK=<invariant>,…` (or `all`) breaks the soak on purpose
 //! (breaks.rs says how, per invariant): the run then passes only if each
 //! named invariant fired, and prints which others fired beside it.
-//! `resource_growth` needs `AGENTD_CHAOS_SECS=150` or more. The judges' own
+//! `resource_growth` needs `AGENTD_CHAOS_SECS=300` or so. The judges' own
 //! tests (judge_tests.rs) run beside the soak, so the proof stays.
 //!
 //! ```text
 //! cargo test -j2 --test chaos -- --nocapture                     # the default short run (25 s, debug build)
 //! AGENTD_CHAOS_SECS=3600 cargo test --release --test chaos -- --nocapture   # the reference hour
 //! AGENTD_CHAOS_BREAK=all cargo test -j2 --test chaos -- --nocapture         # every invariant must fire
-//! AGENTD_CHAOS_SECS=150 AGENTD_CHAOS_BREAK=resource_growth cargo test -j2 --test chaos -- --nocapture
+//! AGENTD_CHAOS_SECS=300 AGENTD_CHAOS_BREAK=resource_growth cargo test -j2 --test chaos -- --nocapture
 //! ```
 //!
 //! `AGENTD_CHAOS_SECS` (default 25), `AGENTD_CHAOS_SEED` (decimal or 0x…;
@@ -133,7 +134,7 @@ use std::time::{Duration, Instant};
 use breaks::Breaks;
 use daemon::Daemon;
 use faults::Fault;
-use judge::Bounds;
+use judge::{Bounds, RETAIN_MAX};
 use ledger::{Kind, Ledger, Via};
 use load::Env;
 use settings::settings;
@@ -200,6 +201,7 @@ fn chaos_soak() {
         "tasks.term_grace_ms=700".into(),
         format!("http.body_max_bytes={BODY_MAX}"),
         "http.sse_keepalive_ms=1000".into(),
+        format!("tasks.retain_max={RETAIN_MAX}"),
         // The events feed keeps what its follower has not read yet.
         "ext.events_ring=16384".into(),
     ] {
@@ -396,7 +398,11 @@ fn chaos_soak() {
 
     let probe: Vec<Duration> = env.probe.lock().unwrap().clone();
     judge::judge_probe(&ledger, &probe, probe_p99_bound());
-    let longest_life = judge::judge_resources(&ledger, &samples, &bounds);
+    // A daemon is warm once it holds as many finished tasks as it keeps.
+    let warm: BTreeMap<u32, f64> = (1..=final_epoch)
+        .filter_map(|e| Some((e, ledger.nth_end(e, RETAIN_MAX)?)))
+        .collect();
+    let warm_samples = judge::judge_resources(&ledger, &samples, &bounds, &warm);
     let mut recs = ledger.drain();
     if final_epoch > 1 && env.breaks.take("survived_restart") {
         // An ended task of the last daemon, taken for one lost with the one before.
@@ -458,15 +464,27 @@ fn chaos_soak() {
     ledger.judged("violation.client_error", http::calls());
 
     let mut unjudgeable = BTreeMap::new();
-    let longest_secs = longest_life as f64 / 2.0;
     if s.secs < LONG_ENOUGH_FOR_GROWTH {
+        let lives: Vec<String> = d
+            .lives()
+            .iter()
+            .filter(|(e, _)| *e <= final_epoch)
+            .map(|(e, life)| match warm.get(e) {
+                Some(at) => format!(
+                    "{e}: {:.0} s, warm from t={at:.0}s for {} samples",
+                    life.as_secs_f64(),
+                    warm_samples.get(e).copied().unwrap_or(0)
+                ),
+                None => format!("{e}: {:.0} s, never warm", life.as_secs_f64()),
+            })
+            .collect();
         unjudgeable.insert(
             "resource_growth",
             format!(
-                "no daemon life of a minute ({} samples) in a {} s run (the longest: {longest_secs:.0} s); \
-                 AGENTD_CHAOS_SECS={LONG_ENOUGH_FOR_GROWTH} or more has one",
+                "no daemon life had {} samples (a minute) once warm, holding tasks.retain_max={RETAIN_MAX} \
+                 finished tasks (lives {}); AGENTD_CHAOS_SECS=300 mostly has one, {LONG_ENOUGH_FOR_GROWTH} always",
                 judge::GROWTH_SAMPLES,
-                s.secs
+                lives.join(", ")
             ),
         );
     }
@@ -558,6 +576,7 @@ fn chaos_soak() {
     }
 }
 
-/// A run this long has a daemon life of a minute or more (one kill in its
-/// middle), in which `resource_growth` is judged.
-const LONG_ENOUGH_FOR_GROWTH: u64 = 150;
+/// A run this long has a daemon life with a minute or more after it grew
+/// warm (one kill in its middle, lives of five minutes), in which
+/// `resource_growth` must be judged.
+const LONG_ENOUGH_FOR_GROWTH: u64 = 600;

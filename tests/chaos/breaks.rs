@@ -67,7 +67,7 @@ pub const BREAKS: &[(&str, &str)] = &[
     ),
     (
         "resource_growth",
-        "from 45 s into each daemon life, 24 idle connections are held open to its end",
+        "once a daemon is warm, one more idle connection a second is held open (a leak)",
     ),
     ("probe_p99", "one probe in forty sends a 5 s task instead of `ok`"),
     ("probe_timeout", "a probe sends a 3 s task and waits 1 s for it"),

@@ -353,6 +353,10 @@ pub fn task_workers(logs: &[std::path::PathBuf]) -> HashMap<String, Vec<i32>> {
     out
 }
 
+/// Finished tasks a daemon keeps (tasks.retain_max, its default, set by
+/// the soak): until it holds as many, its task table grows by design.
+pub const RETAIN_MAX: usize = 1000;
+
 /// One figure of a sample.
 type Measure<'a> = &'a dyn Fn(&Sample) -> u64;
 
@@ -363,14 +367,22 @@ pub struct Bounds {
 }
 
 /// A daemon life judged for growth has this many samples at least (a
-/// minute at the monitor's two a second): shorter, its warm-up (the slots
-/// and idle workers it keeps, the allocator's arenas) is still growth.
+/// minute at the monitor's two a second) once it is warm: shorter, what it
+/// keeps on purpose (the slots and idle workers, the allocator's arenas)
+/// is still growth.
 pub const GROWTH_SAMPLES: usize = 120;
 
-/// Over the bound at any sample; or, in a daemon life of a minute or more,
-/// higher in its last quarter than in its second (a leak grows with time).
-/// Returns the longest life in samples.
-pub fn judge_resources(ledger: &Ledger, samples: &[Sample], b: &Bounds) -> usize {
+/// Over the bound at any sample; or, in a daemon life with a minute or
+/// more after `warm` (epoch → when, in seconds of the run, it held as many
+/// finished tasks as it keeps: until then the task table grows by design),
+/// higher in the last quarter of that part than in its second (a leak
+/// grows with time). Returns, per epoch, how many warm samples it had.
+pub fn judge_resources(
+    ledger: &Ledger,
+    samples: &[Sample],
+    b: &Bounds,
+    warm: &BTreeMap<u32, f64>,
+) -> BTreeMap<u32, usize> {
     ledger.judged("violation.resource_bound", samples.len() as u64);
     if let Some(s) = samples
         .iter()
@@ -388,8 +400,11 @@ pub fn judge_resources(ledger: &Ledger, samples: &[Sample], b: &Bounds) -> usize
     for s in samples {
         epochs.entry(s.epoch).or_default().push(s);
     }
-    let longest = epochs.values().map(Vec::len).max().unwrap_or(0);
+    let mut warm_samples = BTreeMap::new();
     for (epoch, ss) in epochs {
+        let Some(since) = warm.get(&epoch) else { continue };
+        let ss: Vec<&Sample> = ss.into_iter().filter(|s| s.t >= *since).collect();
+        warm_samples.insert(epoch, ss.len());
         if ss.len() < GROWTH_SAMPLES {
             continue;
         }
@@ -406,12 +421,15 @@ pub fn judge_resources(ledger: &Ledger, samples: &[Sample], b: &Bounds) -> usize
             if late > early + early / 4 + slack {
                 ledger.violation(
                     "violation.resource_growth",
-                    format!("epoch {epoch}: {name} peaked at {early} in the second quarter, {late} in the last"),
+                    format!(
+                        "epoch {epoch}: {name} peaked at {early} in the second quarter of its warm life \
+                         (from t={since:.0}s), {late} in the last"
+                    ),
                 );
             }
         }
     }
-    longest
+    warm_samples
 }
 
 pub fn percentile(xs: &[Duration], p: usize) -> Duration {

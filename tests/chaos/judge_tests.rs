@@ -47,7 +47,7 @@ fn view(state: &str, cause: &str, text: &str) -> View {
 
 /// A ledger holding one record, shaped by `f`.
 fn one(f: impl FnOnce(&mut Rec)) -> (Ledger, Vec<(String, Rec)>) {
-    let l = Ledger::new();
+    let l = Ledger::quiet();
     l.register("c-1", Kind::Ok, Via::Blocking, 1, 0);
     l.with("c-1", f);
     let recs = l.drain();
@@ -139,7 +139,7 @@ fn not_terminal_counts_a_task_of_the_last_daemon_without_an_end() {
 #[test]
 fn two_terminal_states_counts_a_second_witness_that_saw_another_end() {
     // GetTask after the client's end.
-    let l = Ledger::new();
+    let l = Ledger::quiet();
     l.register("c-1", Kind::Ok, Via::Blocking, 1, 0);
     l.terminal("c-1", view("COMPLETED", "completed", "ok"));
     l.compare("c-1", &view("FAILED", "crashed", "ok"));
@@ -194,7 +194,7 @@ fn the_feed_record_is_read_as_the_daemon_writes_it() {
 
 #[test]
 fn view_differs_counts_the_same_end_told_otherwise() {
-    let l = Ledger::new();
+    let l = Ledger::quiet();
     l.register("c-1", Kind::Ok, Via::Blocking, 1, 0);
     l.terminal("c-1", view("COMPLETED", "completed", "ok"));
     l.compare("c-1", &view("COMPLETED", "completed", "ok"));
@@ -218,7 +218,7 @@ fn stream_protocol_counts_ids_that_do_not_rise_and_events_after_the_end() {
     let mut a = Assembly::new("c-1");
     a.feed(&event(Some(1), working.clone()));
     a.feed(&event(Some(2), done.clone()));
-    let l = Ledger::new();
+    let l = Ledger::quiet();
     a.report_to(&l);
     assert_eq!(count(&l, "stream_protocol"), 0);
     assert_eq!(
@@ -250,7 +250,7 @@ fn env_of(pid: Option<i32>) -> (Arc<Env>, PathBuf) {
     }
     let env = Env::new(
         d,
-        Arc::new(Ledger::new()),
+        Arc::new(Ledger::quiet()),
         dir.join("pids"),
         0,
         false,
@@ -410,26 +410,31 @@ fn resource_bound_and_growth_count_a_daemon_over_its_bound_or_growing() {
     let flat: Vec<Sample> = (0..judge::GROWTH_SAMPLES)
         .map(|i| sample(i as f64 / 2.0, 1, 10, 50, 10_000))
         .collect();
-    let l = Ledger::new();
-    judge::judge_resources(&l, &flat, &b);
+    let l = Ledger::quiet();
+    let warm = BTreeMap::from([(1, 0.0)]);
+    judge::judge_resources(&l, &flat, &b, &warm);
     assert_eq!((count(&l, "resource_bound"), count(&l, "resource_growth")), (0, 0));
     let mut over = flat.clone();
     over[7].threads = 21;
-    judge::judge_resources(&l, &over, &b);
+    judge::judge_resources(&l, &over, &b, &warm);
     assert_eq!(count(&l, "resource_bound"), 1);
     // fds up by half in the last quarter of a life of a minute.
-    let l = Ledger::new();
+    let l = Ledger::quiet();
     let mut growing = flat.clone();
     for s in &mut growing[judge::GROWTH_SAMPLES * 3 / 4..] {
         s.fds = 90;
     }
-    judge::judge_resources(&l, &growing, &b);
+    judge::judge_resources(&l, &growing, &b, &warm);
     assert_eq!(count(&l, "resource_growth"), 1);
-    // The same in a shorter life is not judged at all.
-    let l = Ledger::new();
+    // The same in a shorter life, or in one never warm, is not judged.
+    let l = Ledger::quiet();
     let short = &growing[judge::GROWTH_SAMPLES / 2..];
-    judge::judge_resources(&l, short, &b);
+    judge::judge_resources(&l, short, &b, &warm);
+    judge::judge_resources(&l, &growing, &b, &BTreeMap::new());
     assert_eq!(count(&l, "resource_growth"), 0);
+    assert_eq!(l.judged_counts().get("violation.resource_growth"), None);
+    // Warm only from its middle, its warm part is too short to judge.
+    judge::judge_resources(&l, &growing, &b, &BTreeMap::from([(1, 30.0)]));
     assert_eq!(l.judged_counts().get("violation.resource_growth"), None);
 }
 
@@ -437,14 +442,14 @@ fn resource_bound_and_growth_count_a_daemon_over_its_bound_or_growing() {
 fn probe_p99_counts_more_than_a_slow_hundredth() {
     let mut calls = vec![Duration::from_millis(10); 99];
     calls.push(Duration::from_secs(5));
-    let l = Ledger::new();
+    let l = Ledger::quiet();
     judge::judge_probe(&l, &calls, Duration::from_secs(4));
     assert_eq!(count(&l, "probe_p99"), 0);
     calls.push(Duration::from_secs(5));
     judge::judge_probe(&l, &calls, Duration::from_secs(4));
     assert_eq!(count(&l, "probe_p99"), 1);
     // Under 20 calls there is no p99 to judge.
-    let l = Ledger::new();
+    let l = Ledger::quiet();
     judge::judge_probe(&l, &calls[90..], Duration::from_secs(4));
     assert_eq!(
         (count(&l, "probe_p99"), l.judged_counts().get("violation.probe_p99")),
@@ -455,7 +460,7 @@ fn probe_p99_counts_more_than_a_slow_hundredth() {
 #[test]
 fn metrics_judges_count_an_end_the_daemon_did_not() {
     let seen = BTreeMap::from([("COMPLETED/completed".to_string(), 3)]);
-    let l = Ledger::new();
+    let l = Ledger::quiet();
     judge::judge_undercount(&l, 1, &BTreeMap::from([("COMPLETED/completed".to_string(), 4)]), &seen);
     assert_eq!(count(&l, "metrics_undercount"), 0);
     judge::judge_undercount(&l, 1, &BTreeMap::from([("COMPLETED/completed".to_string(), 2)]), &seen);

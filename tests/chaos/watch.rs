@@ -50,8 +50,9 @@ pub struct Watch {
     fork: Option<Child>,
     held: Vec<UnixStream>,
     held_until: Option<Instant>,
-    /// The epoch and start of the life the growth break holds connections in.
-    life: (u32, Instant),
+    /// The growth break's leak: the epoch it leaks into, when that daemon
+    /// grew warm (seconds into the run), the connections it holds.
+    life: (u32, Option<f64>),
     held_for_growth: Vec<UnixStream>,
     /// Threads the daemon may have (resource_bound's bound).
     thread_bound: usize,
@@ -76,7 +77,7 @@ impl Watch {
             fork: None,
             held: Vec::new(),
             held_until: None,
-            life: (0, Instant::now()),
+            life: (0, None),
             held_for_growth: Vec::new(),
             thread_bound,
         }
@@ -132,18 +133,24 @@ impl Watch {
             self.held = breaks::hold_connections(&env.daemon.socket, self.thread_bound + 8);
             self.held_until = Some(Instant::now() + Duration::from_secs(3));
         }
-        // Held to the end of the life, or of the load: the daemon at rest
-        // is judged on its own.
+        // A leak, from when the daemon is warm (its growth is judged from
+        // then): one more idle connection held every second, to the end of
+        // the life or of the load (the daemon at rest is judged on its
+        // own). A leak slower than the daemon's own swings may not show
+        // against its second quarter in a warm life of a minute or two.
         if self.life.0 != epoch || env.stopping() {
-            self.life = (epoch, Instant::now());
+            self.life = (epoch, None);
             self.held_for_growth.clear();
         }
-        if env.breaks.asked("resource_growth")
-            && !env.stopping()
-            && self.held_for_growth.is_empty()
-            && self.life.1.elapsed() > Duration::from_secs(45)
-        {
-            self.held_for_growth = breaks::hold_connections(&env.daemon.socket, 24);
+        if env.breaks.asked("resource_growth") && !env.stopping() {
+            if self.life.1.is_none() {
+                self.life.1 = env.ledger.nth_end(epoch, crate::judge::RETAIN_MAX);
+            }
+            let leaked = self.life.1.map_or(0, |warm| (t - warm).max(0.0) as usize).min(256);
+            if leaked > self.held_for_growth.len() {
+                let more = breaks::hold_connections(&env.daemon.socket, leaked - self.held_for_growth.len());
+                self.held_for_growth.extend(more);
+            }
         }
         if t > 2.0 && env.breaks.take("helper_pool") {
             // A second fork server, by its name.
