@@ -41,6 +41,9 @@ pub struct Env {
     pub stop: AtomicBool,
     /// The probe's latencies (calls the daemon's kill did not break).
     pub probe: Mutex<Vec<Duration>>,
+    /// A kind of task the injector has a fault for and no target: the next
+    /// blocking task a client sends is one.
+    wanted: Mutex<Option<Kind>>,
     next_ctx: AtomicU64,
 }
 
@@ -64,6 +67,7 @@ impl Env {
             breaks,
             stop: AtomicBool::new(false),
             probe: Mutex::new(Vec::new()),
+            wanted: Mutex::new(None),
             next_ctx: AtomicU64::new(1),
         }
     }
@@ -77,6 +81,16 @@ impl Env {
                 .counters()
                 .get(&format!("violation.{invariant}"))
                 .is_none_or(|n| *n == 0)
+    }
+
+    /// Asks for a task of `kind` (see `wanted`).
+    pub fn want(&self, kind: Kind) {
+        *self.wanted.lock().unwrap() = Some(kind);
+    }
+
+    /// The kind of task asked for, once.
+    pub fn take_wanted(&self) -> Option<Kind> {
+        self.wanted.lock().unwrap().take()
     }
 
     pub fn stopping(&self) -> bool {

@@ -508,6 +508,14 @@ impl Injector {
                 return Some(done);
             }
         }
+        // None fits: the next blocking task is one that will. (A short run
+        // sends three or so `grow` tasks, each a target for a second: left
+        // to chance, a squeeze would now and then find none at all.)
+        self.env.want(if fault == TaskFault::SqueezeMemory {
+            Kind::Grow
+        } else {
+            Kind::Sleep
+        });
         None
     }
 

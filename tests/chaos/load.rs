@@ -96,7 +96,11 @@ pub fn client(env: Arc<Env>, who: String, mut rng: Rng) {
                 if env.memory {
                     kinds.extend([(Kind::Grow, 10), (Kind::Hog, 1)]);
                 }
-                blocking(&env, &ctx, epoch, rng.weighted(&kinds), &mut rng)
+                let kind = env
+                    .take_wanted()
+                    .filter(|k| *k != Kind::Grow || env.memory)
+                    .unwrap_or_else(|| rng.weighted(&kinds));
+                blocking(&env, &ctx, epoch, kind, &mut rng)
             }
             Via::Streaming => {
                 let kind = rng.weighted(&[
