@@ -3,7 +3,7 @@
 //! Task faults claim one running target task in the ledger before the
 //! signal goes, so the judge knows what was done to it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -121,6 +121,21 @@ pub struct Planned {
     pub hold: Duration,
 }
 
+/// The least a run must apply of a kind it planned `planned` times: half,
+/// and at least one (a kind that never found a victim broke nothing).
+pub fn floor(planned: u64) -> u64 {
+    (planned / 2).max(1)
+}
+
+/// How many of each kind a plan holds.
+pub fn planned_per_kind(plan: &[Planned]) -> BTreeMap<Fault, u64> {
+    let mut out = BTreeMap::new();
+    for p in plan {
+        *out.entry(p.fault).or_default() += 1;
+    }
+    out
+}
+
 /// The run's faults: every kind not skipped at least once (shuffled), then
 /// more drawn by weight; the daemon killed once per ten minutes (once in a
 /// shorter run), away from the run's ends.
@@ -216,6 +231,11 @@ pub struct Injector {
     pending: Vec<(Instant, Undo)>,
     log: Vec<String>,
     verbose: bool,
+    /// Per kind: (planned, applied), for the floor.
+    tally: BTreeMap<Fault, (u64, u64)>,
+    /// The checks after each restart, which wait on their own while the
+    /// schedule goes on.
+    after_restarts: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Injector {
@@ -226,7 +246,17 @@ impl Injector {
             pending: Vec::new(),
             log: Vec::new(),
             verbose,
+            tally: BTreeMap::new(),
+            after_restarts: Vec::new(),
         }
+    }
+
+    /// Whether `fault`'s kind is still under its floor: a fault of it that
+    /// found no victim in time is armed again, while the load runs.
+    fn under_floor(&self, fault: Fault) -> bool {
+        self.tally
+            .get(&fault)
+            .is_some_and(|(planned, applied)| *applied < floor(*planned))
     }
 
     /// Carries out `plan` (times from the run's start), then undoes
@@ -235,6 +265,9 @@ impl Injector {
     /// within a few seconds; meanwhile the schedule goes on. Returns the
     /// log of what was done.
     pub fn run(mut self, plan: Vec<Planned>) -> Vec<String> {
+        for (f, n) in planned_per_kind(&plan) {
+            self.tally.insert(f, (n, 0));
+        }
         let start = self.env.ledger.start;
         let mut plan = plan.into_iter().peekable();
         let mut armed: Vec<(Planned, Instant)> = Vec::new();
@@ -242,10 +275,13 @@ impl Injector {
         while !self.env.stopping() && (plan.peek().is_some() || !armed.is_empty() || !self.pending.is_empty()) {
             while let Some(p) = plan.next_if(|p| Instant::now() >= start + p.at) {
                 match p.fault {
-                    Fault::KillDaemon | Fault::SqueezeNofile => {
+                    Fault::SqueezeNofile => {
                         let r = self.apply_now(&p);
                         self.outcome(p.fault, r);
                     }
+                    // A kill waits (a little) for a task in flight: what
+                    // the restart must not know needs a task to be lost.
+                    Fault::KillDaemon => armed.push((p, Instant::now() + Duration::from_secs(5))),
                     Fault::SqueezeMemory => armed.push((p, Instant::now() + Duration::from_secs(10))),
                     _ => armed.push((p, Instant::now() + Duration::from_secs(3))),
                 }
@@ -255,10 +291,23 @@ impl Injector {
                 let table = procs::scan();
                 let mut still = Vec::new();
                 for (p, until) in std::mem::take(&mut armed) {
+                    if p.fault == Fault::KillDaemon {
+                        if self.task_in_flight() || Instant::now() > until {
+                            let r = self.apply_now(&p);
+                            self.outcome(p.fault, r);
+                        } else {
+                            still.push((p, until));
+                        }
+                        continue;
+                    }
                     match self.try_armed(&table, &p) {
                         Some(what) => self.outcome(p.fault, Ok(what)),
                         None if Instant::now() > until => {
-                            self.outcome(p.fault, Err("nothing to aim at in time".into()))
+                            let again = self.under_floor(p.fault) && !self.env.stopping();
+                            self.outcome(p.fault, Err("nothing to aim at in time".into()));
+                            if again {
+                                still.push((p, Instant::now() + Duration::from_secs(3)));
+                            }
                         }
                         None => still.push((p, until)),
                     }
@@ -276,13 +325,27 @@ impl Injector {
             std::thread::sleep(Duration::from_millis(20));
         }
         self.undo_due(true);
+        for h in self.after_restarts.drain(..) {
+            h.join().expect("the checks after a restart panicked");
+        }
         self.log
+    }
+
+    /// Whether a task of the serving daemon is running, its id known.
+    fn task_in_flight(&self) -> bool {
+        self.env
+            .daemon
+            .current()
+            .is_some_and(|(epoch, _)| self.env.ledger.open_in_epoch(epoch).iter().any(|(_, t)| t.is_some()))
     }
 
     fn outcome(&mut self, fault: Fault, r: Result<String, String>) {
         let name = fault.name();
         match r {
             Ok(what) => {
+                if let Some((_, applied)) = self.tally.get_mut(&fault) {
+                    *applied += 1;
+                }
                 self.env.ledger.count(&format!("fault.{name}"));
                 self.note(format!("t={:.1}s {name}: {what}", self.env.ledger.t()));
             }
@@ -445,6 +508,14 @@ impl Injector {
                 return Some(done);
             }
         }
+        // None fits: the next blocking task is one that will. (A short run
+        // sends three or so `grow` tasks, each a target for a second: left
+        // to chance, a squeeze would now and then find none at all.)
+        self.env.want(if fault == TaskFault::SqueezeMemory {
+            Kind::Grow
+        } else {
+            Kind::Sleep
+        });
         None
     }
 
@@ -550,86 +621,14 @@ impl Injector {
         ))
     }
 
-    /// kill -9 of the daemon; then every process it had must be gone, and
-    /// the restarted daemon must have removed the dead one's cgroup slots.
+    /// kill -9 of the daemon and its restart (restart.rs); the checks
+    /// after the restart go on beside the schedule.
     fn kill_daemon(&mut self) -> Result<String, String> {
         // Whatever is held belongs to the daemon about to die.
         self.undo_due(true);
-        let env = self.env.clone();
-        let (_, pid) = env.daemon.current().ok_or("the daemon is down")?;
-        let table = procs::scan();
-        let before: Vec<Proc> = table
-            .values()
-            .filter(|p| procs::descends(&table, p.pid, pid))
-            .cloned()
-            .collect();
-        let living = |ps: &[Proc]| -> Vec<Proc> {
-            ps.iter()
-                .filter(|p| procs::stat(p.pid).is_some_and(|now| now.start == p.start && now.state != 'Z'))
-                .cloned()
-                .collect()
-        };
-        let mut outlived: Vec<Proc> = Vec::new();
-        let killed = env
-            .daemon
-            .kill_and_restart(|_| {
-                // Its processes die with it (their parent-death signal), before
-                // any restart could clean up after it.
-                crate::common::wait_for(Duration::from_secs(5), || living(&before).is_empty());
-                outlived = living(&before);
-            })
-            .map_err(|e| {
-                env.ledger.violation(
-                    "violation.daemon_died",
-                    format!("the restart after kill -9 failed: {e}"),
-                );
-                e
-            })?;
-        if !outlived.is_empty() {
-            env.ledger.violation(
-                "violation.process_outlived_daemon",
-                format!(
-                    "5 s after kill -9 of agentd {}, {} of its {} processes live: {outlived:?}",
-                    killed.old_pid,
-                    outlived.len(),
-                    before.len()
-                ),
-            );
-            // The restarted daemon kills what is left in the dead one's slots.
-            crate::common::wait_for(Duration::from_secs(5), || living(&outlived).is_empty());
-            let left = living(&outlived);
-            if !left.is_empty() {
-                env.ledger.violation(
-                    "violation.process_left_after_restart",
-                    format!(
-                        "5 s after the restart, {} processes of agentd {} live: {left:?}",
-                        left.len(),
-                        killed.old_pid
-                    ),
-                );
-            }
-        }
-        let clean = crate::common::wait_for(Duration::from_secs(10), || {
-            procs::daemon_cgroups(killed.old_pid).is_empty()
-        });
-        if !clean {
-            env.ledger.violation(
-                "violation.cgroup_slot_left_after_restart",
-                format!(
-                    "10 s after the restart, agentd {}'s cgroups remain: {:?}",
-                    killed.old_pid,
-                    procs::daemon_cgroups(killed.old_pid)
-                ),
-            );
-        }
-        env.ledger.count("restarts");
-        Ok(format!(
-            "kill -9 agentd {} (epoch {}, {} processes), all gone; restarted and serving in {:?}",
-            killed.old_pid,
-            killed.old_epoch,
-            before.len(),
-            killed.ready_in
-        ))
+        let (what, checks) = crate::restart::kill_and_restart(self.env.clone())?;
+        self.after_restarts.push(checks);
+        Ok(what)
     }
 }
 

@@ -6,6 +6,7 @@ use std::fmt;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -15,6 +16,9 @@ use serde_json::{json, Value};
 pub enum CallError {
     /// No connection (the daemon is down, or its socket is being replaced).
     Connect(io::Error),
+    /// The request was not written whole (the connection broke first, or
+    /// it reached a daemon other than the one it was meant for).
+    Unsent(io::Error),
     /// The connection broke or timed out mid-call.
     Io(io::Error),
     /// An HTTP status other than 200.
@@ -43,6 +47,7 @@ impl fmt::Display for CallError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CallError::Connect(e) => write!(f, "connect: {e}"),
+            CallError::Unsent(e) => write!(f, "not sent whole: {e}"),
             CallError::Io(e) => write!(f, "i/o: {e}"),
             CallError::Status(s, body) => write!(f, "HTTP {s}: {}", body.chars().take(200).collect::<String>()),
             CallError::Rpc(e) => write!(f, "JSON-RPC error {e}"),
@@ -154,16 +159,43 @@ fn read_response(r: &mut impl BufRead) -> Result<Response, CallError> {
     Ok(Response { status, body })
 }
 
-/// Writes `bytes` on a fresh connection and reads one response.
-pub fn exchange(socket: &Path, bytes: &[u8], timeout: Duration) -> Result<Response, CallError> {
-    let mut s = connect(socket, timeout)?;
-    // A refused connection (503) is answered before its request is read:
-    // a failed write is not the end, the answer says more.
+/// Calls made (exchanges and streams opened), for the report: every one
+/// is judged by `client_error` when it fails.
+static CALLS: AtomicU64 = AtomicU64::new(0);
+
+pub fn calls() -> u64 {
+    CALLS.load(Ordering::Relaxed)
+}
+
+/// How far a request got before its call ended, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Progress {
+    /// Not written whole: the daemon cannot have it.
+    Unsent,
+    /// Written whole, and no answer read.
+    Written,
+    /// An answer was read (a result, a refusal or an error).
+    Answered,
+}
+
+/// Writes `bytes` on `s` and reads one response; says how far it got.
+pub fn exchange_on(mut s: UnixStream, bytes: &[u8]) -> (Progress, Result<Response, CallError>) {
+    CALLS.fetch_add(1, Ordering::Relaxed);
+    // A refused connection (503, 413) is answered before its request is
+    // read whole: a failed write is not the end, the answer says more.
     let wrote = s.write_all(bytes);
     match read_response(&mut BufReader::new(s)) {
-        Ok(r) => Ok(r),
-        Err(e) => Err(wrote.err().map(CallError::Io).unwrap_or(e)),
+        Ok(r) => (Progress::Answered, Ok(r)),
+        Err(e) => match wrote {
+            Err(w) => (Progress::Unsent, Err(CallError::Unsent(w))),
+            Ok(()) => (Progress::Written, Err(e)),
+        },
     }
+}
+
+/// Writes `bytes` on a fresh connection and reads one response.
+pub fn exchange(socket: &Path, bytes: &[u8], timeout: Duration) -> Result<Response, CallError> {
+    exchange_on(connect(socket, timeout)?, bytes).1
 }
 
 pub fn get(socket: &Path, path: &str, timeout: Duration) -> Result<Response, CallError> {
@@ -232,46 +264,74 @@ pub enum Opened {
 }
 
 impl Sse {
-    /// Opens a streaming call. `rcvbuf` shrinks the socket's receive
-    /// buffer (a slow reader's).
+    /// Opens a streaming call on `s`; says how far the request got.
+    /// `rcvbuf` shrinks the socket's receive buffer (a slow reader's).
+    pub fn open_on(
+        mut s: UnixStream,
+        method: &str,
+        params: Value,
+        extra: &[(&str, &str)],
+        rcvbuf: Option<usize>,
+    ) -> (Progress, Result<Opened, CallError>) {
+        CALLS.fetch_add(1, Ordering::Relaxed);
+        if let Some(n) = rcvbuf {
+            set_rcvbuf(&s, n);
+        }
+        let mut headers = vec![("Accept", "text/event-stream")];
+        headers.extend_from_slice(extra);
+        if let Err(e) = s.write_all(&post_bytes(&request_body(method, &params), &headers)) {
+            return (Progress::Unsent, Err(CallError::Unsent(e)));
+        }
+        let mut reader = BufReader::new(s);
+        match Sse::start(&mut reader, method) {
+            Ok(None) => (Progress::Answered, Ok(Opened::Stream(Sse { reader, ended: false }))),
+            Ok(Some(opened)) => (Progress::Answered, Ok(opened)),
+            Err((progress, e)) => (progress, Err(e)),
+        }
+    }
+
+    /// Opens a streaming call on a fresh connection.
     pub fn open(
         socket: &Path,
         method: &str,
         params: Value,
         extra: &[(&str, &str)],
         timeout: Duration,
-        rcvbuf: Option<usize>,
     ) -> Result<Opened, CallError> {
-        let mut s = connect(socket, timeout)?;
-        if let Some(n) = rcvbuf {
-            set_rcvbuf(&s, n);
-        }
-        let mut headers = vec![("Accept", "text/event-stream")];
-        headers.extend_from_slice(extra);
-        s.write_all(&post_bytes(&request_body(method, &params), &headers))
-            .map_err(io_err)?;
-        let mut reader = BufReader::new(s);
-        let (status, headers) = read_head(&mut reader)?;
+        Sse::open_on(connect(socket, timeout)?, method, params, extra, None).1
+    }
+
+    /// Reads the answer's head: None when a stream follows, or the plain
+    /// answer that came instead. A head read is an answer, however bad.
+    fn start(reader: &mut BufReader<UnixStream>, method: &str) -> Result<Option<Opened>, (Progress, CallError)> {
+        let (status, headers) = read_head(reader).map_err(|e| (Progress::Written, e))?;
+        let answered = |e| (Progress::Answered, e);
         let ct = find(&headers, "Content-Type").unwrap_or("").to_ascii_lowercase();
         if !ct.starts_with("text/event-stream") {
             let len: usize = find(&headers, "Content-Length")
                 .and_then(|l| l.parse().ok())
-                .ok_or_else(|| proto(format!("{method}: a plain answer without Content-Length: {headers:?}")))?;
+                .ok_or_else(|| {
+                    answered(proto(format!(
+                        "{method}: a plain answer without Content-Length: {headers:?}"
+                    )))
+                })?;
             let mut body = vec![0; len];
-            reader.read_exact(&mut body).map_err(io_err)?;
+            reader.read_exact(&mut body).map_err(|e| answered(io_err(e)))?;
             let resp = Response { status, body };
             return match result_of(&resp) {
-                Ok(v) => Err(proto(format!("{method}: a plain result instead of a stream: {v}"))),
-                Err(CallError::Rpc(e)) => Ok(Opened::Json(e)),
-                Err(e) => Err(e),
+                Ok(v) => Err(answered(proto(format!(
+                    "{method}: a plain result instead of a stream: {v}"
+                )))),
+                Err(CallError::Rpc(e)) => Ok(Some(Opened::Json(e))),
+                Err(e) => Err(answered(e)),
             };
         }
         if status != 200 || !find(&headers, "Transfer-Encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
-            return Err(proto(format!(
+            return Err(answered(proto(format!(
                 "{method}: stream with status {status}, headers {headers:?}"
-            )));
+            ))));
         }
-        Ok(Opened::Stream(Sse { reader, ended: false }))
+        Ok(None)
     }
 
     /// The next event; `None` after the zero chunk.

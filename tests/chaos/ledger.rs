@@ -1,7 +1,8 @@
 //! What the soak knows: every task a client sent (keyed by the contextId
-//! the client chose, known before the daemon answers), what was done to it,
-//! what the client last saw; and the named counters of the report, the
-//! invariants among them.
+//! the client chose, known before the daemon answers), how far its request
+//! got, what was done to it, what the client last saw; and the named
+//! counters of the report, the invariants among them, each with how many
+//! things it judged (an invariant that judged nothing proves nothing).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -158,6 +159,8 @@ pub fn parts_text(parts: &Value) -> String {
         .unwrap_or_default()
 }
 
+pub use crate::http::Progress;
+
 pub struct Rec {
     pub kind: Kind,
     pub via: Via,
@@ -177,43 +180,87 @@ pub struct Rec {
     pub ended: Option<Instant>,
     /// GetTask was compared with the view.
     pub checked: bool,
-    /// The daemon said it created nothing (413, a refusal).
-    pub unaccepted: bool,
+    /// How far the request that creates the task got; None when the client
+    /// cannot tell (the MCP bridge makes the call).
+    pub request: Option<Progress>,
+    /// When that request was written whole.
+    pub written_at: Option<Instant>,
+    /// The daemon answered that it created nothing (413).
+    pub refused: bool,
+    /// What the first call of it that failed was put down to: "restart",
+    /// "fd squeeze" or "client error".
+    pub broken: Option<&'static str>,
 }
 
-/// The invariants, each a counter that must stay 0.
-pub const INVARIANTS: &[&str] = &[
-    "violation.unexpected_outcome",
-    "violation.not_terminal",
-    "violation.two_terminal_states",
-    "violation.view_differs_from_GetTask",
-    "violation.stream_protocol",
-    "violation.client_error",
-    "violation.survived_restart",
-    "violation.process_outlived_daemon",
-    "violation.process_left_after_restart",
-    "violation.cgroup_slot_left_after_restart",
-    "violation.escaped_process",
-    "violation.zombie",
-    "violation.resource_bound",
-    "violation.resource_growth",
-    "violation.probe_p99",
-    "violation.probe_timeout",
-    "violation.metrics_undercount",
-    "violation.metrics_mismatch",
-    "violation.daemon_died",
-    "violation.unknown_task",
-    "violation.helper_pool",
+impl Rec {
+    /// Whether the daemon may hold a task for it: its request was not
+    /// refused, and not left unwritten.
+    pub fn may_exist(&self) -> bool {
+        self.task.is_some() || (!self.refused && self.request != Some(Progress::Unsent))
+    }
+}
+
+/// The invariants, each a counter that must stay 0, and what each judges
+/// (the report says how many of those it judged).
+pub const INVARIANTS: &[(&str, &str)] = &[
+    ("violation.unexpected_outcome", "ends weighed against what was done"),
+    (
+        "violation.not_terminal",
+        "tasks of the last daemon followed to their end",
+    ),
+    (
+        "violation.two_terminal_states",
+        "ends compared: a client's with GetTask's and the events feed's, the feed's with itself",
+    ),
+    (
+        "violation.view_differs_from_GetTask",
+        "client views compared with GetTask",
+    ),
+    ("violation.stream_protocol", "streams and answers checked"),
+    ("violation.client_error", "calls"),
+    (
+        "violation.survived_restart",
+        "tasks of a killed daemon looked up after it",
+    ),
+    ("violation.process_outlived_daemon", "kills, its processes followed"),
+    (
+        "violation.process_left_after_restart",
+        "restarts, the dead daemon's processes followed",
+    ),
+    (
+        "violation.cgroup_slot_left_after_restart",
+        "daemon ends with cgroup slots",
+    ),
+    ("violation.escaped_process", "process table scans"),
+    ("violation.zombie", "process table scans"),
+    ("violation.resource_bound", "samples"),
+    ("violation.resource_growth", "daemon lives with a minute or more warm"),
+    ("violation.probe_p99", "p99s of 20 probes or more"),
+    ("violation.probe_timeout", "probe calls"),
+    ("violation.metrics_undercount", "/metrics reads"),
+    ("violation.metrics_mismatch", "/metrics of the last daemon at rest"),
+    ("violation.daemon_died", "daemon lives watched"),
+    ("violation.unknown_task", "tasks listed or fed by a daemon"),
+    ("violation.helper_pool", "process table scans"),
+    ("violation.written_request_lost", "requests written whole"),
 ];
+
+pub fn is_invariant(name: &str) -> bool {
+    INVARIANTS.iter().any(|(n, _)| *n == name)
+}
 
 #[derive(Default)]
 struct Counters {
     n: BTreeMap<String, u64>,
     examples: BTreeMap<String, Vec<String>>,
+    /// How many things each invariant judged.
+    judged: BTreeMap<String, u64>,
 }
 
 pub struct Ledger {
     pub start: Instant,
+    /// Violations are printed as they come (not for the judges' own tests).
+    loud: bool,
     recs: Mutex<HashMap<String, Rec>>,
     counters: Mutex<Counters>,
     /// Idle workers the injector SIGKILLed or stopped for long: (pid, when,
@@ -226,14 +273,24 @@ pub struct Ledger {
 impl Ledger {
     pub fn new() -> Ledger {
         let mut c = Counters::default();
-        for name in INVARIANTS {
+        for (name, _) in INVARIANTS {
             c.n.insert(name.to_string(), 0);
         }
         Ledger {
             start: Instant::now(),
+            loud: true,
             recs: Mutex::new(HashMap::new()),
             counters: Mutex::new(c),
             idle_faults: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A ledger that keeps its violations to itself (the judges' tests feed
+    /// it cases on purpose, beside a soak that prints its own).
+    pub fn quiet() -> Ledger {
+        Ledger {
+            loud: false,
+            ..Ledger::new()
         }
     }
 
@@ -269,15 +326,33 @@ impl Ledger {
     /// Counts a broken invariant and keeps its first examples. `name` is
     /// one of INVARIANTS.
     pub fn violation(&self, name: &str, detail: String) {
-        debug_assert!(INVARIANTS.contains(&name), "{name}");
+        assert!(is_invariant(name), "{name} is not an invariant");
         let line = format!("t={:.1}s {detail}", self.t());
-        eprintln!("chaos: {name}: {line}");
+        if self.loud {
+            eprintln!("chaos: {name}: {line}");
+        }
         let mut c = self.counters.lock().unwrap();
         *c.n.entry(name.to_string()).or_default() += 1;
         let ex = c.examples.entry(name.to_string()).or_default();
         if ex.len() < 8 {
             ex.push(line);
         }
+    }
+
+    /// `invariant` judged `n` more things.
+    pub fn judged(&self, invariant: &str, n: u64) {
+        assert!(is_invariant(invariant), "{invariant} is not an invariant");
+        *self
+            .counters
+            .lock()
+            .unwrap()
+            .judged
+            .entry(invariant.to_string())
+            .or_default() += n;
+    }
+
+    pub fn judged_counts(&self) -> BTreeMap<String, u64> {
+        self.counters.lock().unwrap().judged.clone()
     }
 
     pub fn counters(&self) -> BTreeMap<String, u64> {
@@ -293,8 +368,8 @@ impl Ledger {
         let c = self.counters.lock().unwrap();
         INVARIANTS
             .iter()
-            .filter(|n| !excused.contains(n))
-            .map(|n| c.n.get(*n).copied().unwrap_or(0))
+            .filter(|(n, _)| !excused.contains(n))
+            .map(|(n, _)| c.n.get(*n).copied().unwrap_or(0))
             .sum()
     }
 
@@ -316,7 +391,10 @@ impl Ledger {
                 view: None,
                 ended: None,
                 checked: false,
-                unaccepted: false,
+                request: None,
+                written_at: None,
+                refused: false,
+                broken: None,
             },
         );
     }
@@ -329,9 +407,20 @@ impl Ledger {
         self.with(ctx, |r| r.task = Some(id.to_string()));
     }
 
-    /// The daemon created nothing for it: the record goes.
-    pub fn unaccepted(&self, ctx: &str) {
-        self.with(ctx, |r| r.unaccepted = true);
+    /// How far the creating request got (the furthest, should it be told
+    /// twice).
+    pub fn request(&self, ctx: &str, progress: Progress) {
+        self.with(ctx, |r| {
+            if progress != Progress::Unsent && r.written_at.is_none() {
+                r.written_at = Some(Instant::now());
+            }
+            r.request = Some(r.request.map_or(progress, |p| p.max(progress)));
+        });
+    }
+
+    /// The daemon answered that it created nothing.
+    pub fn refused(&self, ctx: &str) {
+        self.with(ctx, |r| r.refused = true);
     }
 
     /// The injector claims a task for `fault`: only a target still running,
@@ -370,7 +459,9 @@ impl Ledger {
     }
 
     /// A client saw the task terminal. A second, different terminal view of
-    /// the same task breaks "exactly one terminal state".
+    /// the same task breaks "exactly one terminal state" (a client path
+    /// records one end, so the second witness is GetTask, in `compare`, and
+    /// the events feed).
     pub fn terminal(&self, ctx: &str, view: View) {
         let clash = self.with(ctx, |r| {
             let clash = r.view.as_ref().filter(|v| v.outcome() != view.outcome()).cloned();
@@ -388,27 +479,56 @@ impl Ledger {
         }
     }
 
-    /// GetTask's view after the client's: they must be equal.
+    /// GetTask's view after the client's: a second witness of the end. A
+    /// different state or cause is a second end; the same end told with
+    /// other text or artifacts is a view that differs.
     pub fn compare(&self, ctx: &str, got: &View) {
         let mine = self.with(ctx, |r| {
             r.checked = true;
             (r.view.clone(), r.task.clone())
         });
-        if let Some((Some(mine), task)) = mine {
-            if &mine != got {
-                self.violation(
-                    "violation.view_differs_from_GetTask",
-                    format!("ctx={ctx} task={task:?}: client saw {mine:?}, GetTask {got:?}"),
-                );
-            }
+        let Some((Some(mine), task)) = mine else { return };
+        self.judged("violation.two_terminal_states", 1);
+        self.judged("violation.view_differs_from_GetTask", 1);
+        if mine.outcome() != got.outcome() {
+            self.violation(
+                "violation.two_terminal_states",
+                format!(
+                    "ctx={ctx} task={task:?}: the client saw it end {}, GetTask then {}",
+                    mine.outcome().key(),
+                    got.outcome().key()
+                ),
+            );
+        } else if &mine != got {
+            self.violation(
+                "violation.view_differs_from_GetTask",
+                format!("ctx={ctx} task={task:?}: client saw {mine:?}, GetTask {got:?}"),
+            );
         }
+    }
+
+    /// When (seconds into the run) clients had seen `n` tasks of `epoch`
+    /// end: by then its daemon held as many finished tasks as it keeps
+    /// (tasks.retain_max), give or take the few no client saw end.
+    pub fn nth_end(&self, epoch: u32, n: usize) -> Option<f64> {
+        let mut ends: Vec<Instant> = self
+            .recs
+            .lock()
+            .unwrap()
+            .values()
+            .filter(|r| r.epoch == epoch && r.view.is_some())
+            .filter_map(|r| r.ended)
+            .collect();
+        ends.sort();
+        ends.get(n.checked_sub(1)?)
+            .map(|at| at.saturating_duration_since(self.start).as_secs_f64())
     }
 
     /// Terminal views per outcome in `epoch`, as clients have seen them so far.
     pub fn seen_in_epoch(&self, epoch: u32) -> BTreeMap<String, u64> {
         let mut out = BTreeMap::new();
         for r in self.recs.lock().unwrap().values() {
-            if r.epoch == epoch && !r.unaccepted {
+            if r.epoch == epoch {
                 if let Some(v) = r.view.as_ref().filter(|v| v.terminal()) {
                     *out.entry(v.outcome().key()).or_default() += 1;
                 }
@@ -424,9 +544,25 @@ impl Ledger {
             .lock()
             .unwrap()
             .iter()
-            .filter(|(_, r)| r.epoch == epoch && !r.unaccepted && r.view.is_none())
+            .filter(|(_, r)| r.epoch == epoch && r.may_exist() && r.view.is_none())
             .map(|(c, r)| (c.clone(), r.task.clone()))
             .collect()
+    }
+
+    /// The contextIds of the tasks sent in `epoch`.
+    pub fn ctxs_in_epoch(&self, epoch: u32) -> std::collections::HashSet<String> {
+        self.recs
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, r)| r.epoch == epoch)
+            .map(|(c, _)| c.clone())
+            .collect()
+    }
+
+    /// Drops a record (a break's phantom, once judged).
+    pub fn forget(&self, ctx: &str) {
+        self.recs.lock().unwrap().remove(ctx);
     }
 
     /// Every record, for the final judgement.

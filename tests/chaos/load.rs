@@ -6,169 +6,18 @@
 //! goes into the ledger before it is sent, under a contextId of the
 //! client's own, so a call that breaks can still find what it created.
 
-use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::daemon::Daemon;
-use crate::http::{self, CallError, Event, Opened, Sse};
-use crate::ledger::{is_terminal, parts_text, short_state, Kind, Ledger, Via, View};
+use crate::env::SHORT;
+pub use crate::env::{Env, CALL_TIMEOUT};
+use crate::http::{self, CallError, Progress};
+use crate::ledger::{short_state, Kind, Via, View};
 use crate::rng::Rng;
-
-/// The longest a blocking call may take: the deadline, a long stop, the
-/// kill ladder and a loaded machine.
-pub const CALL_TIMEOUT: Duration = Duration::from_secs(45);
-/// How long a call that broke may still turn into a task: a request the
-/// daemon has whole is read when its connection thread gets its turn, or
-/// once accept has waited out an fd squeeze. Only then is "no task with its
-/// contextId" taken to mean none was made.
-const CREATE_GRACE: Duration = Duration::from_secs(5);
-const SHORT: Duration = Duration::from_secs(15);
-
-pub struct Env {
-    pub daemon: Arc<Daemon>,
-    pub ledger: Arc<Ledger>,
-    /// Where the agent writes `<contextId>` → "pid starttime".
-    pub pids: PathBuf,
-    pub body_max: usize,
-    /// Task cgroups enforce tasks.memory_max_bytes: grow and hog run.
-    pub memory: bool,
-    pub stop: AtomicBool,
-    /// The probe's latencies (calls the daemon's kill did not break).
-    pub probe: Mutex<Vec<Duration>>,
-    next_ctx: AtomicU64,
-}
-
-impl Env {
-    pub fn new(daemon: Arc<Daemon>, ledger: Arc<Ledger>, pids: PathBuf, body_max: usize, memory: bool) -> Env {
-        Env {
-            daemon,
-            ledger,
-            pids,
-            body_max,
-            memory,
-            stop: AtomicBool::new(false),
-            probe: Mutex::new(Vec::new()),
-            next_ctx: AtomicU64::new(1),
-        }
-    }
-
-    pub fn stopping(&self) -> bool {
-        self.stop.load(Ordering::SeqCst)
-    }
-
-    /// A fresh contextId: no `z` (the near-limit payload counts them), no
-    /// quote, no space (the agent cuts its words on them).
-    pub fn new_ctx(&self, who: &str) -> String {
-        format!("{who}-{:06}", self.next_ctx.fetch_add(1, Ordering::SeqCst))
-    }
-
-    fn rpc(&self, method: &str, params: Value, timeout: Duration) -> Result<Value, CallError> {
-        http::rpc(&self.daemon.socket, method, params, timeout)
-    }
-
-    pub fn get_view(&self, id: &str) -> Result<View, CallError> {
-        self.rpc("GetTask", json!({"id": id, "historyLength": 0}), SHORT)
-            .map(|t| View::of_task(&t))
-    }
-
-    /// The task a contextId holds, if the daemon created one.
-    pub fn find_by_ctx(&self, ctx: &str) -> Result<Option<String>, CallError> {
-        let r = self.rpc("ListTasks", json!({"contextId": ctx, "historyLength": 0}), SHORT)?;
-        let tasks = r["tasks"].as_array().cloned().unwrap_or_default();
-        if tasks.len() > 1 {
-            self.ledger.violation(
-                "violation.unknown_task",
-                format!("ctx={ctx}: one message made {} tasks", tasks.len()),
-            );
-        }
-        Ok(tasks.first().and_then(|t| t["id"].as_str()).map(String::from))
-    }
-
-    /// The client saw the task end: record its view, compare GetTask's.
-    pub fn finish(&self, ctx: &str, epoch: u32, view: View) {
-        self.ledger.terminal(ctx, view);
-        let _ = std::fs::remove_file(self.pids.join(ctx));
-        let Some(id) = self.ledger.with(ctx, |r| r.task.clone()).flatten() else {
-            return;
-        };
-        match self.get_view(&id) {
-            Ok(got) => self.ledger.compare(ctx, &got),
-            Err(e) => self.trouble(epoch, ctx, "GetTask after the end", &e),
-        }
-    }
-
-    /// A call failed. Broken by the daemon's kill or an fd squeeze, it is
-    /// counted; anything else breaks an invariant.
-    pub fn trouble(&self, epoch: u32, ctx: &str, what: &str, e: &CallError) {
-        if self.daemon.disrupted_since(epoch) {
-            self.ledger.count("calls.broken_by_restart");
-        } else if self
-            .daemon
-            .squeezed_between(Instant::now() - Duration::from_secs(2), Instant::now(), Duration::ZERO)
-        {
-            self.ledger.count("calls.broken_by_fd_squeeze");
-            eprintln!(
-                "chaos: t={:.1}s ctx={ctx}: {what} during an fd squeeze: {e}",
-                self.ledger.t()
-            );
-        } else {
-            self.ledger
-                .violation("violation.client_error", format!("ctx={ctx}: {what}: {e}"));
-        }
-    }
-
-    /// Polls the task (found by its id, or by its contextId) until it is
-    /// terminal, then records it. Gives up when the daemon is killed.
-    pub fn follow(&self, ctx: &str, epoch: u32, timeout: Duration) {
-        let started = Instant::now();
-        let deadline = started + timeout;
-        let mut none_yet = false;
-        while Instant::now() < deadline {
-            if self.daemon.disrupted_since(epoch) {
-                return;
-            }
-            let id = match self.ledger.with(ctx, |r| r.task.clone()).flatten() {
-                Some(id) => id,
-                None => match self.find_by_ctx(ctx) {
-                    Ok(Some(id)) => {
-                        if none_yet {
-                            self.ledger.count("calls.task_made_after_a_first_look_found_none");
-                        }
-                        self.ledger.set_task(ctx, &id);
-                        id
-                    }
-                    Ok(None) if started.elapsed() < CREATE_GRACE => {
-                        none_yet = true;
-                        std::thread::sleep(Duration::from_millis(200));
-                        continue;
-                    }
-                    Ok(None) => {
-                        // Nothing was created (the call broke before the task was).
-                        self.ledger.unaccepted(ctx);
-                        return;
-                    }
-                    Err(_) => {
-                        std::thread::sleep(Duration::from_millis(200));
-                        continue;
-                    }
-                },
-            };
-            if let Ok(v) = self.get_view(&id) {
-                if v.terminal() {
-                    self.finish(ctx, epoch, v);
-                    return;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
+use crate::stream::{drain_stream, subscribe, Assembly};
 
 pub fn user_message(text: &str, ctx: &str, task: Option<&str>) -> Value {
     let mut m = json!({"messageId": crate::common::new_id(), "role": "ROLE_USER", "contextId": ctx,
@@ -247,7 +96,11 @@ pub fn client(env: Arc<Env>, who: String, mut rng: Rng) {
                 if env.memory {
                     kinds.extend([(Kind::Grow, 10), (Kind::Hog, 1)]);
                 }
-                blocking(&env, &ctx, epoch, rng.weighted(&kinds), &mut rng)
+                let kind = env
+                    .take_wanted()
+                    .filter(|k| *k != Kind::Grow || env.memory)
+                    .unwrap_or_else(|| rng.weighted(&kinds));
+                blocking(&env, &ctx, epoch, kind, &mut rng)
             }
             Via::Streaming => {
                 let kind = rng.weighted(&[
@@ -272,7 +125,7 @@ pub fn client(env: Arc<Env>, who: String, mut rng: Rng) {
     }
 }
 
-fn send_params(text: &str, ctx: &str, immediately: bool) -> Value {
+pub fn send_params(text: &str, ctx: &str, immediately: bool) -> Value {
     json!({"message": user_message(text, ctx, None),
            "configuration": {"returnImmediately": immediately, "historyLength": 0}})
 }
@@ -283,13 +136,14 @@ fn blocking(env: &Env, ctx: &str, epoch: u32, kind: Kind, rng: &mut Rng) {
     let (text, ms) = text_for(kind, rng);
     env.ledger
         .register(ctx, kind, Via::Blocking, epoch, target_budget(kind, ms));
-    match env.rpc("SendMessage", send_params(&text, ctx, false), CALL_TIMEOUT) {
+    match env.create_rpc(epoch, ctx, "SendMessage", &send_params(&text, ctx, false), CALL_TIMEOUT) {
         Ok(r) => {
             let task = &r["task"];
             if let Some(id) = task["id"].as_str() {
                 env.ledger.set_task(ctx, id);
             }
             let view = View::of_task(task);
+            env.ledger.judged("violation.stream_protocol", 1);
             if view.terminal() {
                 env.finish(ctx, epoch, view);
             } else if kind == Kind::AskIdle && view.state == "INPUT_REQUIRED" {
@@ -309,152 +163,13 @@ fn blocking(env: &Env, ctx: &str, epoch: u32, kind: Kind, rng: &mut Rng) {
     }
 }
 
-/// A task's view built from its events, checked as they come: ids rise,
-/// nothing follows a terminal status.
-struct Assembly {
-    ctx: String,
-    view: Option<View>,
-    /// artifactId → text so far.
-    artifacts: BTreeMap<String, String>,
-    last_id: Option<u64>,
-    terminal: bool,
-    problems: Vec<String>,
-}
-
-impl Assembly {
-    fn new(ctx: &str) -> Assembly {
-        Assembly {
-            ctx: ctx.to_string(),
-            view: None,
-            artifacts: BTreeMap::new(),
-            last_id: None,
-            terminal: false,
-            problems: Vec::new(),
-        }
-    }
-
-    fn feed(&mut self, ev: &Event) {
-        if let (Some(last), Some(id)) = (self.last_id, ev.id) {
-            if id <= last {
-                self.problems.push(format!("event id {id} after {last}"));
-            }
-        }
-        if ev.id.is_some() {
-            self.last_id = ev.id;
-        }
-        if self.terminal {
-            self.problems
-                .push(format!("an event after the terminal status: {}", ev.data));
-        }
-        let body = ev.body();
-        match ev.kind() {
-            "task" => {
-                // A snapshot replaces what was assembled.
-                let v = View::of_task(body);
-                self.artifacts = v.artifacts.iter().cloned().collect();
-                self.terminal = v.terminal();
-                self.view = Some(v);
-            }
-            "statusUpdate" => {
-                let state = short_state(body["status"]["state"].as_str().unwrap_or("")).to_string();
-                let v = self.view.get_or_insert_with(|| View {
-                    state: String::new(),
-                    cause: String::new(),
-                    text: String::new(),
-                    artifacts: Vec::new(),
-                });
-                v.state = state;
-                v.cause = body["status"]["message"]["metadata"]["agentd.dev/terminal"]
-                    .as_str()
-                    .unwrap_or("")
-                    .to_string();
-                v.text = parts_text(&body["status"]["message"]["parts"]);
-                self.terminal = is_terminal(&v.state);
-            }
-            "artifactUpdate" => {
-                let art = &body["artifact"];
-                let id = art["artifactId"].as_str().unwrap_or("").to_string();
-                let text = parts_text(&art["parts"]);
-                let slot = self.artifacts.entry(id).or_default();
-                if body["append"].as_bool() == Some(true) {
-                    slot.push_str(&text);
-                } else {
-                    *slot = text;
-                }
-            }
-            other => self
-                .problems
-                .push(format!("unexpected event kind {other:?}: {}", ev.data)),
-        }
-    }
-
-    /// The assembled view, once terminal.
-    fn result(&self) -> Option<View> {
-        let mut v = self.view.clone()?;
-        v.artifacts = self.artifacts.iter().map(|(k, t)| (k.clone(), t.clone())).collect();
-        v.terminal().then_some(v)
-    }
-
-    /// Reads events until the stream ends (or `stop_after` events).
-    fn read(&mut self, s: &mut Sse, stop_after: Option<usize>, pause: Duration) -> Result<bool, CallError> {
-        let mut n = 0;
-        while let Some(ev) = s.next()? {
-            self.feed(&ev);
-            n += 1;
-            if stop_after.is_some_and(|k| n >= k) {
-                return Ok(false);
-            }
-            if !pause.is_zero() {
-                std::thread::sleep(pause);
-            }
-        }
-        Ok(true)
-    }
-
-    fn report(&self, env: &Env) {
-        for p in &self.problems {
-            env.ledger
-                .violation("violation.stream_protocol", format!("ctx={}: {p}", self.ctx));
-        }
-    }
-}
-
-/// Opens a stream; a plain JSON-RPC error is an error here.
-fn open(
-    env: &Env,
-    method: &str,
-    params: Value,
-    extra: &[(&str, &str)],
-    rcvbuf: Option<usize>,
-) -> Result<Sse, CallError> {
-    match Sse::open(&env.daemon.socket, method, params, extra, CALL_TIMEOUT, rcvbuf)? {
-        Opened::Stream(s) => Ok(s),
-        Opened::Json(e) => Err(CallError::Rpc(e)),
-    }
-}
-
-/// Reads a whole stream into `a`; learns the task id from its first event.
-fn drain_stream(env: &Env, ctx: &str, a: &mut Assembly, s: &mut Sse, pause: Duration) -> Result<(), CallError> {
-    while let Some(ev) = s.next()? {
-        if ev.kind() == "task" {
-            if let Some(id) = ev.body()["id"].as_str() {
-                env.ledger.set_task(ctx, id);
-            }
-        }
-        a.feed(&ev);
-        if !pause.is_zero() {
-            std::thread::sleep(pause);
-        }
-    }
-    Ok(())
-}
-
 fn streaming(env: &Env, ctx: &str, epoch: u32, kind: Kind, rng: &mut Rng) {
     let (text, ms) = text_for(kind, rng);
     env.ledger
         .register(ctx, kind, Via::Streaming, epoch, target_budget(kind, ms));
     let mut a = Assembly::new(ctx);
-    let got = open(env, "SendStreamingMessage", send_params(&text, ctx, false), &[], None)
+    let got = env
+        .create_stream(epoch, ctx, "SendStreamingMessage", send_params(&text, ctx, false), None)
         .and_then(|mut s| drain_stream(env, ctx, &mut a, &mut s, Duration::ZERO));
     a.report(env);
     match (got, a.result()) {
@@ -479,7 +194,7 @@ fn resubscribe(env: &Env, ctx: &str, epoch: u32, rng: &mut Rng) {
     let kind = if rng.chance(70) { Kind::Sleep } else { Kind::Child };
     let (text, ms) = text_for(kind, rng);
     env.ledger.register(ctx, kind, Via::Resubscribe, epoch, ms);
-    let id = match env.rpc("SendMessage", send_params(&text, ctx, true), SHORT) {
+    let id = match env.create_rpc(epoch, ctx, "SendMessage", &send_params(&text, ctx, true), SHORT) {
         Ok(r) => match r["task"]["id"].as_str() {
             Some(id) => id.to_string(),
             None => {
@@ -505,8 +220,7 @@ fn resubscribe(env: &Env, ctx: &str, epoch: u32, rng: &mut Rng) {
             headers.push(("Last-Event-ID", l));
         }
         let stop_after = (round < 7).then(|| rng.range(1, 4) as usize);
-        let r = open(env, "SubscribeToTask", json!({"id": id}), &headers, None)
-            .and_then(|mut s| a.read(&mut s, stop_after, Duration::ZERO));
+        let r = subscribe(env, &id, &headers).and_then(|mut s| a.read(&mut s, stop_after, Duration::ZERO));
         match r {
             Ok(true) => break,
             Ok(false) => continue,
@@ -530,7 +244,7 @@ fn cancel(env: &Env, ctx: &str, epoch: u32, rng: &mut Rng) {
     let kind = if rng.chance(80) { Kind::Sleep } else { Kind::Hang };
     let (text, _) = text_for(kind, rng);
     env.ledger.register(ctx, kind, Via::Cancel, epoch, 0);
-    let id = match env.rpc("SendMessage", send_params(&text, ctx, true), SHORT) {
+    let id = match env.create_rpc(epoch, ctx, "SendMessage", &send_params(&text, ctx, true), SHORT) {
         Ok(r) => r["task"]["id"].as_str().unwrap_or("").to_string(),
         Err(e) => {
             env.trouble(epoch, ctx, "returnImmediately", &e);
@@ -543,6 +257,7 @@ fn cancel(env: &Env, ctx: &str, epoch: u32, rng: &mut Rng) {
     match env.rpc("CancelTask", json!({"id": id}), CALL_TIMEOUT) {
         Ok(task) => {
             let v = View::of_task(&task);
+            env.ledger.judged("violation.stream_protocol", 1);
             // The answer is the task once terminal: CANCELED, or — when the
             // task ended by itself while the ladder ran — how it ended.
             let canceled = v.state == "CANCELED";
@@ -586,11 +301,13 @@ fn multi_turn(env: &Env, ctx: &str, epoch: u32, rng: &mut Rng) {
             answers.push(format!("a{turn}"));
             user_message(&format!("a{turn}"), ctx, task_id.as_deref())
         };
-        let r = env.rpc(
-            "SendMessage",
-            json!({"message": msg, "configuration": {"historyLength": 0}}),
-            CALL_TIMEOUT,
-        );
+        let params = json!({"message": msg, "configuration": {"historyLength": 0}});
+        // The first turn creates the task; the others go to it.
+        let r = if turn == 0 {
+            env.create_rpc(epoch, ctx, "SendMessage", &params, CALL_TIMEOUT)
+        } else {
+            env.rpc("SendMessage", params, CALL_TIMEOUT)
+        };
         let r = match r {
             Ok(r) => r,
             Err(e) => {
@@ -606,6 +323,7 @@ fn multi_turn(env: &Env, ctx: &str, epoch: u32, rng: &mut Rng) {
         }
         let v = View::of_task(task);
         let want = if turn < turns { "INPUT_REQUIRED" } else { "COMPLETED" };
+        env.ledger.judged("violation.stream_protocol", 1);
         if v.state != want {
             if v.terminal() {
                 // An outcome the judge will weigh (a fault, or a bug).
@@ -638,15 +356,24 @@ fn vanish_call(env: &Env, ctx: &str, epoch: u32, rng: &mut Rng) {
     let (text, ms) = text_for(kind, rng);
     env.ledger.register(ctx, kind, Via::VanishCall, epoch, ms);
     let bytes = http::post_bytes(&http::request_body("SendMessage", &send_params(&text, ctx, false)), &[]);
-    match http::connect(&env.daemon.socket, SHORT) {
+    match env.connect(epoch, SHORT) {
         Ok(mut s) => {
-            let _ = s.write_all(&bytes);
+            let wrote = s.write_all(&bytes);
+            let progress = if wrote.is_ok() {
+                Progress::Written
+            } else {
+                Progress::Unsent
+            };
+            env.ledger.request(ctx, progress);
             let _ = s.set_read_timeout(Some(Duration::from_millis(rng.range(20, 800))));
             let mut buf = [0u8; 64];
             let _ = s.read(&mut buf);
             drop(s);
         }
-        Err(e) => env.trouble(epoch, ctx, "connect", &e),
+        Err(e) => {
+            env.ledger.request(ctx, Progress::Unsent);
+            env.trouble(epoch, ctx, "connect", &e);
+        }
     }
     env.follow(ctx, epoch, CALL_TIMEOUT);
 }
@@ -659,24 +386,26 @@ fn vanish_stream(env: &Env, ctx: &str, epoch: u32, rng: &mut Rng) {
         .register(ctx, kind, Via::VanishStream, epoch, target_budget(kind, ms));
     let mut a = Assembly::new(ctx);
     let n = rng.range(1, 3) as usize;
-    let r = open(env, "SendStreamingMessage", send_params(&text, ctx, false), &[], None).and_then(|mut s| {
-        let mut seen = 0;
-        while seen < n {
-            match s.next()? {
-                Some(ev) => {
-                    if ev.kind() == "task" {
-                        if let Some(id) = ev.body()["id"].as_str() {
-                            env.ledger.set_task(ctx, id);
+    let r = env
+        .create_stream(epoch, ctx, "SendStreamingMessage", send_params(&text, ctx, false), None)
+        .and_then(|mut s| {
+            let mut seen = 0;
+            while seen < n {
+                match s.next()? {
+                    Some(ev) => {
+                        if ev.kind() == "task" {
+                            if let Some(id) = ev.body()["id"].as_str() {
+                                env.ledger.set_task(ctx, id);
+                            }
                         }
+                        a.feed(&ev);
+                        seen += 1;
                     }
-                    a.feed(&ev);
-                    seen += 1;
+                    None => break,
                 }
-                None => break,
             }
-        }
-        Ok(())
-    });
+            Ok(())
+        });
     if let Err(e) = r {
         env.trouble(epoch, ctx, "streaming (vanishing)", &e);
     }
@@ -690,14 +419,15 @@ fn slow_reader(env: &Env, ctx: &str, epoch: u32, rng: &mut Rng) {
     env.ledger.register(ctx, Kind::Flood, Via::SlowReader, epoch, 0);
     let mut a = Assembly::new(ctx);
     let pause = Duration::from_millis(rng.range(1, 4));
-    let got = open(
-        env,
-        "SendStreamingMessage",
-        send_params(&text, ctx, false),
-        &[],
-        Some(4096),
-    )
-    .and_then(|mut s| drain_stream(env, ctx, &mut a, &mut s, pause));
+    let got = env
+        .create_stream(
+            epoch,
+            ctx,
+            "SendStreamingMessage",
+            send_params(&text, ctx, false),
+            Some(4096),
+        )
+        .and_then(|mut s| drain_stream(env, ctx, &mut a, &mut s, pause));
     a.report(env);
     match (got, a.result()) {
         (Ok(()), Some(v)) => env.finish(ctx, epoch, v),
@@ -733,7 +463,7 @@ fn near_limit(env: &Env, ctx: &str, epoch: u32, rng: &mut Rng) {
     let k = target - body_with(0).len();
     let body = body_with(k);
     env.ledger.register(ctx, Kind::Big, Via::NearLimit, epoch, 0);
-    match http::exchange(&env.daemon.socket, &http::post_bytes(&body, &[]), CALL_TIMEOUT) {
+    match env.create(epoch, ctx, &http::post_bytes(&body, &[]), CALL_TIMEOUT) {
         Ok(resp) if over => {
             if resp.status != 413 {
                 env.ledger.violation(
@@ -747,8 +477,9 @@ fn near_limit(env: &Env, ctx: &str, epoch: u32, rng: &mut Rng) {
                 );
             }
             env.ledger.count("near_limit.refused_413");
+            env.ledger.refused(ctx);
             match env.find_by_ctx(ctx) {
-                Ok(None) => env.ledger.unaccepted(ctx),
+                Ok(None) => {}
                 Ok(Some(id)) => {
                     env.ledger.violation(
                         "violation.unknown_task",
@@ -791,15 +522,42 @@ fn near_limit(env: &Env, ctx: &str, epoch: u32, rng: &mut Rng) {
 /// The probe: a blocking `ok` every `every`, its latency kept unless the
 /// daemon's kill broke it.
 pub fn probe(env: Arc<Env>, every: Duration, timeout: Duration) {
+    // One probe in forty (from the fifth) taking 5 s puts the p99 over its
+    // bound: over 1% of the calls, even if a kill breaks one of them.
+    let mut calls = 0u64;
     while !env.stopping() {
         let Some((epoch, _)) = env.daemon.wait_up(Duration::from_secs(60)) else {
             continue;
         };
         let ctx = env.new_ctx("probe");
-        env.ledger.register(&ctx, Kind::Ok, Via::Probe, epoch, 0);
+        if env.breaks.take("unknown_task") {
+            // A task the ledger never hears of.
+            let _ = env.rpc(
+                "SendMessage",
+                send_params("ok", &env.new_ctx("unregistered"), false),
+                timeout,
+            );
+        }
+        if env.break_pending("client_error") {
+            // A call no kill or squeeze explains: the method does not exist.
+            if let Err(e) = env.rpc("GetTaskk", json!({"id": ctx}), timeout) {
+                env.trouble(epoch, &ctx, "a call to a method that does not exist", &e);
+            }
+        }
+        calls += 1;
+        let (kind, text, limit) = if calls % 40 == 5 && env.breaks.asked("probe_p99") {
+            (Kind::Sleep, "sleep 1.000 5", timeout)
+        } else if calls > 1 && env.break_pending("probe_timeout") {
+            // An answer that comes after 3 s, waited for 1 s.
+            (Kind::Sleep, "sleep 1.000 3", Duration::from_secs(1))
+        } else {
+            (Kind::Ok, "ok", timeout)
+        };
+        env.ledger.register(&ctx, kind, Via::Probe, epoch, 0);
         let t = Instant::now();
-        let r = env.rpc("SendMessage", send_params("ok", &ctx, false), timeout);
+        let r = env.create_rpc(epoch, &ctx, "SendMessage", &send_params(text, &ctx, false), limit);
         let took = t.elapsed();
+        env.ledger.judged("violation.probe_timeout", 1);
         match r {
             Ok(r) => {
                 if let Some(id) = r["task"]["id"].as_str() {
@@ -816,7 +574,7 @@ pub fn probe(env: Arc<Env>, every: Duration, timeout: Duration) {
                 env.probe.lock().unwrap().push(took);
                 env.ledger.violation(
                     "violation.probe_timeout",
-                    format!("ctx={ctx}: no answer to a blocking `ok` within {timeout:?}"),
+                    format!("ctx={ctx}: no answer to a blocking `{text}` within {limit:?}"),
                 );
                 env.follow(&ctx, epoch, CALL_TIMEOUT);
             }

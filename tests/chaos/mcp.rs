@@ -145,6 +145,7 @@ pub fn client(env: Arc<Env>, bin: std::path::PathBuf, mut rng: Rng) {
         };
         env.ledger.register(&ctx, kind, Via::Mcp, epoch, 0);
         let outcome = one(&env, b, &ctx, &objective, cancel);
+        let epoch = reattribute(&env, &ctx, epoch);
         match outcome {
             Ok(Some(view)) => env.finish(&ctx, epoch, view),
             Ok(None) => env.follow(&ctx, epoch, CALL_TIMEOUT),
@@ -169,6 +170,24 @@ pub fn client(env: Arc<Env>, bin: std::path::PathBuf, mut rng: Rng) {
         env.ledger.count("via.Mcp");
         std::thread::sleep(Duration::from_millis(rng.range(50, 400)));
     }
+}
+
+/// The bridge dials the daemon itself, so a call made while one daemon
+/// was being killed may have reached the next: a task the serving daemon
+/// knows is that daemon's, whatever epoch the client noted.
+fn reattribute(env: &Env, ctx: &str, epoch: u32) -> u32 {
+    if !env.daemon.disrupted_since(epoch) {
+        return epoch;
+    }
+    let (Some(id), Some((now, _))) = (env.ledger.with(ctx, |r| r.task.clone()).flatten(), env.daemon.current()) else {
+        return epoch;
+    };
+    if env.get_view(&id).is_ok() && !env.daemon.disrupted_since(now) {
+        env.ledger.with(ctx, |r| r.epoch = now);
+        env.ledger.count("calls.mcp_task_of_the_next_daemon");
+        return now;
+    }
+    epoch
 }
 
 enum Broken {

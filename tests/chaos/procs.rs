@@ -250,3 +250,32 @@ pub fn memory_limit_file(pid: i32) -> Option<(PathBuf, PathBuf)> {
     }
     None
 }
+
+/// The processes in `cgroups` and the cgroups below them.
+pub fn in_cgroups(cgroups: &[PathBuf]) -> Vec<Proc> {
+    fn walk(dir: &Path, out: &mut Vec<Proc>) {
+        let pids = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+        out.extend(pids.split_whitespace().filter_map(|p| stat(p.parse().ok()?)));
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                walk(&e.path(), out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for c in cgroups {
+        walk(c, &mut out);
+    }
+    out
+}
+
+/// The processes marked as the run's agent's (CHAOS_RUN=`run_id`) whose
+/// CHAOS_CTX `ctx` accepts.
+pub fn marked(run_id: &str, ctx: impl Fn(&str) -> bool) -> Vec<Proc> {
+    scan()
+        .into_values()
+        .filter(|p| p.state != 'Z')
+        .filter(|p| env_var(p.pid, "CHAOS_RUN").as_deref() == Some(run_id))
+        .filter(|p| env_var(p.pid, "CHAOS_CTX").is_some_and(|c| ctx(&c)))
+        .collect()
+}

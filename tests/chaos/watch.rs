@@ -3,10 +3,13 @@
 //! and every two seconds checks /metrics against what clients have seen.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::os::unix::net::UnixStream;
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::breaks;
 use crate::http;
 use crate::load::Env;
 use crate::procs;
@@ -40,13 +43,26 @@ pub struct Watch {
     no_idle_since: Option<Instant>,
     no_idle_reported: bool,
     pub most_transient_zombies: usize,
+    /// What the breaks hold (see breaks.rs): processes of the soak's own,
+    /// idle connections to the daemon.
+    planted: Vec<Child>,
+    zombie: Option<Child>,
+    fork: Option<Child>,
+    held: Vec<UnixStream>,
+    held_until: Option<Instant>,
+    /// The growth break's leak: the epoch it leaks into, when that daemon
+    /// grew warm (seconds into the run), the connections it holds.
+    life: (u32, Option<f64>),
+    held_for_growth: Vec<UnixStream>,
+    /// Threads the daemon may have (resource_bound's bound).
+    thread_bound: usize,
 }
 
 /// How long a zombie or an escapee must be seen before it counts.
 const LINGER: Duration = Duration::from_millis(1000);
 
 impl Watch {
-    pub fn new(env: Arc<Env>, run_id: String) -> Watch {
+    pub fn new(env: Arc<Env>, run_id: String, thread_bound: usize) -> Watch {
         Watch {
             env,
             run_id,
@@ -56,6 +72,14 @@ impl Watch {
             no_idle_since: None,
             no_idle_reported: false,
             most_transient_zombies: 0,
+            planted: Vec::new(),
+            zombie: None,
+            fork: None,
+            held: Vec::new(),
+            held_until: None,
+            life: (0, None),
+            held_for_growth: Vec::new(),
+            thread_bound,
         }
     }
 
@@ -63,16 +87,84 @@ impl Watch {
         let mut last_metrics = Instant::now();
         while !stop.load(Ordering::SeqCst) {
             self.tick();
+            self.breaks();
             if last_metrics.elapsed() > Duration::from_secs(2) {
                 self.metrics_lower_bound();
                 last_metrics = Instant::now();
             }
             std::thread::sleep(Duration::from_millis(500));
         }
+        for c in self.planted.drain(..).chain(self.zombie.take()).chain(self.fork.take()) {
+            breaks::end(c);
+        }
         (self.samples, self.most_transient_zombies)
     }
 
-    fn tick(&mut self) {
+    /// The monitor's part of the breaks: each done where the monitor looks.
+    fn breaks(&mut self) {
+        let env = self.env.clone();
+        let Some((epoch, _)) = env.daemon.current() else {
+            return;
+        };
+        let t = env.ledger.t();
+        let quiet =
+            !env.daemon
+                .squeezed_between(Instant::now() - Duration::from_secs(2), Instant::now(), Duration::ZERO);
+        if t > 2.0 && env.breaks.take("escaped_process") {
+            // Marked as the run's agent, and under no daemon.
+            if let Ok(c) = Command::new("sleep")
+                .arg("3")
+                .env("CHAOS_RUN", &self.run_id)
+                .stdout(Stdio::null())
+                .spawn()
+            {
+                self.planted.push(c);
+            }
+        }
+        if t > 2.0 && env.breaks.take("zombie") {
+            self.zombie = Command::new("true").spawn().ok();
+        }
+        if let Some(until) = self.held_until {
+            if Instant::now() > until {
+                self.held.clear();
+                self.held_until = None;
+            }
+        } else if t > 3.0 && quiet && env.break_pending("resource_bound") {
+            self.held = breaks::hold_connections(&env.daemon.socket, self.thread_bound + 8);
+            self.held_until = Some(Instant::now() + Duration::from_secs(3));
+        }
+        // A leak, from when the daemon is warm (its growth is judged from
+        // then): one more idle connection held every second, to the end of
+        // the life or of the load (the daemon at rest is judged on its
+        // own). A leak slower than the daemon's own swings may not show
+        // against its second quarter in a warm life of a minute or two.
+        if self.life.0 != epoch || env.stopping() {
+            self.life = (epoch, None);
+            self.held_for_growth.clear();
+        }
+        if env.breaks.asked("resource_growth") && !env.stopping() {
+            if self.life.1.is_none() {
+                self.life.1 = env.ledger.nth_end(epoch, crate::judge::RETAIN_MAX);
+            }
+            let leaked = self.life.1.map_or(0, |warm| (t - warm).max(0.0) as usize).min(256);
+            if leaked > self.held_for_growth.len() {
+                let more = breaks::hold_connections(&env.daemon.socket, leaked - self.held_for_growth.len());
+                self.held_for_growth.extend(more);
+            }
+        }
+        if t > 2.0 && env.breaks.take("helper_pool") {
+            // A second fork server, by its name.
+            let dir = env.pids.parent().unwrap_or(&env.pids).to_path_buf();
+            self.fork = breaks::start_named(&dir, "agentd-fork", "/bin/sleep", &["3"], &[]);
+        }
+        self.planted.retain_mut(|c| c.try_wait().ok().flatten().is_none());
+        let zombie = self.zombie.as_ref().map(|c| c.id() as i32);
+        if zombie.is_some_and(|z| self.reported.iter().any(|(p, _)| *p == z)) {
+            breaks::end(self.zombie.take().unwrap());
+        }
+    }
+
+    pub fn tick(&mut self) {
         let env = self.env.clone();
         if let Some(status) = env.daemon.died() {
             env.ledger.violation(
@@ -105,13 +197,22 @@ impl Watch {
             });
         }
         let now = Instant::now();
+        for name in ["zombie", "escaped_process", "helper_pool", "daemon_died"] {
+            env.ledger.judged(&format!("violation.{name}"), 1);
+        }
+        // The zombie break: a child of the soak's own, unreaped, counted
+        // among the daemon's.
+        let planted = self.zombie.as_ref().map(|c| c.id() as i32);
         let zombies: HashSet<(i32, u64)> = procs::children(&table, pid)
+            .chain(planted.and_then(|p| table.get(&p)))
             .filter(|p| p.state == 'Z')
             .map(|p| (p.pid, p.start))
             .collect();
         self.most_transient_zombies = self.most_transient_zombies.max(zombies.len());
         let escapes = self.escapes(&table, pid);
+        let fork = self.fork.as_ref().map(|c| c.id() as i32);
         let mut forks: Vec<(i32, u64)> = procs::children(&table, pid)
+            .chain(fork.and_then(|p| table.get(&p)))
             .filter(|p| p.comm == "agentd-fork" && p.state != 'Z')
             .map(|p| (p.pid, p.start))
             .collect();
@@ -226,22 +327,21 @@ impl Watch {
     fn metrics_lower_bound(&self) {
         let env = &self.env;
         let Some((epoch, _)) = env.daemon.current() else { return };
+        // The break: an end no daemon gave, under an outcome none gives.
+        let phantom = env
+            .breaks
+            .take("metrics_undercount")
+            .then(|| breaks::phantom_end(env, epoch, "COMPLETED", "phantom"));
         let seen = env.ledger.seen_in_epoch(epoch);
+        if let Some(ctx) = phantom {
+            env.ledger.forget(&ctx);
+        }
         let Ok(resp) = http::get(&env.daemon.socket, "/metrics", Duration::from_secs(10)) else {
             return;
         };
         if env.daemon.epoch() != epoch || env.daemon.current().is_none() {
             return;
         }
-        let totals = http::ended_totals(&resp.text());
-        for (key, n) in &seen {
-            let m = totals.get(key).copied().unwrap_or(0);
-            if m < *n {
-                env.ledger.violation(
-                    "violation.metrics_undercount",
-                    format!("epoch {epoch}: clients saw {n} tasks end {key}, /metrics counted {m}"),
-                );
-            }
-        }
+        crate::judge::judge_undercount(&env.ledger, epoch, &http::ended_totals(&resp.text()), &seen);
     }
 }
