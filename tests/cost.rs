@@ -133,7 +133,11 @@ fn burns_and_allocates(extra: &[&str], want_isolation: &str) {
     let tmp = common::TempDir::new("cost");
     let prog = common::script(&tmp.0, "cost.py", PROGRAM);
     let exec = format!("{python} {}", prog.display());
-    let mut args = vec!["--exec", exec.as_str()];
+    // No idle workers: each task's worker is asked for when the task
+    // comes, into the first free slot, so one task after another reuses
+    // the slot the last one freed (idle workers would hold slots of their
+    // own, and which one a task got would depend on the pool's timing).
+    let mut args = vec!["--exec", exec.as_str(), "--set", "tasks.prespawn=0"];
     args.extend(extra);
     let d = Daemon::start(&args);
     let iso = isolation(&d);
