@@ -16,6 +16,10 @@ use crate::ledger::{self, allowed, Ledger, Progress, Rec};
 use crate::procs;
 use crate::watch::Sample;
 
+/// How long before a task was sent an idle-worker fault may still be
+/// the one that ended it (see the judge of outcomes).
+const IDLE_FAULT_LEAD: Duration = Duration::from_secs(2);
+
 /// A client whose call broke (an fd squeeze, a hang-up) before it learned
 /// its task's id may have stopped looking for the task by its contextId
 /// before the daemon got to the request. The task is still the one it
@@ -302,7 +306,13 @@ pub fn judge_tasks(ledger: &Ledger, recs: &[(String, Rec)], f: &Facts) -> Tally 
             .as_ref()
             .and_then(|id| f.workers.get(id))
             .map_or(&[][..], |p| &p[..]);
-        let idle = ledger.idle_fault_on(pids, r.sent, ended);
+        // From a little before the send: an idle worker SIGKILLed just
+        // before the task went to it, but not yet run to its death, still
+        // reads the task from its pipe (the kernel hands a sleeping reader
+        // the data it woke for before the signal) and dies holding it.
+        // (Within 2 s no pid comes round again, even with pid_max 32768.)
+        let from = r.sent.checked_sub(IDLE_FAULT_LEAD).unwrap_or(r.sent);
+        let idle = ledger.idle_fault_on(pids, from, ended);
         let what = match (r.fault, r.cancel, idle) {
             (Some((fault, _)), _, _) => format!("{fault:?}"),
             (None, Some(true), _) => "CancelTask".to_string(),
