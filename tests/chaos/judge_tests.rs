@@ -119,6 +119,46 @@ fn unexpected_outcome_counts_an_end_the_fault_cannot_give() {
     assert_eq!(count(&l, "unexpected_outcome"), 0);
 }
 
+/// An idle worker SIGKILLed just before a task went to it can still read
+/// the task and die with it (FAILED/crashed): the kill explains the end
+/// when it came up to IDLE_FAULT_LEAD before the send, and not when it
+/// came longer before (the pid then belongs to another life).
+#[test]
+fn an_idle_worker_killed_just_before_the_send_explains_a_crash() {
+    for (before_send, explained) in [(Duration::from_millis(300), true), (Duration::from_secs(5), false)] {
+        let l = Ledger::quiet();
+        l.idle_worker_fault(4242, crate::ledger::IdleFault::Kill);
+        std::thread::sleep(Duration::from_millis(1));
+        l.register("c-1", Kind::Ok, Via::Blocking, 1, 0);
+        l.with("c-1", |r| {
+            r.sent = Instant::now() + before_send;
+            r.task = Some("t-1".into());
+            r.request = Some(Progress::Answered);
+            r.view = Some(view(
+                "FAILED",
+                "crashed",
+                "the worker ended without a result: killed by signal 9",
+            ));
+            r.ended = Some(r.sent + Duration::from_millis(12));
+        });
+        let recs = l.drain();
+        let facts = Facts {
+            final_epoch: 1,
+            workers: [("t-1".to_string(), vec![4242])].into_iter().collect(),
+            squeezed: &no_squeeze,
+            ended_at: &never_ended,
+            feed: &FeedLog::default(),
+        };
+        judge::judge_tasks(&l, &recs, &facts);
+        let want = if explained { 0 } else { 1 };
+        assert_eq!(
+            count(&l, "unexpected_outcome"),
+            want,
+            "killed {before_send:?} before the send"
+        );
+    }
+}
+
 #[test]
 fn not_terminal_counts_a_task_of_the_last_daemon_without_an_end() {
     let (l, recs) = one(|r| {
