@@ -200,7 +200,14 @@ pub const PROGRAM_EXIT_GRACE_MS: u64 = 1_000;
 /// without them, and procman's kill of the worker's group takes the rest.
 pub const PROGRAM_PIPES_DRAIN_MS: u64 = 500;
 /// Most bytes of a text program's stdout read at once: one artifact chunk.
+/// (Larger chunks cost more than they save: past 128 KiB each buffer is a
+/// fresh mapping of musl's, faulted in and unmapped per chunk.)
 pub const TEXT_CHUNK_MAX_BYTES: usize = 64 * 1024;
+/// What a task program's stdout pipe is asked to hold (the kernel's default
+/// is 64 KiB; an unprivileged user may ask up to pipe-max-size, 1 MiB by
+/// default). At 256 KiB, 256 tasks' pipes are what the kernel lets one
+/// user hold before it gives new pipes less (pipe-user-pages-soft, 64 MiB).
+pub const PROGRAM_STDOUT_PIPE_BYTES: usize = 256 * 1024;
 /// Most a JSON text grows when agentd reads it and writes it back, as
 /// NUM/DEN: a float is written in its shortest round-trip form, which can
 /// be longer than what was sent (`1e15` → `1000000000000000.0`, 4 → 18

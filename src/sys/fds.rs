@@ -68,6 +68,17 @@ pub fn set_pipe_nonblocking(fd: RawFd) -> io::Result<()> {
     cvt(unsafe { libc::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK) }).map(drop)
 }
 
+/// Asks the kernel to let a pipe hold `bytes` (F_SETPIPE_SZ; rounded up to
+/// a power of two pages); the capacity it got. Refused (EPERM) past
+/// /proc/sys/fs/pipe-max-size, or when the user's pipes already hold their
+/// share (pipe-user-pages-soft) — the pipe then keeps what it had.
+pub fn set_pipe_capacity(fd: RawFd, bytes: usize) -> io::Result<usize> {
+    let want = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    // SAFETY: fcntl F_SETPIPE_SZ on an fd number with an int argument; a
+    // bad fd is EBADF, a non-pipe EBADF too.
+    cvt(unsafe { libc::fcntl(fd, libc::F_SETPIPE_SZ, want) }).map(|got| got as usize)
+}
+
 /// Bytes written into a pipe and not yet read (FIONREAD works on either
 /// end of a pipe, and after the reader is gone).
 pub fn pipe_unread(fd: RawFd) -> io::Result<usize> {

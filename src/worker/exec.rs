@@ -24,7 +24,7 @@ use crossbeam_channel::{Receiver, Sender};
 use super::program::{self, Note, Program, Stdin};
 use super::{ControlEvent, Done};
 use crate::control::Cause;
-use crate::limits::{PROGRAM_EXIT_GRACE_MS, PROGRAM_PIPES_DRAIN_MS};
+use crate::limits::{PROGRAM_EXIT_GRACE_MS, PROGRAM_PIPES_DRAIN_MS, PROGRAM_STDOUT_PIPE_BYTES};
 use crate::sys::{self, ExitStatus};
 use crate::wire::Message;
 
@@ -69,6 +69,12 @@ pub fn run<P: Protocol>(prog: &Program, protocol: &mut P, events: &Receiver<Cont
         Err(done) => return done,
     };
     if let Some(stdout) = started.stdout.take() {
+        // A roomier pipe: a program that writes fast is stopped for room,
+        // and its output read and relayed, a few times less often.
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&stdout);
+        if let Err(e) = sys::set_pipe_capacity(fd, PROGRAM_STDOUT_PIPE_BYTES) {
+            log::debug!("worker.stdout pipe stays at its size: {e}");
+        }
         let (tx, read, output_max) = (started.tx.clone(), P::READ, prog.output_max_bytes);
         // Detached: a grandchild may hold stdout open after the program exits.
         std::thread::spawn(move || read(stdout, output_max, &tx));

@@ -326,7 +326,8 @@ fn line_too_long() -> String {
 
 /// Splits stdout into lines (bounded) and counts the output budget.
 pub fn read_lines(stdout: impl Read, output_max: u64, tx: &Sender<Note>) {
-    let mut reader = BufReader::new(stdout);
+    // Read as much as the pipe holds at once, not 8 KiB at a time.
+    let mut reader = BufReader::with_capacity(crate::limits::PROGRAM_STDOUT_PIPE_BYTES, stdout);
     let mut total: u64 = 0;
     let mut line = Vec::new();
     loop {
