@@ -229,26 +229,42 @@ impl From<FrameError> for io::Error {
 
 /// Encodes one frame of at most `max` bytes (without the length prefix).
 pub fn encode<T: Serialize>(frame: &T, max: usize) -> Result<Vec<u8>, FrameError> {
-    encode_sized(frame, max, 0)
+    let mut out = Vec::new();
+    encode_onto(&mut out, frame, max, 0)?;
+    Ok(out)
 }
 
-/// [`encode`] for a frame that carries about `hint` bytes of text: the
-/// buffer starts that large, so a large artifact chunk is not copied as
-/// the buffer grows.
-pub fn encode_sized<T: Serialize>(frame: &T, max: usize, hint: usize) -> Result<Vec<u8>, FrameError> {
+/// Appends one frame to `out` (a buffer kept from frame to frame, perhaps
+/// holding frames before it), room made for about `hint` bytes of text
+/// first; on an error `out` is as it was.
+pub fn encode_onto<T: Serialize>(out: &mut Vec<u8>, frame: &T, max: usize, hint: usize) -> Result<(), FrameError> {
     // The JSON goes straight after room for its length (filled in once
-    // known): one buffer, sized for a typical frame, no copy.
-    let start = crate::limits::CONTROL_FRAME_START_BYTES.saturating_add(hint);
-    let mut out = Vec::with_capacity(start.min(max.saturating_add(4)));
+    // known): one buffer, no copy.
+    let at = out.len();
+    out.reserve(
+        crate::limits::CONTROL_FRAME_START_BYTES
+            .saturating_add(hint)
+            .min(max.saturating_add(4)),
+    );
     out.extend_from_slice(&[0; 4]);
-    serde_json::to_writer(&mut out, frame).map_err(|e| FrameError::BadJson(e.to_string()))?;
-    let len = out.len() - 4;
-    let prefix = u32::try_from(len).ok().filter(|_| len <= max);
-    let Some(prefix) = prefix else {
-        return Err(FrameError::TooLarge { len, max });
-    };
-    out[..4].copy_from_slice(&prefix.to_be_bytes());
-    Ok(out)
+    let written = serde_json::to_writer(&mut *out, frame).map_err(|e| FrameError::BadJson(e.to_string()));
+    let len = out.len() - at - 4;
+    let prefix = written.and_then(|()| {
+        u32::try_from(len)
+            .ok()
+            .filter(|_| len <= max)
+            .ok_or(FrameError::TooLarge { len, max })
+    });
+    match prefix {
+        Ok(prefix) => {
+            out[at..at + 4].copy_from_slice(&prefix.to_be_bytes());
+            Ok(())
+        }
+        Err(e) => {
+            out.truncate(at);
+            Err(e)
+        }
+    }
 }
 
 /// Decodes the first frame in `buf`, if a whole one is there: `Ok(None)` =
@@ -448,6 +464,31 @@ mod tests {
             assert_eq!(read_frame::<FromWorker>(&mut r, MAX).unwrap().as_ref(), Some(f));
         }
         assert_eq!(read_frame::<FromWorker>(&mut r, MAX).unwrap(), None);
+    }
+
+    /// Frames encoded onto one buffer follow each other; one too large is
+    /// refused and leaves the buffer as it was.
+    #[test]
+    fn frames_encoded_onto_a_buffer_follow_each_other_and_a_refused_one_leaves_it_be() {
+        let mut buf = Vec::new();
+        encode_onto(&mut buf, &FromWorker::Pong, MAX, 0).unwrap();
+        encode_onto(&mut buf, &FromWorker::Hello { pid: 7 }, MAX, 0).unwrap();
+        let before = buf.clone();
+        let big = FromWorker::Status {
+            state: Progress::Working,
+            text: Some("x".repeat(64)),
+        };
+        assert!(matches!(
+            encode_onto(&mut buf, &big, 32, 64),
+            Err(FrameError::TooLarge { max: 32, .. })
+        ));
+        assert_eq!(buf, before);
+        let (first, used) = decode::<FromWorker>(&buf, MAX).unwrap().unwrap();
+        assert_eq!(first, FromWorker::Pong);
+        assert_eq!(
+            decode::<FromWorker>(&buf[used..], MAX).unwrap(),
+            Some((FromWorker::Hello { pid: 7 }, buf.len() - used))
+        );
     }
 
     #[test]

@@ -199,6 +199,10 @@ pub const PROGRAM_EXIT_GRACE_MS: u64 = 1_000;
 /// (a background grandchild may hold them open); past it the task ends
 /// without them, and procman's kill of the worker's group takes the rest.
 pub const PROGRAM_PIPES_DRAIN_MS: u64 = 500;
+/// A worker's frame buffer is kept for the next frame up to this size (a
+/// text chunk's frame fits; a jsonl line of megabytes is let go).
+pub const WORKER_FRAME_BUFFER_KEEP_BYTES: usize = 1024 * 1024;
+
 /// Most bytes of a text program's stdout read at once: one artifact chunk.
 /// (Larger chunks cost more than they save: past 128 KiB each buffer is a
 /// fresh mapping of musl's, faulted in and unmapped per chunk.)

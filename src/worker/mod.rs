@@ -92,7 +92,8 @@ pub struct Link {
 
 struct Writer {
     pipe: File,
-    /// Frames held back to go out with the next one (see [`Link::hold`]).
+    /// Frames held back to go out with the next one (see [`Link::hold`]),
+    /// and the buffer every frame is encoded into.
     held: Vec<u8>,
 }
 
@@ -110,16 +111,17 @@ impl Link {
     /// its task with. A write failure means the supervisor is gone: the
     /// task's group is killed.
     pub fn send(&self, frame: &FromWorker) -> Result<(), control::FrameError> {
-        let bytes = control::encode_sized(frame, self.frame_max, frame.text_bytes())?;
         let mut w = self.writer();
         let w = &mut *w;
-        let written = if w.held.is_empty() {
-            std::io::Write::write_all(&mut w.pipe, &bytes)
-        } else {
-            w.held.extend_from_slice(&bytes);
-            let all = std::mem::take(&mut w.held);
-            std::io::Write::write_all(&mut w.pipe, &all)
-        };
+        // Written after the frames held back, from one buffer kept for the
+        // worker's life: a stream of large chunks allocates (and faults in)
+        // no new buffer per chunk.
+        control::encode_onto(&mut w.held, frame, self.frame_max, frame.text_bytes())?;
+        let written = std::io::Write::write_all(&mut w.pipe, &w.held);
+        w.held.clear();
+        if w.held.capacity() > crate::limits::WORKER_FRAME_BUFFER_KEEP_BYTES {
+            w.held = Vec::new(); // one jsonl line of megabytes is not kept for the next
+        }
         if let Err(e) = written {
             log::error!(
                 "worker.link.lost pid={} error={e}; killing the task's group",
@@ -134,9 +136,8 @@ impl Link {
     /// order: a runner whose last frame is followed at once by `done` (the
     /// echo) saves agentd a write and a wake-up. Limits as for `send`.
     pub fn hold(&self, frame: &FromWorker) -> Result<(), control::FrameError> {
-        let bytes = control::encode(frame, self.frame_max)?;
-        self.writer().held.extend_from_slice(&bytes);
-        Ok(())
+        let mut w = self.writer();
+        control::encode_onto(&mut w.held, frame, self.frame_max, frame.text_bytes())
     }
 
     /// The writer; a thread that panicked holding it left it whole (it
