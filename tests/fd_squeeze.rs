@@ -36,7 +36,7 @@ fn a_task_ends_and_is_reaped_while_rlimit_nofile_is_squeezed() {
     // Three: the daemon can open nothing (0–2 are taken), and procman's
     // poll set (wake fds, signals, the fork server, the worker's pipes) is
     // larger than that.
-    let _squeeze = common::NofileSqueeze::new(pid, 3);
+    let squeeze = common::NofileSqueeze::new(pid, 3);
     let squeezed = Instant::now();
     let exited = wait_for(Duration::from_secs(5), || {
         processes_with_parent(pid)
@@ -48,12 +48,19 @@ fn a_task_ends_and_is_reaped_while_rlimit_nofile_is_squeezed() {
     let reaped = wait_for(Duration::from_secs(2), || {
         processes_with_parent(pid).iter().all(|p| p.pid != worker)
     });
+    // The worker's exit is reaped a moment before its task's end is
+    // recorded, and a client cannot ask (the daemon may accept nothing
+    // while squeezed), so the end is read from the log, then the squeeze
+    // is lifted and the task's state asked for.
+    let ended_line = format!("task.end task={id} ");
+    let ended = wait_for(Duration::from_secs(5), || d.log_text().contains(&ended_line));
+    let in_squeeze = squeezed.elapsed();
+    drop(squeeze);
     let task = d.ok("GetTask", serde_json::json!({"id": id}));
     let poll_errors = d.log_text().matches("procman.poll error").count();
     assert!(
-        reaped && task["status"]["state"] == "TASK_STATE_COMPLETED",
-        "{:?} into the squeeze: worker {worker} reaped: {reaped}, task {}; {poll_errors} `procman.poll error` lines",
-        squeezed.elapsed(),
+        reaped && ended && task["status"]["state"] == "TASK_STATE_COMPLETED",
+        "{in_squeeze:?} into the squeeze: worker {worker} reaped: {reaped}, task ended: {ended}, task {}; {poll_errors} `procman.poll error` lines",
         task["status"]["state"]
     );
 }
