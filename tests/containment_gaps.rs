@@ -39,13 +39,18 @@ fn an_orphan_waiting_for_its_sweep_dies_with_agentd() {
     };
     let tmp = TempDir::new("gap");
     let pidfile = tmp.0.join("orphan.pid");
+    // The program ends only when told, after agentd is stopped: ended
+    // before, its worker could be reaped and its cgroup swept already.
+    let release = tmp.0.join("release");
     let prog = common::script(
         &tmp.0,
         "orphan.sh",
         &format!(
             "(sh -c 'echo $$ > {p}.new; mv {p}.new {p}; exec sleep 37' </dev/null >/dev/null 2>&1 &)\n\
-             while [ ! -s {p} ]; do sleep 0.01; done\necho done",
-            p = pidfile.display()
+             while [ ! -s {p} ]; do sleep 0.01; done\n\
+             while [ ! -e {r} ]; do sleep 0.01; done\necho done",
+            p = pidfile.display(),
+            r = release.display()
         ),
     );
     let mut d = Daemon::start(&[
@@ -66,6 +71,7 @@ fn an_orphan_waiting_for_its_sweep_dies_with_agentd() {
     // procman held still: the worker reports, exits and stays a zombie,
     // and nothing sweeps the task's cgroup.
     signal(pid, libc::SIGSTOP);
+    std::fs::write(&release, b"").unwrap();
     assert!(
         wait_for(Duration::from_secs(10), || processes_with_parent(pid)
             .iter()
