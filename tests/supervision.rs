@@ -631,7 +631,16 @@ fn a_worker_whose_agentd_died_before_it_armed_its_signal_exits_111_at_once() {
         "ran.sh",
         &format!("read l; echo \"$l\" >> {}; echo ok", ran.display()),
     );
-    let mut d = Daemon::start(&["--exec", prog.to_str().unwrap(), "--set", "tasks.prespawn=0"]);
+    // No cgroup slot: an agentd another test starts meanwhile would find
+    // this one's slot left by a dead daemon and SIGKILL the held worker in it.
+    let mut d = Daemon::start(&[
+        "--exec",
+        prog.to_str().unwrap(),
+        "--set",
+        "tasks.prespawn=0",
+        "--set",
+        "tasks.cgroup=off",
+    ]);
     let warm = d.ok("SendMessage", json!({"message": user_message("warm")}));
     assert_eq!(warm["task"]["status"]["state"], "TASK_STATE_COMPLETED", "{warm}");
     let servers = common::fork_servers(d.pid());
