@@ -437,34 +437,43 @@ def scale_lines(run):
                 f"(`{g.get('exec')}`: a task of \"hold …\" waits, anything else is echoed), flags "
                 f"`{' '.join(g.get('flags', [])[2:])}`; blocking SendMessage c=16 (oha, as the main rows) "
                 f"with nothing held, then with {held:,} live tasks (returnImmediately sends whose programs "
-                f"wait) and {g.get('held_connections', 0):,} idle keep-alive connections (one GET of the "
-                f"card each) held by the same daemon, then released, in each of {len(g.get('rounds', []))} "
+                f"wait), then with {g.get('held_connections', 0):,} idle keep-alive connections (one GET of the "
+                f"card each) held too, by the same daemon, then all released, in each of {len(g.get('rounds', []))} "
                 f"round(s)" + (f" ({mode} run)" if mode else "") + ". Rates and latencies are medians of "
-                "the rounds, the ratio the median of each round's ratio."]
+                "the rounds, the rate ratios the medians of each round's. Core busy under 100% is time the "
+                "server core spent elsewhere (a neighbour, or kernel work charged to no process)."]
         if "error" in g:
             out += ["", f"**FAILED**: {g['error']}"]
             checks.append(("With 1,000 live tasks and 1,000 idle connections the echo rate is "
                            f"≥ {GROWTH_RATIO_AT_LEAST:g}× the rate with none", "FAILED", False))
         else:
+            def state_row(title, key, fmt, unit):
+                vals = [g.get(f"{st}_{key}") for st in ("none", "tasks", "loaded")]
+                return [title] + [num(v, fmt, unit) for v in vals] + [
+                    num(div(vals[1], vals[0]), ".2f", "×"), num(div(vals[2], vals[0]), ".2f", "×")]
+
             rows = [
-                ["SendMessage c=16: throughput", num(g["none_rps"], ",.0f", " req/s"),
-                 num(g["loaded_rps"], ",.0f", " req/s"), num(g["ratio"], ".2f", "×")],
-                ["SendMessage c=16: p50", num(g["none_p50_ms"], ".2f", " ms"), num(g["loaded_p50_ms"], ".2f", " ms"),
-                 num(div(g["loaded_p50_ms"], g["none_p50_ms"]), ".2f", "×")],
-                ["SendMessage c=16: p99", num(g["none_p99_ms"], ".2f", " ms"), num(g["loaded_p99_ms"], ".2f", " ms"),
-                 num(div(g["loaded_p99_ms"], g["none_p99_ms"]), ".2f", "×")],
-                ["CPU per request (daemon, workers, programs)", num(g["none_cpu_us_per_req"], ".0f", " µs"),
-                 num(g["loaded_cpu_us_per_req"], ".0f", " µs"),
-                 num(div(g["loaded_cpu_us_per_req"], g["none_cpu_us_per_req"]), ".2f", "×")],
+                state_row("SendMessage c=16: throughput", "rps", ",.0f", " req/s"),
+                state_row("SendMessage c=16: p50", "p50_ms", ".2f", " ms"),
+                state_row("SendMessage c=16: p99", "p99_ms", ".2f", " ms"),
+                state_row("CPU per request (daemon, workers, programs)", "cpu_us_per_req", ".0f", " µs"),
+                state_row("server core busy (that CPU ÷ wall time)", "core_busy", ".0%", ""),
             ]
-            out += ["", *table(["measurement", "nothing held", f"{held:,} live tasks + "
-                                f"{g['held_connections']:,} idle connections", "ratio"], rows)]
+            rows[0][4] = num(g.get("ratio_tasks"), ".2f", "×")  # the rates: the median of each round's ratio
+            rows[0][5] = num(g["ratio"], ".2f", "×")
+            out += ["", *table(["measurement", "nothing held", f"{held:,} live tasks",
+                                f"{held:,} live tasks + {g['held_connections']:,} idle connections",
+                                "ratio (tasks)", "ratio (tasks + connections)"], rows)]
             w = g.get("worker") or {}
             r0 = g["rounds"][0]
             out += ["", f"Daemon RSS (VmRSS): {mib(r0['rss_kib']['none'])} with nothing held, "
                     f"{mib(r0['rss_kib']['tasks'])} with the live tasks, {mib(r0['rss_kib']['tasks_and_connections'])} "
                     f"with the idle connections too (round 1): **{g['rss_per_task_kib']:.1f} KiB per live task**, "
-                    f"**{g['rss_per_connection_kib']:.1f} KiB per idle connection** (medians of the rounds); "
+                    f"**{g['rss_per_connection_kib']:.1f} KiB per idle connection**"
+                    + (" (later rounds, holding again in memory the first freed: "
+                       + ", ".join(f"{x['rss_per_task_kib']:.1f} and {x['rss_per_connection_kib']:.1f} KiB"
+                                   for x in g["rounds"][1:]) + ")" if len(g["rounds"]) > 1 else "")
+                    + "; "
                     f"{g.get('threads_loaded', '?')} daemon threads while held. One live worker "
                     f"(/proc/PID/smaps_rollup): Rss {w.get('Rss', '?')} KiB, **Pss {w.get('Pss', '?')} KiB, "
                     f"private {w.get('Private', '?')} KiB** (clean {w.get('Private_Clean', '?')}, dirty "
