@@ -147,8 +147,9 @@ esac
 
 # --- measure -------------------------------------------------------------------
 # The harness (and so oha and curl, its children) runs on the load-generator
-# core; it starts every server under `taskset -c $server_cpu`.
-exec taskset -c "$loadgen_cpu" "$venv/bin/python" "$here/harness.py" \
+# core; it starts every server under `taskset -c $server_cpu`. No
+# __pycache__ in bench/ from its imports (report, scale).
+PYTHONDONTWRITEBYTECODE=1 exec taskset -c "$loadgen_cpu" "$venv/bin/python" "$here/harness.py" \
     --mode "$mode" --duration "$duration" --rounds "$rounds" --warmup "$warmup" --startups "$startups" \
     --servers "$servers" --server-cpu "$server_cpu" --loadgen-cpu "$loadgen_cpu" \
     --agentd "$agentd" --oha "$oha" --venv "$venv" --js-dir "$js" \
