@@ -730,10 +730,12 @@ def main():
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--startups", type=int, default=5)
-    ap.add_argument("--servers", default=",".join(SERVER_LABELS))
+    ap.add_argument("--servers", default=",".join(SERVER_LABELS),
+                    help="servers, and issue 38's benches (growth, large, memory; bench/scale.py)")
     ap.add_argument("--server-cpu", default="1")
     ap.add_argument("--loadgen-cpu", default="0")
     ap.add_argument("--agentd", required=True)
+    ap.add_argument("--agentd-glibc", help="the glibc build of agentd, for the memory bench")
     ap.add_argument("--oha", required=True)
     ap.add_argument("--venv", required=True)
     ap.add_argument("--js-dir", required=True)
@@ -745,7 +747,11 @@ def main():
     ap.add_argument("--supervised-floor", help="the built benches/supervised_floor.rs executable")
     ap.add_argument("--baseline", help="a previous results.json: its agentd is the 'before'")
     args = ap.parse_args()
-    args.servers = [s for s in args.servers.split(",") if s]
+    import scale  # here, not at the top: scale imports this module
+
+    names = [s for s in args.servers.split(",") if s]
+    args.servers = [s for s in names if s not in scale.BENCHES]
+    benches_38 = [s for s in names if s in scale.BENCHES]
     if args.rounds < 1:
         ap.error("--rounds: at least 1")
     # Each load run, and each floor, is split over the rounds.
@@ -781,7 +787,7 @@ def main():
         benches[name].start()
     want_floor = any(s in AGENTD_VARIANTS for s in args.servers)
     floor_rounds, floor = [], {}
-    for n in range(args.rounds):
+    for n in range(args.rounds if args.servers else 0):
         log(f"=== round {n + 1} of {args.rounds}")
         if want_floor and "error" not in floor:
             try:
@@ -798,6 +804,9 @@ def main():
     if floor_rounds and "error" not in floor:
         floor = floor_median(floor_rounds)
     results = {name: benches[name].finish() for name in args.servers}
+    # Issue 38's benches, each with daemons of its own, after the servers'
+    # rounds (their rates are ratios within each bench, not across servers).
+    scaled = scale.run(args, benches_38) if benches_38 else {}
 
     size = os.path.getsize(args.agentd)
     static = elf_is_static(args.agentd)
@@ -826,6 +835,7 @@ def main():
         "servers": args.servers,
         "labels": {n: SERVER_LABELS[n] for n in args.servers},
         "results": results,
+        "scale": scaled,
         "floor": floor,
         "baseline": baseline,
         "baseline_context": baseline_context,
@@ -849,7 +859,7 @@ def main():
     (Path(args.out) / "results.json").write_text(json.dumps(run, indent=2, default=str))
     print(text)
     log(f"wrote {Path(args.out) / 'results.md'}")
-    failed = [n for n, r in results.items() if "error" in r]
+    failed = [n for n, r in results.items() if "error" in r] + scale.failed(scaled)
     if "error" in floor:
         failed.append("process floors")
     if failed:

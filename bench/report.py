@@ -46,6 +46,13 @@ NOCG_RATE_AT_LEAST = 0.97
 # "No worse than before": within this fraction of the previous run, since two
 # runs on one machine differ by a few percent with no change at all.
 BEFORE_TOLERANCE = 0.05
+# Issue 38's Checks (bench/scale.py): the echo rate with 1,000 live tasks
+# and 1,000 idle connections held, as a share of the rate with none; the
+# RSS the glibc build keeps per finished task, as a multiple of its output;
+# a 50 MB artifact's rate to a blocking and to a streaming client.
+GROWTH_RATIO_AT_LEAST = 0.9
+MEMORY_RATIO_AT_MOST = 1.5
+LARGE_MB_S_AT_LEAST = 300
 # Below this share of the server core, 1 / rate is not the cost of a task
 # (the core idled, or something else had it), so the inferred row is void.
 SATURATED_AT_LEAST = 0.9
@@ -413,6 +420,142 @@ def check_lines(run):
     return [note, "", *table(head, rows), "", summary]
 
 
+def scale_lines(run):
+    """Issue 38's benches (bench/scale.py): growth, large outputs, memory,
+    and their checks."""
+    sc = run.get("scale") or {}
+    if not sc:
+        return []
+    mode = dig(run, "settings", "mode")
+    out = ["## Issue 38: load held, large outputs, memory per task"]
+    checks = []
+
+    g = sc.get("growth")
+    if g is not None:
+        held = g.get("held_tasks")
+        out += ["", f"**Growth** (bench/scale.py): one agentd running a text program for every task "
+                f"(`{g.get('exec')}`: a task of \"hold …\" waits, anything else is echoed), flags "
+                f"`{' '.join(g.get('flags', [])[2:])}`; blocking SendMessage c=16 (oha, as the main rows) "
+                f"with nothing held, then with {held:,} live tasks (returnImmediately sends whose programs "
+                f"wait), then with {g.get('held_connections', 0):,} idle keep-alive connections (one GET of the "
+                f"card each) held too, by the same daemon, then all released, in each of {len(g.get('rounds', []))} "
+                f"round(s)" + (f" ({mode} run)" if mode else "") + ". Rates and latencies are medians of "
+                "the rounds, the rate ratios the medians of each round's. Core busy under 100% is time the "
+                "server core spent elsewhere (a neighbour, or kernel work charged to no process)."]
+        if "error" in g:
+            out += ["", f"**FAILED**: {g['error']}"]
+            checks.append(("With 1,000 live tasks and 1,000 idle connections the echo rate is "
+                           f"≥ {GROWTH_RATIO_AT_LEAST:g}× the rate with none", "FAILED", False))
+        else:
+            def state_row(title, key, fmt, unit):
+                vals = [g.get(f"{st}_{key}") for st in ("none", "tasks", "loaded")]
+                return [title] + [num(v, fmt, unit) for v in vals] + [
+                    num(div(vals[1], vals[0]), ".2f", "×"), num(div(vals[2], vals[0]), ".2f", "×")]
+
+            rows = [
+                state_row("SendMessage c=16: throughput", "rps", ",.0f", " req/s"),
+                state_row("SendMessage c=16: p50", "p50_ms", ".2f", " ms"),
+                state_row("SendMessage c=16: p99", "p99_ms", ".2f", " ms"),
+                state_row("CPU per request (daemon, workers, programs)", "cpu_us_per_req", ".0f", " µs"),
+                state_row("server core busy (that CPU ÷ wall time)", "core_busy", ".0%", ""),
+            ]
+            rows[0][4] = num(g.get("ratio_tasks"), ".2f", "×")  # the rates: the median of each round's ratio
+            rows[0][5] = num(g["ratio"], ".2f", "×")
+            out += ["", *table(["measurement", "nothing held", f"{held:,} live tasks",
+                                f"{held:,} live tasks + {g['held_connections']:,} idle connections",
+                                "ratio (tasks)", "ratio (tasks + connections)"], rows)]
+            w = g.get("worker") or {}
+            r0 = g["rounds"][0]
+            out += ["", f"Daemon RSS (VmRSS): {mib(r0['rss_kib']['none'])} with nothing held, "
+                    f"{mib(r0['rss_kib']['tasks'])} with the live tasks, {mib(r0['rss_kib']['tasks_and_connections'])} "
+                    f"with the idle connections too (round 1): **{g['rss_per_task_kib']:.1f} KiB per live task**, "
+                    f"**{g['rss_per_connection_kib']:.1f} KiB per idle connection**"
+                    + (" (later rounds, holding again in memory the first freed: "
+                       + ", ".join(f"{x['rss_per_task_kib']:.1f} and {x['rss_per_connection_kib']:.1f} KiB"
+                                   for x in g["rounds"][1:]) + ")" if len(g["rounds"]) > 1 else "")
+                    + "; "
+                    f"{g.get('threads_loaded', '?')} daemon threads while held. One live worker "
+                    f"(/proc/PID/smaps_rollup): Rss {w.get('Rss', '?')} KiB, **Pss {w.get('Pss', '?')} KiB, "
+                    f"private {w.get('Private', '?')} KiB** (clean {w.get('Private_Clean', '?')}, dirty "
+                    f"{w.get('Private_Dirty', '?')}). Holding the tasks took "
+                    + ", ".join(f"{x['hold_tasks_s']:.1f}" for x in g["rounds"]) + " s."]
+            checks.append((f"With {held:,} live tasks and {g['held_connections']:,} idle connections the echo "
+                           f"rate is ≥ {GROWTH_RATIO_AT_LEAST:g}× the rate with none",
+                           f"{g['ratio']:.2f}× ({g['loaded_rps']:,.0f} vs {g['none_rps']:,.0f} req/s)",
+                           g["ratio"] >= GROWTH_RATIO_AT_LEAST))
+
+    m = sc.get("memory")
+    if m is not None:
+        mb = m.get("output_bytes", 0) / 1048576
+        out += ["", f"**Memory per finished task** (bench/scale.py): the daemon's VmRSS after 20 small tasks, "
+                f"then after {m.get('tasks')} blocking SendMessages in a row whose program (`{m.get('exec')}`) "
+                f"prints {m.get('output_bytes', 0):,} bytes ({mb:g} MiB), a second after the last: the growth "
+                "per task is what the daemon keeps of a finished task (retained for GetTask) and what its "
+                "allocator did not give back."]
+        rows = []
+        for build, b in (m.get("builds") or {}).items():
+            if "error" in b:
+                rows.append([build, b.get("binary", "?"), f"**FAILED**: {b['error']}", "", "", ""])
+                continue
+            rows.append([build, f"`{b['binary']}`", mib(b["rss_kib"][0]), mib(b["rss_end_kib"]),
+                         f"{b['per_task_kib'] / 1024:.1f} MiB", f"{b['ratio']:.2f}×"])
+        out += ["", *table(["build", "binary", "RSS before", f"RSS after {m.get('tasks')} tasks",
+                            "kept per task", "÷ output"], rows)]
+        gl = (m.get("builds") or {}).get("glibc")
+        title = f"The glibc build keeps ≤ {MEMORY_RATIO_AT_MOST:g}× a finished task's output ({mb:g} MiB outputs)"
+        if gl is None:
+            checks.append((title, "– (no glibc build in this run)", None))
+        elif "error" in gl:
+            checks.append((title, "FAILED", False))
+        else:
+            musl = (m.get("builds") or {}).get("musl") or {}
+            extra = f"; musl {musl['ratio']:.2f}×" if "ratio" in musl else ""
+            checks.append((title, f"{gl['ratio']:.2f}× ({gl['per_task_kib'] / 1024:.1f} MiB per task{extra})",
+                           gl["ratio"] <= MEMORY_RATIO_AT_MOST))
+
+    lg = sc.get("large")
+    if lg is not None:
+        mbytes = lg.get("bytes", 0) / 1e6
+        out += ["", f"**Large output** (bench/scale.py): one task whose program writes {mbytes:g} MB, through "
+                "the text runner (`head | tr`, one artifact streamed in chunks) and the jsonl runner "
+                "(bench/large_jsonl.py: artifact lines of 1 MB of text); MB/s is 10⁶ bytes of artifact text per "
+                "second from the request's first byte to the response's last (blocking SendMessage: one JSON "
+                "answer; SendStreamingMessage: the SSE stream to its end), the median of "
+                f"{lg.get('reps')} ({mode} run), each checked (COMPLETED, every byte of text). *Program alone*: "
+                "the same command with its output to /dev/null, on the server core. Daemon CPU: its own "
+                "utime+stime over the request; all: with its workers and the program (reaped children)."]
+        rows, rates = [], []
+        for runner, x in (lg.get("runners") or {}).items():
+            if "error" in x:
+                rows.append([runner, f"**FAILED**: {x['error']}", "", "", "", ""])
+                rates.append((runner, None))
+                continue
+            rows.append([
+                runner,
+                f"{x['alone_mb_s']:,.0f} MB/s ({x['alone_s'] * 1000:.0f} ms)",
+                f"{x['blocking_mb_s']:,.0f} MB/s ({x['blocking_s'] * 1000:.0f} ms)",
+                f"{x['streaming_mb_s']:,.0f} MB/s ({x['streaming_s'] * 1000:.0f} ms)",
+                f"{x['blocking_daemon_cpu_s'] * 1000:.0f} ms / {x['blocking_tree_cpu_s'] * 1000:.0f} ms",
+                f"{x['streaming_daemon_cpu_s'] * 1000:.0f} ms / {x['streaming_tree_cpu_s'] * 1000:.0f} ms",
+            ])
+            rates += [(f"{runner} blocking", x["blocking_mb_s"]), (f"{runner} streaming", x["streaming_mb_s"])]
+        out += ["", *table(["runner", "program alone", "blocking SendMessage", "SendStreamingMessage (SSE)",
+                            "CPU per request, blocking (daemon / all)", "CPU per request, streaming (daemon / all)"],
+                           rows)]
+        ok = None if not rates else all(v is not None and v >= LARGE_MB_S_AT_LEAST for _, v in rates)
+        value = ", ".join(f"{k} {num(v, ',.0f', ' MB/s') if v is not None else 'FAILED'}" for k, v in rates)
+        checks.append((f"A {mbytes:g} MB artifact reaches a blocking and a streaming client at ≥ "
+                       f"{LARGE_MB_S_AT_LEAST} MB/s (program start to last byte; text and jsonl runners)",
+                       value or "–", ok))
+
+    if checks:
+        judged = [c for c in checks if c[2] is not None]
+        out += ["", *table(["check (issue 38)", "measured", "met"], [[t, v, verdict(ok)] for t, v, ok in checks]),
+                "", f"Met: {sum(1 for c in judged if c[2])} of {len(judged)} judged "
+                f"({len(checks) - len(judged)} not judged)."]
+    return out
+
+
 def cpu_line(m):
     """`AMD EPYC (AuthenticAMD family 25 model 1 stepping 1)`; the name alone
     for a run recorded before the id was kept."""
@@ -434,12 +577,13 @@ def render(run):
     sections = [
         [run["header"]],
         machine_line(run),
-        results_table(run),
-        floor_table(run),
+        results_table(run) if run["servers"] else [],
+        floor_table(run) if run["servers"] else [],
         cost_lines(run),
         peers_line(run),
         ratio_lines(run),
         check_lines(run),
+        scale_lines(run),
         run.get("facts", []),
         ["Versions: " + ", ".join(f"{k} {v}" for k, v in run.get("versions", {}).items())],
     ]

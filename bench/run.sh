@@ -12,8 +12,14 @@
 # Options: --duration N (seconds per load run, split over the rounds),
 # --rounds N (rounds: each measures the floors and every server once, in
 # turn, so a slow stretch of the machine falls on all alike), --servers
-# agentd,agentd-nocg,python,js,js-3ev,floor, --baseline OLD.json (a previous
-# results.json, the "before" of the no-worse-than-before checks), --setup-only.
+# agentd,agentd-nocg,python,js,js-3ev,floor,growth,large,memory (the last
+# three are issue 38's benches, run after the servers' rounds: growth, the
+# echo rate with 1,000 live tasks and 1,000 idle connections held beside it
+# with none; large, a 50 MB artifact through the text and jsonl runners to a
+# blocking and a streaming client; memory, the RSS kept per finished task of
+# 8 MiB output, musl and glibc builds; see bench/scale.py), --baseline
+# OLD.json (a previous results.json, the "before" of the no-worse-than-before
+# checks), --setup-only.
 # Environment: BENCH_SERVER_CPU (default 1) and BENCH_LOADGEN_CPU (default 0)
 # pick the cores; AGENTD_BENCH_ARGS adds daemon flags to every agentd; PYTHON
 # picks the interpreter for the venv (>= 3.10; default python3);
@@ -34,7 +40,7 @@ musl=x86_64-unknown-linux-musl
 oha_version=1.16.0
 
 duration=16 rounds=8 warmup=2 startups=5 mode=full setup_only=0
-servers=agentd,agentd-nocg,python,js,js-3ev,floor baseline=
+servers=agentd,agentd-nocg,python,js,js-3ev,floor,growth,large,memory baseline=
 while [ $# -gt 0 ]; do
     case "$1" in
         --quick) duration=3 rounds=1 warmup=1 startups=1 mode=quick ;;
@@ -43,7 +49,7 @@ while [ $# -gt 0 ]; do
         --servers) servers=$2; shift ;;
         --baseline) baseline=$(cd "$(dirname "$2")" && pwd)/$(basename "$2"); shift ;;
         --setup-only) setup_only=1 ;;
-        -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "run.sh: unknown argument: $1 (try --help)" >&2; exit 2 ;;
     esac
     shift
@@ -125,14 +131,27 @@ supervised=$(printf '%s\n' "$built" | sed -n 's/.*"executable":"\([^"]*supervise
 [ -n "$floor" ] && [ -x "$floor" ] || die "no spawn_floor executable from cargo build"
 [ -n "$supervised" ] && [ -x "$supervised" ] || die "no supervised_floor executable from cargo build"
 
+# The glibc build, for the memory bench's second column (built only when the
+# memory bench is asked for: a whole second release build).
+agentd_glibc=
+case ",$servers," in
+    *,memory,*)
+        say "cargo build --release -j$jobs (the glibc build, for the memory bench)"
+        (cd "$repo" && cargo build --release -j"$jobs" --quiet)
+        agentd_glibc="$repo/target/release/agentd"
+        [ -x "$agentd_glibc" ] || die "no binary at $agentd_glibc"
+        ;;
+esac
+
 [ "$setup_only" = 1 ] && { say "setup done"; exit 0; }
 
 # --- measure -------------------------------------------------------------------
 # The harness (and so oha and curl, its children) runs on the load-generator
-# core; it starts every server under `taskset -c $server_cpu`.
-exec taskset -c "$loadgen_cpu" "$venv/bin/python" "$here/harness.py" \
+# core; it starts every server under `taskset -c $server_cpu`. No
+# __pycache__ in bench/ from its imports (report, scale).
+PYTHONDONTWRITEBYTECODE=1 exec taskset -c "$loadgen_cpu" "$venv/bin/python" "$here/harness.py" \
     --mode "$mode" --duration "$duration" --rounds "$rounds" --warmup "$warmup" --startups "$startups" \
     --servers "$servers" --server-cpu "$server_cpu" --loadgen-cpu "$loadgen_cpu" \
     --agentd "$agentd" --oha "$oha" --venv "$venv" --js-dir "$js" \
     --py-dir "$out/py" --repo "$repo" --out "$out" --spawn-floor "$floor" --supervised-floor "$supervised" \
-    ${baseline:+--baseline "$baseline"}
+    ${baseline:+--baseline "$baseline"} ${agentd_glibc:+--agentd-glibc "$agentd_glibc"}
