@@ -253,8 +253,9 @@ def path_pieces(path, seen):
             # A v0 demangling's `f::<T>`: the function's own arguments.
             out += arg_pieces(seg, seen) + ['*']
         elif (m := re.fullmatch(rf'({IDENT})(<.*>)?', seg)) and m.group(1) != '_':
-            if m.group(1)[0].isupper():
-                # A type: after an impl's module v0 may spell its prefix as a back-reference.
+            if m.group(1).lstrip('_')[:1].isupper():
+                # A type (`Link`, serde's `__FieldVisitor`): v0 may spell its
+                # prefix as a back-reference to the impl's module.
                 out.append('*')
             out.append(v0_ident(m.group(1)))
             if m.group(2):
