@@ -23,9 +23,10 @@ fn main() {
     let cfg = |key: &str, want: &str| std::env::var(key).is_ok_and(|v| v == want);
     // The list was measured on x86_64: another architecture's worker runs
     // other code (and its musl other archive members), so it gets no script.
-    if !(cfg("CARGO_CFG_TARGET_ENV", "musl") && cfg("CARGO_CFG_TARGET_OS", "linux"))
-        || !cfg("CARGO_CFG_TARGET_ARCH", "x86_64")
-    {
+    let x86_64_musl_linux = cfg("CARGO_CFG_TARGET_ENV", "musl")
+        && cfg("CARGO_CFG_TARGET_OS", "linux")
+        && cfg("CARGO_CFG_TARGET_ARCH", "x86_64");
+    if !x86_64_musl_linux {
         return;
     }
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("link/worker-text.ld");
