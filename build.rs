@@ -1,7 +1,8 @@
 //! Links the static (musl, x86_64) build with `link/worker-text.ld`: the
 //! code a fresh task worker runs and the constants it reads, each placed
-//! together so the worker faults them in with 3 and 1 faults instead of ~15
-//! and 3 (the script says why; `link/worker_text.py` regenerates it).
+//! together so the worker faults them in with few faults (3 and 1 instead
+//! of ~15 and 3 when the list was made; the script says why, and
+//! `link/worker_text.py` regenerates it and measures today's).
 //! Placement only: the code and data are the same.
 //!
 //! The script names functions by their symbols, which another rustc may

@@ -55,12 +55,13 @@ GENERATED_WITH = ' * Generated with: '
 HEADER = """\
 /* The code a fresh task worker runs, placed together at the start of the
  * text, and the read-only data it reads, at the start of the read-only data.
- * build.rs passes this script to the static (musl) build's linker.
+ * build.rs passes this script to the static (musl, x86_64) build's linker.
  *
  * A fork copies no page tables of file-backed memory, so every worker faults
  * its code and constants in again, 64 KiB around each fault; spread over the
  * binary that was ~15 faults per echo task for code and 3 for constants,
- * packed here it is 3 and 1. This changes where code and data lie, never
+ * packed when the list was made 3 and 1 (`python3 link/worker_text.py
+ * --check` measures today's). This changes where code and data lie, never
  * what they are. An entry that matches nothing is ignored; one gone stale
  * costs faults, not correctness. (.rodata.worker starts on a page of its
  * own: placed before the alignment that ends the text segment, it would be
