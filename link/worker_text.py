@@ -122,7 +122,7 @@ def demangled(names):
 
 def libc_members():
     """musl symbol -> its libc.a member (asm members have plain `.text`)."""
-    sysroot = run(['rustc', '--print', 'sysroot']).strip()
+    sysroot = run(['rustc', '--print', 'sysroot'], cwd=REPO).strip()
     lib = os.path.join(sysroot, 'lib', 'rustlib', TARGET, 'lib', 'self-contained', 'libc.a')
     members = {}
     for line in run(['nm', '-A', lib]).splitlines():
@@ -341,7 +341,8 @@ def rodata_entries(entries):
 
 
 def rustc_version():
-    return run(['rustc', '-V']).strip()
+    # From the repo, so rustup picks the toolchain rust-toolchain.toml pins.
+    return run(['rustc', '-V'], cwd=REPO).strip()
 
 
 def write_entries(entries):
