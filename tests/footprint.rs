@@ -1,7 +1,8 @@
 //! The footprint README promises, checked where it can drift: the direct
 //! dependencies are exactly the design card's nine, `cargo tree -e normal`
 //! has at most 26 crates in all, and the static musl binary is at most
-//! 2.5 MiB, with the worker's code packed first (`link/worker-text.ld`).
+//! 2.5 MiB, with the worker's code packed first (`link/worker-text.ld`):
+//! its anchors inside, and most of the list still matching something.
 
 mod common;
 
@@ -117,8 +118,9 @@ fn elf_sections(elf: &[u8]) -> Vec<(String, u64, u64)> {
 /// A fresh worker faults its text in 64 KiB around each fault; build.rs
 /// links the static binary with link/worker-text.ld so the code it runs
 /// lies together, first. Checked here: the section is there, holds code,
-/// and comes before the rest of the text (what it holds is
-/// link/worker_text.py's to measure).
+/// and comes before the rest of the text. What it holds is checked from
+/// the link map below (how few faults it saves is link/worker_text.py's
+/// to measure).
 #[test]
 fn the_static_binary_packs_the_workers_code_first() {
     let Some(bin) = static_agentd_or_skip("the_static_binary_packs_the_workers_code_first") else {
@@ -145,6 +147,133 @@ fn the_static_binary_packs_the_workers_code_first() {
         worker.1,
         worker.2,
         text.1
+    );
+}
+
+/// The worker's functions the list must place, whatever else goes stale:
+/// (what, the identifiers of its path as both manglings spell them).
+const ANCHORS: [(&str, &str); 3] = [
+    ("agentd::worker::start (a worker's entry)", "6agentd6worker5start"),
+    (
+        "agentd::worker::forkserver::fork_one",
+        "6agentd6worker10forkserver8fork_one",
+    ),
+    ("agentd::control::read_frame", "6agentd7control10read_frame"),
+];
+/// The least share of the list's code entries that must match an input
+/// section: the linker ignores one that matches nothing, so rot is silent
+/// until this check.
+const LIVE_ENTRIES_MIN_PERCENT: usize = 80;
+
+/// The link map build.rs has the static build write (`worker-text.map` in
+/// agentd's OUT_DIR), found by asking cargo, after the build
+/// `static_agentd` ran, where that OUT_DIR is.
+fn static_link_map() -> String {
+    let out = Command::new(env!("CARGO"))
+        .args([
+            "build",
+            "--release",
+            "-j2",
+            "--target",
+            "x86_64-unknown-linux-musl",
+            "--message-format=json",
+        ])
+        .env("CARGO_TARGET_DIR", common::vm_dir().join("build"))
+        .current_dir(repo())
+        .output()
+        .expect("cargo build runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out_dir = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|m| {
+            m["reason"] == "build-script-executed" && m["package_id"].as_str().is_some_and(|p| p.contains("agentd@"))
+        })
+        .and_then(|m| m["out_dir"].as_str().map(str::to_string))
+        .expect("cargo reports agentd's build script and its OUT_DIR");
+    let map = Path::new(&out_dir).join("worker-text.map");
+    std::fs::read_to_string(&map)
+        .unwrap_or_else(|e| panic!("{}: {e} (build.rs has the static build write it)", map.display()))
+}
+
+/// The `.text.worker` part of a GNU ld link map: each statement of the
+/// script (`*(.text._ZN6agentd…* …)`, `*libc.a:close.lo(…)`) with the names
+/// of the input sections it placed, listed under it.
+fn worker_text_statements(map: &str) -> Vec<(String, Vec<String>)> {
+    let mut statements: Vec<(String, Vec<String>)> = Vec::new();
+    let mut lines = map.lines().skip_while(|l| !l.starts_with(".text.worker"));
+    lines.next();
+    for line in lines.take_while(|l| l.is_empty() || l.starts_with(char::is_whitespace)) {
+        let text = line.trim();
+        if text.starts_with("*fill*") {
+            continue;
+        }
+        if text.starts_with('*') {
+            statements.push((text.to_string(), Vec::new()));
+        } else if text.starts_with('.') {
+            if let (Some(last), Some(name)) = (statements.last_mut(), text.split_whitespace().next()) {
+                last.1.push(name.to_string());
+            }
+        }
+    }
+    statements
+}
+
+/// Whether an input section is the function an anchor names (not one of
+/// its closures): legacy `.text._ZN<path>17h…E`, or v0 `.text._R…<path>`
+/// ending there or followed by generic arguments or the instantiating
+/// crate (a closure's name goes on with a digit).
+fn is_anchor(section: &str, path: &str) -> bool {
+    if let Some(legacy) = section.strip_prefix(".text._ZN") {
+        return legacy.strip_prefix(path).is_some_and(|rest| rest.starts_with("17h"));
+    }
+    section.starts_with(".text._R")
+        && section
+            .split_once(path)
+            .is_some_and(|(_, rest)| !rest.starts_with(|c: char| c.is_ascii_digit()))
+}
+
+/// The functions a fresh worker runs first lie inside `.text.worker`, and
+/// most of the list's entries still match what the compiler emits: from the
+/// static build's link map (GNU ld prints each script statement with the
+/// input sections it placed).
+#[test]
+fn the_worker_text_list_still_places_the_workers_code() {
+    let test = "the_worker_text_list_still_places_the_workers_code";
+    if static_agentd_or_skip(test).is_none() {
+        return;
+    }
+    let map = static_link_map();
+    let statements = worker_text_statements(&map);
+    assert!(
+        statements.len() >= 20,
+        "the link map shows {} statements in .text.worker: not the map of a link with link/worker-text.ld",
+        statements.len()
+    );
+    for (what, path) in ANCHORS {
+        let placed = statements.iter().flat_map(|s| &s.1).any(|sec| is_anchor(sec, path));
+        let elsewhere = map
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .any(|sec| is_anchor(sec, path));
+        assert!(
+            placed,
+            "{what} is not in .text.worker: {}; regenerate the list (python3 link/worker_text.py)",
+            if elsewhere {
+                "it lies elsewhere in the text, so no entry of link/worker-text.ld matches its symbol"
+            } else {
+                "it has no section of its own (inlined or renamed)"
+            }
+        );
+    }
+    let stale: Vec<&String> = statements.iter().filter(|s| s.1.is_empty()).map(|s| &s.0).collect();
+    let live = statements.len() - stale.len();
+    assert!(
+        live * 100 >= statements.len() * LIVE_ENTRIES_MIN_PERCENT,
+        "{live} of {} entries of link/worker-text.ld match an input section (at least {LIVE_ENTRIES_MIN_PERCENT}% must): \
+         regenerate the list (python3 link/worker_text.py). Matching nothing:\n{}",
+        statements.len(),
+        stale.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n")
     );
 }
 
