@@ -33,11 +33,13 @@ FLOOR_THREADS = "floor-threads"
 EXEC_FLOOR = "posix_spawn"  # how agentd spawns its fork server
 FORK_FLOOR = "fork+_exit"  # how the fork server makes every worker, at the least
 
-# Issue 20's Checks, for agentd as shipped, all within one run.
-JS_RATE_C16_AT_LEAST = 1.3
-JS_RATE_C1_AT_LEAST = 1.0
+# Issue 38's Checks, for agentd as shipped, all within one run. The fork
+# floor target of issue 20 (2x) was withdrawn: the supervised floor itself
+# is about 2x the fork floor, so agentd's share is judged against it.
+JS_RATE_C16_AT_LEAST = 2.0
+JS_RATE_C1_AT_LEAST = 1.3
 PY_RATE_AT_LEAST = 6.0
-FORK_FLOOR_AT_MOST = 2.0
+SUPERVISED_FLOOR_AT_MOST = 1.25
 # "tasks.cgroup=off no slower than as shipped": its rate at least this share
 # of as shipped's, at c=16 and at c=1. The two run one after the other in one
 # run, and one build's rate moves by a few percent from run to run on a quiet
@@ -249,7 +251,7 @@ def cost_lines(run):
         "descendants' from /proc over the run, divided by the requests served, set against each floor's "
         "CPU per process. The two agree when the core is busy near 100%; below "
         f"{SATURATED_AT_LEAST:.0%} the inferred figure is void (the core idled or something else had "
-        "it), and the measured one stands. The measured CPU ÷ the fork floor is the one issue 20 checks.",
+        "it), and the measured one stands. The measured CPU ÷ the supervised floor's is the one issue 38 checks.",
         "",
         "The *supervised floor* (benches/supervised_floor.rs, measured like a server) is the least a "
         "server can spend on a task with agentd's per-task guarantees: one thread, epoll, HTTP "
@@ -326,12 +328,13 @@ def check_lines(run):
             return ("–", None)
         return (f"{a:.2f} vs {j:.2f} ms ({js16})", a < j)
 
-    def fork_floor_vs(r):
-        a, f = dig(r, "send16", "cpu_us_per_req"), dig(floor, FORK_FLOOR, "cpu_us_per_spawn")
+    def supervised_floor_vs(r):
+        sup = ok_results(run, FLOOR_SERVER)
+        a, f = dig(r, "send16", "cpu_us_per_req"), dig(sup, "send16", "cpu_us_per_req")
         x = div(a, f)
         if x is None:
-            return ("–", None)
-        return (f"{x:.2f}× ({a:.0f} vs {f:.1f} µs)", x <= FORK_FLOOR_AT_MOST)
+            return ("– (needs floor in the run)", None)
+        return (f"{x:.2f}× ({a:.0f} vs {f:.0f} µs)", x <= SUPERVISED_FLOOR_AT_MOST)
 
     def nocg_vs_shipped(_r):
         nocg = res.get("agentd-nocg") if "agentd-nocg" in servers else None
@@ -376,8 +379,8 @@ def check_lines(run):
          lambda r: rate_vs(r, ok_results(run, js1), js1, "send1", JS_RATE_C1_AT_LEAST), True),
         (f"SendMessage c=16 rate ≥ {PY_RATE_AT_LEAST:g}× python",
          lambda r: rate_vs(r, py, "python", "send16", PY_RATE_AT_LEAST), True),
-        (f"CPU per task (measured, c=16) ≤ {FORK_FLOOR_AT_MOST:g}× the fork floor's CPU per fork",
-         fork_floor_vs, True),
+        (f"CPU per task (measured, c=16) ≤ {SUPERVISED_FLOOR_AT_MOST:g}× the supervised floor's",
+         supervised_floor_vs, True),
         (f"tasks.cgroup=off no slower than as shipped (its rate ≥ {NOCG_RATE_AT_LEAST:g}× at c=16 and c=1)",
          nocg_vs_shipped, False),
         ("GET card c=16 rate no worse than the --baseline run",
@@ -404,11 +407,11 @@ def check_lines(run):
             else:
                 row.append("–")
         rows.append(row)
-    head = ["check (issue 20)", run["labels"]["agentd"], "met"]
+    head = ["check (issue 38)", run["labels"]["agentd"], "met"]
     if nocg is not None:
         head.append(f"{run['labels']['agentd-nocg']}, for information")
     note = (
-        "Issue 20's Checks, for agentd as shipped, every ratio within this run (the machine is named "
+        "Issue 38's Checks, for agentd as shipped, every ratio within this run (the machine is named "
         "at the top). \"The fastest JS echo\" is the faster of the JS servers that ran (see above). "
         f"\"No slower\" allows {1 - NOCG_RATE_AT_LEAST:.0%} (closer than that is noise between two "
         f"servers of one run); \"before\" is agentd (as shipped) in the --baseline run, within "
