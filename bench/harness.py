@@ -15,7 +15,7 @@ before and after every load run, one full body (curl). Around every load run
 it reads the server's CPU time from /proc (the server's own, its reaped
 children's and its live descendants'), so that the core time per request is
 measured, not only inferred from the rate. bench/report.py turns it all into
-one report (tables, ratios, issue 20's checks) in target/bench/results.md;
+one report (tables, ratios, issue 38's checks) in target/bench/results.md;
 oha's raw JSON goes to target/bench/raw/.
 
 Standard library only. Exits non-zero if any server failed any check.
