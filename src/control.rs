@@ -16,7 +16,13 @@
 //! ```
 //!
 //! A frame is a 4-byte big-endian length, then that many bytes of one JSON
-//! value: the enum externally tagged (`{"spawn":{…}}`, `"ping"`). Not
+//! value: the enum externally tagged (`{"spawn":{…}}`, `"ping"`). An
+//! artifact frame whose one part is a long text (a program's output, in
+//! chunks) carries that text raw after its JSON instead: a 0 byte, the
+//! JSON's length (4 bytes, big-endian), the JSON with the text part empty,
+//! then the text's bytes. The text is then neither escaped by the worker
+//! nor parsed by procman, only checked to be UTF-8; the client's answer is
+//! the one place it is written as JSON. Not
 //! internally tagged: serde buffers such an enum whole before it reads the
 //! tag, and that second path through every field type was 45 KB of the
 //! binary. Both ends refuse a frame over `max` bytes, the limit the daemon
@@ -28,7 +34,7 @@ use std::io::{self, Read, Write};
 
 use serde::{Deserialize, Serialize};
 
-use crate::wire::{Artifact, Message};
+use crate::wire::{Artifact, Message, Part, PartContent};
 
 /// What the worker runs, as procman tells it in `spawn`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -201,6 +207,85 @@ impl FromWorker {
     }
 }
 
+/// The first byte of a frame that carries its text raw after its JSON (a
+/// JSON value starts with `{` or `"`, never with 0).
+const RAW_TEXT_MARK: u8 = 0;
+/// The shortest text sent raw: below it, escaping costs less than the
+/// frame's second header.
+pub const RAW_TEXT_MIN_BYTES: usize = 1024;
+
+/// A frame of the control channel: JSON, or for a frame that carries one
+/// long text, JSON and the text raw after it.
+pub trait Frame: Serialize + for<'de> Deserialize<'de> {
+    /// This frame with its long text left empty, and the text: what to
+    /// send raw. `None`: the frame goes as JSON alone.
+    fn split_text(&self) -> Option<(Self, &str)>;
+    /// Puts a text that came raw into the frame decoded from its JSON;
+    /// `false` when the frame has no empty text to hold it.
+    fn join_text(&mut self, text: String) -> bool;
+}
+
+impl Frame for ToWorker {
+    fn split_text(&self) -> Option<(Self, &str)> {
+        None
+    }
+    fn join_text(&mut self, _text: String) -> bool {
+        false
+    }
+}
+
+impl Frame for FromWorker {
+    fn split_text(&self) -> Option<(Self, &str)> {
+        let FromWorker::Artifact {
+            artifact,
+            append,
+            last_chunk,
+        } = self
+        else {
+            return None;
+        };
+        let [part] = artifact.parts.as_slice() else {
+            return None;
+        };
+        let text = part.as_text().filter(|t| t.len() >= RAW_TEXT_MIN_BYTES)?;
+        let empty = Part {
+            content: PartContent::Text(String::new()),
+            metadata: part.metadata.clone(),
+            filename: part.filename.clone(),
+            media_type: part.media_type.clone(),
+        };
+        let shell = FromWorker::Artifact {
+            artifact: Artifact {
+                artifact_id: artifact.artifact_id.clone(),
+                name: artifact.name.clone(),
+                description: artifact.description.clone(),
+                parts: vec![empty],
+                metadata: artifact.metadata.clone(),
+                extensions: artifact.extensions.clone(),
+            },
+            append: *append,
+            last_chunk: *last_chunk,
+        };
+        Some((shell, text))
+    }
+
+    fn join_text(&mut self, text: String) -> bool {
+        let FromWorker::Artifact { artifact, .. } = self else {
+            return false;
+        };
+        match artifact.parts.as_mut_slice() {
+            [Part {
+                content: PartContent::Text(empty),
+                ..
+            }] if empty.is_empty() => {
+                *empty = text;
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
 /// Why a frame could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FrameError {
@@ -228,7 +313,7 @@ impl From<FrameError> for io::Error {
 }
 
 /// Encodes one frame of at most `max` bytes (without the length prefix).
-pub fn encode<T: Serialize>(frame: &T, max: usize) -> Result<Vec<u8>, FrameError> {
+pub fn encode<T: Frame>(frame: &T, max: usize) -> Result<Vec<u8>, FrameError> {
     let mut out = Vec::new();
     encode_onto(&mut out, frame, max, 0)?;
     Ok(out)
@@ -237,7 +322,7 @@ pub fn encode<T: Serialize>(frame: &T, max: usize) -> Result<Vec<u8>, FrameError
 /// Appends one frame to `out` (a buffer kept from frame to frame, perhaps
 /// holding frames before it), room made for about `hint` bytes of text
 /// first; on an error `out` is as it was.
-pub fn encode_onto<T: Serialize>(out: &mut Vec<u8>, frame: &T, max: usize, hint: usize) -> Result<(), FrameError> {
+pub fn encode_onto<T: Frame>(out: &mut Vec<u8>, frame: &T, max: usize, hint: usize) -> Result<(), FrameError> {
     // The JSON goes straight after room for its length (filled in once
     // known): one buffer, no copy.
     let at = out.len();
@@ -247,7 +332,22 @@ pub fn encode_onto<T: Serialize>(out: &mut Vec<u8>, frame: &T, max: usize, hint:
             .min(max.saturating_add(4)),
     );
     out.extend_from_slice(&[0; 4]);
-    let written = serde_json::to_writer(&mut *out, frame).map_err(|e| FrameError::BadJson(e.to_string()));
+    let written = match frame.split_text() {
+        Some((shell, text)) => {
+            out.push(RAW_TEXT_MARK);
+            out.extend_from_slice(&[0; 4]);
+            let json_at = out.len();
+            let json = serde_json::to_writer(&mut *out, &shell).map_err(|e| FrameError::BadJson(e.to_string()));
+            let json_len = out.len() - json_at;
+            json.and_then(|()| {
+                let json_len = u32::try_from(json_len).map_err(|_| FrameError::TooLarge { len: json_len, max })?;
+                out[json_at - 4..json_at].copy_from_slice(&json_len.to_be_bytes());
+                out.extend_from_slice(text.as_bytes());
+                Ok(())
+            })
+        }
+        None => serde_json::to_writer(&mut *out, frame).map_err(|e| FrameError::BadJson(e.to_string())),
+    };
     let len = out.len() - at - 4;
     let prefix = written.and_then(|()| {
         u32::try_from(len)
@@ -269,7 +369,7 @@ pub fn encode_onto<T: Serialize>(out: &mut Vec<u8>, frame: &T, max: usize, hint:
 
 /// Decodes the first frame in `buf`, if a whole one is there: `Ok(None)` =
 /// need more bytes; `Ok(Some((frame, consumed)))`. No I/O, for fuzzing.
-pub fn decode<T: for<'de> Deserialize<'de>>(buf: &[u8], max: usize) -> Result<Option<(T, usize)>, FrameError> {
+pub fn decode<T: Frame>(buf: &[u8], max: usize) -> Result<Option<(T, usize)>, FrameError> {
     let Some(len_bytes) = buf.get(..4) else {
         return Ok(None);
     };
@@ -280,18 +380,42 @@ pub fn decode<T: for<'de> Deserialize<'de>>(buf: &[u8], max: usize) -> Result<Op
     let Some(body) = buf.get(4..4 + len) else {
         return Ok(None);
     };
-    let frame = serde_json::from_slice(body).map_err(|e| FrameError::BadJson(e.to_string()))?;
-    Ok(Some((frame, 4 + len)))
+    Ok(Some((decode_body(body)?, 4 + len)))
+}
+
+/// One frame's bytes (after its length) as the frame: its JSON, or its
+/// JSON and the text that came raw after it.
+fn decode_body<T: Frame>(body: &[u8]) -> Result<T, FrameError> {
+    let bad = |e: &dyn std::fmt::Display| FrameError::BadJson(e.to_string());
+    let Some(rest) = body.strip_prefix(&[RAW_TEXT_MARK]) else {
+        return serde_json::from_slice(body).map_err(|e| bad(&e));
+    };
+    let (json_len, rest) = rest
+        .split_first_chunk::<4>()
+        .ok_or_else(|| bad(&"a raw text frame shorter than its header"))?;
+    let json_len = u32::from_be_bytes(*json_len) as usize;
+    let (json, text) = rest.split_at_checked(json_len).ok_or_else(|| {
+        bad(&format_args!(
+            "a raw text frame's JSON of {json_len} bytes is past its end"
+        ))
+    })?;
+    let mut frame: T = serde_json::from_slice(json).map_err(|e| bad(&e))?;
+    let text = std::str::from_utf8(text).map_err(|e| bad(&format_args!("a raw text frame's text: {e}")))?;
+    if frame.join_text(text.to_owned()) {
+        Ok(frame)
+    } else {
+        Err(bad(&"a raw text frame whose JSON has no empty text part for its text"))
+    }
 }
 
 /// Writes one frame of at most `max` bytes.
-pub fn write_frame<T: Serialize>(w: &mut impl Write, frame: &T, max: usize) -> io::Result<()> {
+pub fn write_frame<T: Frame>(w: &mut impl Write, frame: &T, max: usize) -> io::Result<()> {
     w.write_all(&encode(frame, max)?)
 }
 
 /// Reads one frame of at most `max` bytes; `Ok(None)` on a clean EOF
 /// between frames.
-pub fn read_frame<T: for<'de> Deserialize<'de>>(r: &mut impl Read, max: usize) -> io::Result<Option<T>> {
+pub fn read_frame<T: Frame>(r: &mut impl Read, max: usize) -> io::Result<Option<T>> {
     let mut len = [0u8; 4];
     let mut got = 0;
     while got < 4 {
@@ -313,9 +437,7 @@ pub fn read_frame<T: for<'de> Deserialize<'de>>(r: &mut impl Read, max: usize) -
     if body.len() != len {
         return Err(io::ErrorKind::UnexpectedEof.into());
     }
-    serde_json::from_slice(&body)
-        .map(Some)
-        .map_err(|e| FrameError::BadJson(e.to_string()).into())
+    Ok(Some(decode_body(&body)?))
 }
 
 /// What procman asks the fork server (`agentd __forkserver`) for: one
@@ -434,285 +556,4 @@ impl ForkReply {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::limits::{control_frame_max_bytes, HTTP_BODY_MAX_BYTES, JSONL_LINE_MAX_BYTES};
-    use crate::limits::{JSON_REENCODE_GROWTH_DEN as DEN, JSON_REENCODE_GROWTH_NUM as NUM};
-
-    const MAX: usize = 1 << 20;
-
-    #[test]
-    fn round_trips_through_bytes() {
-        let frames = vec![
-            FromWorker::Status {
-                state: Progress::InputRequired,
-                text: Some("which?".into()),
-            },
-            FromWorker::Pong,
-            FromWorker::Done {
-                outcome: Outcome::Failed,
-                cause: Cause::Exhausted,
-                text: None,
-            },
-        ];
-        let mut wire = Vec::new();
-        for f in &frames {
-            write_frame(&mut wire, f, MAX).unwrap();
-        }
-        let mut r = &wire[..];
-        for f in &frames {
-            assert_eq!(read_frame::<FromWorker>(&mut r, MAX).unwrap().as_ref(), Some(f));
-        }
-        assert_eq!(read_frame::<FromWorker>(&mut r, MAX).unwrap(), None);
-    }
-
-    /// Frames encoded onto one buffer follow each other; one too large is
-    /// refused and leaves the buffer as it was.
-    #[test]
-    fn frames_encoded_onto_a_buffer_follow_each_other_and_a_refused_one_leaves_it_be() {
-        let mut buf = Vec::new();
-        encode_onto(&mut buf, &FromWorker::Pong, MAX, 0).unwrap();
-        encode_onto(&mut buf, &FromWorker::Hello { pid: 7 }, MAX, 0).unwrap();
-        let before = buf.clone();
-        let big = FromWorker::Status {
-            state: Progress::Working,
-            text: Some("x".repeat(64)),
-        };
-        assert!(matches!(
-            encode_onto(&mut buf, &big, 32, 64),
-            Err(FrameError::TooLarge { max: 32, .. })
-        ));
-        assert_eq!(buf, before);
-        let (first, used) = decode::<FromWorker>(&buf, MAX).unwrap().unwrap();
-        assert_eq!(first, FromWorker::Pong);
-        assert_eq!(
-            decode::<FromWorker>(&buf[used..], MAX).unwrap(),
-            Some((FromWorker::Hello { pid: 7 }, buf.len() - used))
-        );
-    }
-
-    #[test]
-    fn decode_needs_whole_frames_and_bounds_length() {
-        let wire = encode(&ToWorker::Ping, MAX).unwrap();
-        for cut in 0..wire.len() {
-            assert_eq!(decode::<ToWorker>(&wire[..cut], MAX).unwrap(), None);
-        }
-        assert_eq!(
-            decode::<ToWorker>(&wire, MAX).unwrap(),
-            Some((ToWorker::Ping, wire.len()))
-        );
-        assert!(matches!(
-            decode::<ToWorker>(b"\0\0\0\x02{}", MAX),
-            Err(FrameError::BadJson(_))
-        ));
-    }
-
-    #[test]
-    fn eof_mid_frame_is_an_error() {
-        let wire = encode(&ToWorker::Cancel, MAX).unwrap();
-        let mut r = &wire[..wire.len() - 1];
-        assert!(read_frame::<ToWorker>(&mut r, MAX).is_err());
-    }
-
-    /// A status frame whose JSON is exactly `len` bytes.
-    fn status_of_len(len: usize) -> FromWorker {
-        let empty = encode(
-            &FromWorker::Status {
-                state: Progress::Working,
-                text: Some(String::new()),
-            },
-            MAX,
-        )
-        .unwrap();
-        FromWorker::Status {
-            state: Progress::Working,
-            text: Some("x".repeat(len - (empty.len() - 4))),
-        }
-    }
-
-    #[test]
-    fn a_frame_at_the_limit_passes_one_byte_over_is_refused() {
-        let max = 1000;
-        let at = encode(&status_of_len(max), max).unwrap();
-        assert_eq!(at.len(), 4 + max);
-        assert_eq!(
-            decode::<FromWorker>(&at, max).unwrap(),
-            Some((status_of_len(max), 4 + max))
-        );
-        assert_eq!(
-            read_frame::<FromWorker>(&mut &at[..], max).unwrap(),
-            Some(status_of_len(max))
-        );
-
-        let over = FrameError::TooLarge { len: max + 1, max };
-        assert_eq!(encode(&status_of_len(max + 1), max), Err(over.clone()));
-        assert_eq!(
-            over.to_string(),
-            "a control frame of 1001 bytes is over the control channel's limit of 1000 bytes \
-             (derived from http.body_max_bytes and the jsonl line limit)"
-        );
-        // The reader refuses it from the length prefix alone.
-        let wire = encode(&status_of_len(max + 1), max + 1).unwrap();
-        assert_eq!(decode::<FromWorker>(&wire[..4], max), Err(over.clone()));
-        let e = read_frame::<FromWorker>(&mut &wire[..], max).unwrap_err();
-        assert_eq!(e.to_string(), over.to_string());
-    }
-
-    #[test]
-    fn the_limit_follows_the_configured_body_limit() {
-        let default = control_frame_max_bytes(HTTP_BODY_MAX_BYTES);
-        assert_eq!(default, (4 * 1024 * 1024 / 2 + 1) * 9 + 64 * 1024);
-        assert_eq!(control_frame_max_bytes(1), default, "the jsonl line limit is the floor");
-        assert!(control_frame_max_bytes(64 << 20) > (64 << 20) / 2 * 9);
-        assert_eq!(control_frame_max_bytes(usize::MAX), u32::MAX as usize);
-    }
-
-    /// The growth bound behind the limit: every JSON number of up to five
-    /// bytes (the longest growth is there: `1e15`), and the longest forms
-    /// serde_json writes at all (24 bytes, so longer inputs grow < 4.5×).
-    #[test]
-    fn numbers_grow_at_most_by_the_bound_when_re_encoded() {
-        let alphabet = b"0123456789.eE+-";
-        let mut worst = (0usize, 1usize, String::new());
-        for len in 1..=5usize {
-            let mut digits = vec![0usize; len];
-            'all: loop {
-                let text: Vec<u8> = digits.iter().map(|&i| alphabet[i]).collect();
-                if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&text) {
-                    let out = serde_json::to_vec(&v).unwrap();
-                    assert!(out.len() * DEN <= text.len() * NUM, "{v} from {text:?}");
-                    if out.len() * worst.1 > worst.0 * len {
-                        worst = (out.len(), len, String::from_utf8(text).unwrap());
-                    }
-                }
-                for d in digits.iter_mut() {
-                    *d += 1;
-                    if *d < alphabet.len() {
-                        continue 'all;
-                    }
-                    *d = 0;
-                }
-                break;
-            }
-        }
-        assert_eq!(
-            worst,
-            (18, 4, "1e15".to_string()),
-            "the worst case is the documented one"
-        );
-        for long in [
-            "-1.2345678901234567e-308",
-            "-2.2250738585072014e-308",
-            "5e-324",
-            "-1.7976931348623157e308",
-        ] {
-            let v: serde_json::Value = serde_json::from_str(long).unwrap();
-            assert!(serde_json::to_vec(&v).unwrap().len() <= 24, "{long}");
-        }
-        // float_roundtrip: the value survives, so its shortest form is short.
-        let v: serde_json::Value = serde_json::from_str("3e30").unwrap();
-        assert_eq!(v.as_f64(), Some(3e30));
-        assert!(v.to_string().len() <= 5, "{v}"); // 3e30 or 3e+30, by serde_json's version
-    }
-
-    /// A message at the body limit, all `1e15`s, fits a spawn frame; a
-    /// line at the jsonl limit fits an artifact frame.
-    #[test]
-    fn the_worst_input_within_the_limits_fits_a_frame() {
-        let max = control_frame_max_bytes(HTTP_BODY_MAX_BYTES);
-        let n = (HTTP_BODY_MAX_BYTES - 100) / 5;
-        let body = format!(
-            r#"{{"messageId":"m","role":"ROLE_USER","parts":[{{"data":[{}]}}]}}"#,
-            vec!["1e15"; n].join(",")
-        );
-        assert!(body.len() <= HTTP_BODY_MAX_BYTES);
-        let message: Message = serde_json::from_str(&body).unwrap();
-        let spawn = ToWorker::Spawn {
-            task_id: "t".repeat(36),
-            context_id: "c".repeat(36),
-            message,
-            runner: RunnerSpec::Echo,
-            trace: None,
-        };
-        let frame = encode(&spawn, max).unwrap();
-        assert!(frame.len() > 3 * body.len(), "the numbers did grow: {}", frame.len());
-
-        let n = (JSONL_LINE_MAX_BYTES - 100) / 5;
-        let parts = format!(r#"[{{"data":[{}]}}]"#, vec!["1e15"; n].join(","));
-        let artifact = FromWorker::Artifact {
-            artifact: Artifact {
-                artifact_id: "a".repeat(36),
-                name: None,
-                description: None,
-                parts: serde_json::from_str(&parts).unwrap(),
-                metadata: None,
-                extensions: Vec::new(),
-            },
-            append: true,
-            last_chunk: true,
-        };
-        assert!(encode(&artifact, max).is_ok());
-    }
-
-    #[test]
-    fn fork_requests_round_trip_and_refuse_anything_else() {
-        let mut all = Vec::new();
-        // placed_only means something only with into_cgroup.
-        for (into_cgroup, placed_only) in [(false, false), (true, false), (true, true)] {
-            for containment in [None, Some(ContainmentFile::Kill), Some(ContainmentFile::Procs)] {
-                all.push(ForkRequest {
-                    into_cgroup,
-                    placed_only,
-                    containment,
-                });
-            }
-        }
-        for req in &all {
-            assert_eq!(ForkRequest::decode(&req.encode()), Some(*req));
-        }
-        let full = ForkRequest {
-            into_cgroup: true,
-            placed_only: true,
-            containment: Some(ContainmentFile::Kill),
-        };
-        assert_eq!(full.fds(), 4);
-        assert_eq!(ForkRequest::default().fds(), 2);
-        let bytes = full.encode();
-        assert_eq!(
-            ForkRequest::decode(&[bytes.as_slice(), b"k"].concat()),
-            None,
-            "a second containment file"
-        );
-        assert_eq!(ForkRequest::decode(b"fork\0kc"), None, "out of order");
-        assert_eq!(ForkRequest::decode(b"fork\0cC"), None, "two cgroup letters");
-        assert_eq!(ForkRequest::decode(b"fork\0x"), None, "an unknown letter");
-        assert_eq!(ForkRequest::decode(b"spawn\0"), None, "not a fork request");
-        assert_eq!(ForkRequest::decode(b""), None);
-    }
-
-    #[test]
-    fn fork_replies_round_trip_and_refuse_anything_else() {
-        for reply in [
-            ForkReply::Forked {
-                pid: 4242,
-                placement_errno: 0,
-            },
-            ForkReply::Forked {
-                pid: 7,
-                placement_errno: libc::EBUSY,
-            },
-            ForkReply::Failed { errno: libc::EAGAIN },
-        ] {
-            assert_eq!(ForkReply::decode(&reply.encode()), Some(reply));
-        }
-        let mut bad = ForkReply::Forked {
-            pid: 1,
-            placement_errno: 0,
-        }
-        .encode();
-        bad[1..5].copy_from_slice(&0i32.to_le_bytes());
-        assert_eq!(ForkReply::decode(&bad), None, "pid 0 is no worker");
-        assert_eq!(ForkReply::decode(b"F\0\0"), None, "short");
-        assert_eq!(ForkReply::decode(b"X12345678"), None, "unknown tag");
-    }
-}
+mod tests;

@@ -232,7 +232,7 @@ pub fn control_frame(data: &[u8]) {
 
 fn frames<T>(data: &[u8])
 where
-    T: serde::Serialize + for<'de> serde::Deserialize<'de> + PartialEq + std::fmt::Debug,
+    T: control::Frame + PartialEq + std::fmt::Debug,
 {
     let max = agentd::limits::control_frame_max_bytes(agentd::limits::HTTP_BODY_MAX_BYTES);
     let mut pipe = Trickle::new(data, 1 + data.len() % 7);
