@@ -231,6 +231,14 @@ pub const CONTROL_FRAME_START_BYTES: usize = 512;
 /// A response body up to this size is written with its head in one
 /// write(2); a larger one is written after it rather than copied.
 pub const RESPONSE_INLINE_BODY_MAX_BYTES: usize = 64 * 1024;
+/// A task answer of about this size or more (its artifacts, mostly) is
+/// written onto the connection as it is rendered, in chunks, instead of
+/// into a buffer of its whole size first: no fresh megabytes to fault in,
+/// and the client reads while the rest is rendered.
+pub const RESPONSE_STREAMED_MIN_BYTES: usize = 1024 * 1024;
+/// The size a streamed answer's chunks are gathered to (a piece of the
+/// answer larger than this is a chunk of its own, written without a copy).
+pub const RESPONSE_CHUNK_BYTES: usize = 256 * 1024;
 
 /// The buffer a JSON-RPC answer is first written into: a task's answer
 /// (about a kilobyte) fits without growing it.

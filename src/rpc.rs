@@ -382,6 +382,17 @@ pub fn success_into<T: Serialize + ?Sized>(out: &mut Vec<u8>, id: &Id, result: &
     }
 }
 
+/// [`success`] written onto `w` as it is produced (a large answer, straight
+/// onto the connection).
+pub fn success_to<T: Serialize + ?Sized>(w: impl std::io::Write, id: &Id, result: &T) -> std::io::Result<()> {
+    let answer = Success {
+        jsonrpc: "2.0",
+        id,
+        result,
+    };
+    serde_json::to_writer(w, &answer).map_err(std::io::Error::from)
+}
+
 /// `{"jsonrpc":"2.0","id":…,"error":…}` as compact bytes.
 pub fn failure(id: &Id, err: &RpcError) -> Vec<u8> {
     serde_json::to_vec(&Failure {

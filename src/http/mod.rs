@@ -50,7 +50,7 @@ mod response;
 pub mod sse;
 
 pub use headers::Headers;
-pub use response::{reason_phrase, write_response, ChunkedWriter, Response};
+pub use response::{reason_phrase, write_response, ChunkedBody, ChunkedWriter, Response};
 
 use std::fmt;
 use std::io::{self, Read, Write};

@@ -229,4 +229,46 @@ impl<W: Write> ChunkedWriter<W> {
     pub fn get_mut(&mut self) -> &mut W {
         &mut self.w
     }
+
+    /// A writer of this body as it is produced (`flush` it at the end).
+    pub fn body(&mut self) -> ChunkedBody<'_, W> {
+        ChunkedBody {
+            out: self,
+            pending: Vec::new(),
+        }
+    }
+}
+
+/// A body written as it is produced: small pieces are gathered into chunks
+/// of about [`RESPONSE_CHUNK_BYTES`](crate::limits::RESPONSE_CHUNK_BYTES),
+/// and a larger piece is a chunk of its own, written without a copy.
+/// What is still gathered goes out on `flush`.
+pub struct ChunkedBody<'a, W: Write> {
+    out: &'a mut ChunkedWriter<W>,
+    pending: Vec<u8>,
+}
+
+impl<W: Write> Write for ChunkedBody<'_, W> {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        let chunk_bytes = crate::limits::RESPONSE_CHUNK_BYTES;
+        if data.len() >= chunk_bytes {
+            self.flush()?;
+            self.out.chunk(data)?;
+        } else {
+            if self.pending.capacity() == 0 {
+                self.pending.reserve(chunk_bytes);
+            }
+            self.pending.extend_from_slice(data);
+            if self.pending.len() >= chunk_bytes {
+                self.flush()?;
+            }
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.chunk(&self.pending)?;
+        self.pending.clear();
+        Ok(())
+    }
 }

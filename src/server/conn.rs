@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use super::routes::{route, Reply, Source};
+use super::routes::{route, write_task_answer, Reply, Source};
 use super::Shared;
 use crate::a2a::stream;
 use crate::ext;
@@ -88,6 +88,10 @@ pub(super) fn serve_connection(mut stream: Stream, principal: &Principal, shared
             Reply::Full(resp) => {
                 let keep_alive = req.keep_alive && !shared.stopping.load(Ordering::SeqCst);
                 http::write_response(&mut stream, &resp, keep_alive)
+            }
+            Reply::LargeTask(answer) => {
+                let keep_alive = req.keep_alive && !shared.stopping.load(Ordering::SeqCst);
+                write_task_answer(&mut stream, &answer, req.http11, keep_alive)
             }
             Reply::Stream { id, source, active } => {
                 // HTTP/1.0 knows no chunked coding: its stream ends with the connection.

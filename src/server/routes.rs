@@ -19,6 +19,9 @@ const METRICS_PATH: &str = "/metrics";
 /// What a request gets: a whole response, or an SSE stream.
 pub(super) enum Reply {
     Full(Response),
+    /// A task answer too large to render into one buffer first: written
+    /// onto the connection as it is rendered ([`write_task_answer`]).
+    LargeTask(Box<LargeTask>),
     /// The client hung up while its call waited: close, answer nothing.
     Gone,
     Stream {
@@ -26,6 +29,14 @@ pub(super) enum Reply {
         source: Source,
         active: ext::Active,
     },
+}
+
+/// A task answer written as it is rendered.
+pub(super) struct LargeTask {
+    id: rpc::Id,
+    task: Box<crate::tasks::Snapshot>,
+    in_result: bool,
+    echo: Vec<String>,
 }
 
 /// What a stream carries.
@@ -168,10 +179,16 @@ fn rpc_response(req: &Request, principal: &Principal, shared: &Shared, peer_gone
                 ext::annotations::strip_task(&mut task);
                 return full(200, answer_task(&call.id, &task, in_result, hint));
             }
-            full(
-                200,
-                answer_task(&call.id, &task.json(), in_result, task.json_bytes_hint()),
-            )
+            let hint = task.json_bytes_hint();
+            if hint >= limits::RESPONSE_STREAMED_MIN_BYTES {
+                return Reply::LargeTask(Box::new(LargeTask {
+                    id: call.id,
+                    task,
+                    in_result,
+                    echo,
+                }));
+            }
+            full(200, answer_task(&call.id, &task.json(), in_result, hint))
         }
         Ok(Answer::Response(mut response)) => {
             if !active.has(ext::ANNOTATIONS) {
@@ -205,15 +222,51 @@ fn rpc_response(req: &Request, principal: &Principal, shared: &Shared, peer_gone
 /// A task as a call's result: SendMessage's `{"task": …}` (`in_result`),
 /// or the task itself, of about `hint` bytes.
 fn answer_task<T: serde::Serialize>(id: &rpc::Id, task: &T, in_result: bool, hint: usize) -> Vec<u8> {
-    #[derive(serde::Serialize)]
-    struct InResult<'a, T> {
-        task: &'a T,
-    }
     if in_result {
         rpc::success_sized(id, &InResult { task }, hint)
     } else {
         rpc::success_sized(id, task, hint)
     }
+}
+
+/// Writes a large task answer: for HTTP/1.1, chunked, rendered straight
+/// onto the connection; for HTTP/1.0, which knows no chunks, whole.
+pub(super) fn write_task_answer<W: std::io::Write>(
+    w: &mut W,
+    answer: &LargeTask,
+    http11: bool,
+    keep_alive: bool,
+) -> std::io::Result<()> {
+    let LargeTask {
+        id,
+        task,
+        in_result,
+        echo,
+    } = answer;
+    if !http11 {
+        let body = answer_task(id, &task.json(), *in_result, task.json_bytes_hint());
+        return http::write_response(w, &json_response(200, body, echo), keep_alive);
+    }
+    let mut headers = vec![("Content-Type".to_string(), "application/json".to_string())];
+    if !echo.is_empty() {
+        headers.push(("A2A-Extensions".to_string(), echo.join(", ")));
+    }
+    let mut out = http::ChunkedWriter::start(w, 200, &headers)?;
+    let mut body = out.body();
+    let json = task.json();
+    if *in_result {
+        rpc::success_to(&mut body, id, &InResult { task: &json })?;
+    } else {
+        rpc::success_to(&mut body, id, &json)?;
+    }
+    std::io::Write::flush(&mut body)?;
+    out.finish().map(drop)
+}
+
+/// SendMessage's result: `{"task": …}`.
+#[derive(serde::Serialize)]
+struct InResult<'a, T> {
+    task: &'a T,
 }
 
 /// `application/json`, with or without parameters, or any `+json` type.
