@@ -522,8 +522,10 @@ def scale_lines(run):
         out += ["", f"**Large output** (bench/scale.py): one task whose program writes {mbytes:g} MB, through "
                 "the text runner (`head | tr`, one artifact streamed in chunks) and the jsonl runner "
                 "(bench/large_jsonl.py: artifact lines of 1 MB of text); MB/s is 10⁶ bytes of artifact text per "
-                "second from the request's first byte to the response's last (blocking SendMessage: one JSON "
-                "answer; SendStreamingMessage: the SSE stream to its end), the median of "
+                "second from the request's first byte to the response's last received (blocking SendMessage: one "
+                "JSON answer, with Content-Length or chunked; SendStreamingMessage: the SSE stream to its end; "
+                "a chunked body is joined after its last byte, so the client's own copies are not counted), "
+                "the median of "
                 f"{lg.get('reps')} ({mode} run), each checked (COMPLETED, every byte of text). *Program alone*: "
                 "the same command with its output to /dev/null, on the server core. Daemon CPU: its own "
                 "utime+stime over the request; all: with its workers and the program (reaped children)."]
