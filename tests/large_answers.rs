@@ -9,7 +9,7 @@ mod common;
 use std::io::{BufReader, Write};
 use std::time::Duration;
 
-use common::{read_response, user_message, Daemon, HttpResponse};
+use common::{artifact_text, read_response, user_message, Daemon};
 use serde_json::{json, Value};
 
 /// One line of the program's output: quotes, a backslash, a tab, a control
@@ -43,21 +43,6 @@ fn request(body: &str, version: &str, close: bool) -> Vec<u8> {
     .into_bytes()
 }
 
-fn header<'a>(resp: &'a HttpResponse, name: &str) -> Option<&'a str> {
-    resp.header(name)
-}
-
-/// The artifact text of a task as JSON-RPC answered it.
-fn artifact_text(task: &Value) -> String {
-    task["artifacts"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .flat_map(|a| a["parts"].as_array().into_iter().flatten())
-        .filter_map(|p| p["text"].as_str())
-        .collect()
-}
-
 #[test]
 fn a_large_answer_is_chunked_whole_and_the_connection_goes_on() {
     let d = daemon();
@@ -70,14 +55,9 @@ fn a_large_answer_is_chunked_whole_and_the_connection_goes_on() {
     conn.write_all(&request(&send, "HTTP/1.1", false)).unwrap();
     let resp = read_response(&mut reader).unwrap();
     assert_eq!(resp.status, 200, "{}", resp.text());
-    assert_eq!(
-        header(&resp, "Transfer-Encoding"),
-        Some("chunked"),
-        "{:?}",
-        resp.headers
-    );
-    assert_eq!(header(&resp, "Content-Length"), None);
-    assert_eq!(header(&resp, "Content-Type"), Some("application/json"));
+    assert_eq!(resp.header("Transfer-Encoding"), Some("chunked"), "{:?}", resp.headers);
+    assert_eq!(resp.header("Content-Length"), None);
+    assert_eq!(resp.header("Content-Type"), Some("application/json"));
     let answer = resp.json();
     assert_eq!(answer["id"], 7);
     let task = &answer["result"]["task"];
@@ -95,7 +75,7 @@ fn a_large_answer_is_chunked_whole_and_the_connection_goes_on() {
     conn.write_all(&request(&get, "HTTP/1.1", true)).unwrap();
     let again = read_response(&mut reader).unwrap();
     assert_eq!(again.status, 200, "{}", again.text());
-    assert_eq!(header(&again, "Transfer-Encoding"), Some("chunked"));
+    assert_eq!(again.header("Transfer-Encoding"), Some("chunked"));
     assert_eq!(
         again.json()["result"],
         *task,
@@ -109,8 +89,9 @@ fn an_http_1_0_client_gets_a_large_answer_whole() {
     let send = call("SendMessage", json!({"message": user_message("go")}));
     let resp = d.raw(&request(&send, "HTTP/1.0", true));
     assert_eq!(resp.status, 200, "{}", resp.text());
-    assert_eq!(header(&resp, "Transfer-Encoding"), None, "{:?}", resp.headers);
-    let len: usize = header(&resp, "Content-Length")
+    assert_eq!(resp.header("Transfer-Encoding"), None, "{:?}", resp.headers);
+    let len: usize = resp
+        .header("Content-Length")
         .expect("a Content-Length")
         .parse()
         .unwrap();
@@ -124,8 +105,8 @@ fn a_small_answer_keeps_its_content_length() {
     let send = call("SendMessage", json!({"message": user_message("small")}));
     let resp = d.raw(&request(&send, "HTTP/1.1", true));
     assert_eq!(resp.status, 200, "{}", resp.text());
-    assert_eq!(header(&resp, "Transfer-Encoding"), None);
-    assert!(header(&resp, "Content-Length").is_some());
+    assert_eq!(resp.header("Transfer-Encoding"), None);
+    assert!(resp.header("Content-Length").is_some());
 }
 
 /// A client that hangs up while its large answer is being written costs

@@ -236,16 +236,6 @@ fn metric(d: &Daemon, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {name} in /metrics:\n{text}"))
 }
 
-fn artifact_text(task: &Value) -> String {
-    let mut out = String::new();
-    for a in task["artifacts"].as_array().into_iter().flatten() {
-        for p in a["parts"].as_array().into_iter().flatten() {
-            out.push_str(p["text"].as_str().unwrap_or(""));
-        }
-    }
-    out
-}
-
 /// With no idle worker (tasks.prespawn=0), a task's `spawn` frame goes into
 /// the pipe of the worker asked for it before that worker is born, so it
 /// runs the task as it starts instead of sleeping until procman hears of it
@@ -277,7 +267,7 @@ fn a_task_with_no_idle_worker_is_in_its_workers_pipe_at_birth_and_contained() {
         for i in 0..4 {
             let task = d.ok("SendMessage", json!({"message": user_message(&format!("t{i}"))}))["task"].clone();
             assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{cgroup}: {task}");
-            let text = artifact_text(&task);
+            let text = common::artifact_text(&task);
             let pid = text
                 .strip_prefix("pid=")
                 .and_then(|r| r.split_whitespace().next())
@@ -375,7 +365,7 @@ fn check_policies(d: &Daemon, want: Policies) {
     let task = d.ok("SendMessage", json!({"message": user_message("which policy?")}))["task"].clone();
     assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{task}");
     assert_eq!(
-        artifact_text(&task).trim(),
+        common::artifact_text(&task).trim(),
         format!("policy={}", want.program),
         "a task's program: {task}"
     );

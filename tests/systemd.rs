@@ -11,18 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{user_message, Daemon, TempDir, BIN};
-use serde_json::{json, Value};
-
-/// Every text part of every artifact of a task result.
-fn artifact_text(task: &Value) -> String {
-    let mut out = String::new();
-    for a in task["artifacts"].as_array().into_iter().flatten() {
-        for p in a["parts"].as_array().into_iter().flatten() {
-            out.push_str(p["text"].as_str().unwrap_or(""));
-        }
-    }
-    out
-}
+use serde_json::json;
 
 /// Reads notifications until `want` is among them (or the deadline).
 fn wait_for_message(ear: &UnixDatagram, seen: &mut Vec<String>, want: &str, timeout: Duration) -> bool {
@@ -116,7 +105,7 @@ fn ready_status_watchdog_and_stopping_reach_the_notify_socket() {
 
     // A task's program sees none of systemd's variables.
     let task = d.ok("SendMessage", json!({"message": user_message("hi")}));
-    let env = artifact_text(&task["task"]);
+    let env = common::artifact_text(&task["task"]);
     assert!(env.contains("PATH="), "{env}");
     for var in ["NOTIFY_SOCKET", "WATCHDOG_USEC", "LISTEN_FDS", "LISTEN_PID"] {
         assert!(!env.contains(var), "{var} leaked into a task: {env}");
@@ -201,7 +190,7 @@ fn socket_activation_serves_the_passed_socket() {
     );
     let task = d.ok("SendMessage", json!({"message": user_message("hi")}));
     assert_eq!(task["task"]["status"]["state"], "TASK_STATE_COMPLETED");
-    let env = artifact_text(&task["task"]);
+    let env = common::artifact_text(&task["task"]);
     assert!(
         !env.contains("LISTEN_"),
         "activation variables leaked into a task: {env}"

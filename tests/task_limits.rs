@@ -36,16 +36,6 @@ fn state(t: &Value) -> &str {
     t["status"]["state"].as_str().unwrap_or("")
 }
 
-fn artifact_text(t: &Value) -> String {
-    t["artifacts"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .flat_map(|a| a["parts"].as_array().cloned().unwrap_or_default())
-        .map(|p| p["text"].as_str().unwrap_or("").to_string())
-        .collect()
-}
-
 fn history_texts(t: &Value) -> Vec<String> {
     t["history"]
         .as_array()
@@ -77,7 +67,10 @@ fn output_at_the_budget_completes_and_one_byte_over_fails_exhausted() {
         let t = send(&d, "go");
         assert_eq!(state(&t), want, "{n} bytes against a budget of 1000: {}", t["status"]);
         if n == 1000 {
-            assert_eq!(artifact_text(&get(&d, t["id"].as_str().unwrap())), "x".repeat(1000));
+            assert_eq!(
+                common::artifact_text(&get(&d, t["id"].as_str().unwrap())),
+                "x".repeat(1000)
+            );
         } else {
             assert_eq!(terminal_cause(&t), "exhausted", "{}", t["status"]);
             assert!(
@@ -97,7 +90,7 @@ fn a_program_that_never_stops_writing_is_stopped_exhausted() {
     let t = send(&d, "go");
     assert_eq!(state(&t), "TASK_STATE_FAILED", "{}", t["status"]);
     assert_eq!(terminal_cause(&t), "exhausted", "{}", t["status"]);
-    let kept = artifact_text(&get(&d, t["id"].as_str().unwrap()));
+    let kept = common::artifact_text(&get(&d, t["id"].as_str().unwrap()));
     assert!(
         kept.len() <= 100_000,
         "{} bytes kept over a budget of 100000",
@@ -292,9 +285,10 @@ fn a_running_task_keeps_its_last_4096_events_for_a_resuming_stream() {
     ]);
     let id = d.send_async("go");
     assert!(
-        wait_for(Duration::from_secs(60), || artifact_text(&get(&d, &id)).len() == CHUNKS),
+        wait_for(Duration::from_secs(60), || common::artifact_text(&get(&d, &id)).len()
+            == CHUNKS),
         "the {CHUNKS} chunks never all arrived: {} bytes",
-        artifact_text(&get(&d, &id)).len()
+        common::artifact_text(&get(&d, &id)).len()
     );
     let subscribe = |after: Option<u64>| {
         let last = after.map(|a| a.to_string());
@@ -381,7 +375,7 @@ fn the_three_rlimits_are_the_programs_and_zero_inherits_agentds() {
     ]);
     let t = send(&d, "x");
     assert_eq!(state(&t), "TASK_STATE_COMPLETED", "{}", t["status"]);
-    let inside = artifact_text(&get(&d, t["id"].as_str().unwrap()));
+    let inside = common::artifact_text(&get(&d, t["id"].as_str().unwrap()));
     for (name, want) in LIMITS.iter().zip(["1073741824", "77", "123"]) {
         assert_eq!(
             limit(&inside, name),
@@ -393,7 +387,7 @@ fn the_three_rlimits_are_the_programs_and_zero_inherits_agentds() {
     // 0, the default: the program has agentd's own.
     let d = Daemon::start(&["--exec", "cat /proc/self/limits"]);
     let t = send(&d, "x");
-    let inside = artifact_text(&get(&d, t["id"].as_str().unwrap()));
+    let inside = common::artifact_text(&get(&d, t["id"].as_str().unwrap()));
     let agentd = std::fs::read_to_string(format!("/proc/{}/limits", d.pid())).unwrap();
     for name in LIMITS {
         assert_eq!(
@@ -417,7 +411,7 @@ fn the_rlimits_take_effect_inside_the_task() {
         "tasks.rlimit_nofile=64",
     ]);
     let t = send(&d, "x");
-    let out = artifact_text(&get(&d, t["id"].as_str().unwrap()));
+    let out = common::artifact_text(&get(&d, t["id"].as_str().unwrap()));
     assert_eq!(state(&t), "TASK_STATE_FAILED", "{out} {}", t["status"]);
     assert!(out.contains("Too many open files"), "{out}");
 
@@ -429,7 +423,7 @@ fn the_rlimits_take_effect_inside_the_task() {
         "tasks.rlimit_as_bytes=268435456",
     ]);
     let t = send(&d, "x");
-    let out = artifact_text(&get(&d, t["id"].as_str().unwrap()));
+    let out = common::artifact_text(&get(&d, t["id"].as_str().unwrap()));
     assert_eq!(state(&t), "TASK_STATE_FAILED", "{out} {}", t["status"]);
     assert!(!out.contains("allocated"), "{out}");
 

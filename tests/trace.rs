@@ -11,16 +11,6 @@ use serde_json::{json, Value};
 const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 
-fn artifact_text(task: &Value) -> String {
-    let mut out = String::new();
-    for a in task["artifacts"].as_array().into_iter().flatten() {
-        for p in a["parts"].as_array().into_iter().flatten() {
-            out.push_str(p["text"].as_str().unwrap_or(""));
-        }
-    }
-    out
-}
-
 /// A blocking SendMessage with extra headers; the task it returns.
 fn send(d: &Daemon, headers: &[(&str, &str)]) -> Value {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
@@ -51,7 +41,7 @@ fn the_program_sees_the_trace_context_and_the_log_names_the_trace() {
     let d = Daemon::start(&["--exec", &prog]);
     let task = send(&d, &[("traceparent", TRACEPARENT), ("tracestate", "congo=t61rcWkgMzE")]);
     assert_eq!(
-        artifact_text(&task).trim(),
+        common::artifact_text(&task).trim(),
         format!("tp={TRACEPARENT} ts=congo=t61rcWkgMzE")
     );
     let id = task["id"].as_str().unwrap();
@@ -89,10 +79,10 @@ fn an_invalid_traceparent_is_ignored() {
         "garbage",
     ] {
         let task = send(&d, &[("traceparent", bad), ("tracestate", "a=b")]);
-        assert_eq!(artifact_text(&task).trim(), "tp=unset ts=unset", "{bad}");
+        assert_eq!(common::artifact_text(&task).trim(), "tp=unset ts=unset", "{bad}");
     }
     let task = send(&d, &[]);
-    assert_eq!(artifact_text(&task).trim(), "tp=unset ts=unset");
+    assert_eq!(common::artifact_text(&task).trim(), "tp=unset ts=unset");
 }
 
 #[test]
@@ -106,7 +96,7 @@ fn a_delegated_task_carries_the_trace_to_the_peer() {
         &[("traceparent", TRACEPARENT), ("tracestate", "rojo=00f067aa0ba902b7")],
     );
     assert_eq!(
-        artifact_text(&task).trim(),
+        common::artifact_text(&task).trim(),
         format!("tp={TRACEPARENT} ts=rojo=00f067aa0ba902b7"),
         "B's program saw what A was sent"
     );

@@ -333,6 +333,18 @@ pub fn read_response(r: &mut impl BufRead) -> std::io::Result<HttpResponse> {
     Ok(HttpResponse { status, headers, body })
 }
 
+/// The text of every text part of a task's artifacts, in order: what its
+/// program wrote, as a client reads it back.
+pub fn artifact_text(task: &Value) -> String {
+    let mut out = String::new();
+    for a in task["artifacts"].as_array().into_iter().flatten() {
+        for p in a["parts"].as_array().into_iter().flatten() {
+            out.push_str(p["text"].as_str().unwrap_or(""));
+        }
+    }
+    out
+}
+
 /// A user message with one text part.
 pub fn user_message(text: &str) -> Value {
     json!({"messageId": new_id(), "role": "ROLE_USER", "parts": [{"text": text}]})
