@@ -21,7 +21,7 @@ pub(super) enum Reply {
     Full(Response),
     /// A task answer too large to render into one buffer first: written
     /// onto the connection as it is rendered ([`write_task_answer`]).
-    LargeTask(Box<LargeTask>),
+    LargeTask(LargeTask),
     /// The client hung up while its call waited: close, answer nothing.
     Gone,
     Stream {
@@ -181,12 +181,12 @@ fn rpc_response(req: &Request, principal: &Principal, shared: &Shared, peer_gone
             }
             let hint = task.json_bytes_hint();
             if hint >= limits::RESPONSE_STREAMED_MIN_BYTES {
-                return Reply::LargeTask(Box::new(LargeTask {
+                return Reply::LargeTask(LargeTask {
                     id: call.id,
                     task,
                     in_result,
                     echo,
-                }));
+                });
             }
             full(200, answer_task(&call.id, &task.json(), in_result, hint))
         }
