@@ -367,17 +367,17 @@ pub fn success_sized<T: Serialize + ?Sized>(id: &Id, result: &T, hint: usize) ->
     }
 }
 
-/// [`success`] written into `out` (cleared first), so a stream reuses one
-/// buffer for all its answers.
-pub fn success_into<T: Serialize + ?Sized>(out: &mut Vec<u8>, id: &Id, result: &T) {
-    out.clear();
+/// [`success`] appended to `out` (an SSE event's data line, written in
+/// place).
+pub fn success_append<T: Serialize + ?Sized>(out: &mut Vec<u8>, id: &Id, result: &T) {
+    let at = out.len();
     let answer = Success {
         jsonrpc: "2.0",
         id,
         result,
     };
     if serde_json::to_writer(&mut *out, &answer).is_err() {
-        out.clear();
+        out.truncate(at);
         out.extend_from_slice(b"{}");
     }
 }

@@ -7,6 +7,9 @@ use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
+mod long_text;
+pub use long_text::{JoinedText, LongText};
+
 /// JSON `null` or absent → empty; otherwise the value.
 fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
 where
@@ -248,7 +251,7 @@ impl Serialize for Part {
         use serde::ser::SerializeMap;
         let mut m = s.serialize_map(None)?;
         match &self.content {
-            PartContent::Text(t) => m.serialize_entry("text", t)?,
+            PartContent::Text(t) => m.serialize_entry("text", &LongText(t))?,
             PartContent::Raw(r) => m.serialize_entry("raw", r)?,
             PartContent::Url(u) => m.serialize_entry("url", u)?,
             PartContent::Data(d) => m.serialize_entry("data", d)?,

@@ -84,6 +84,38 @@ fn a_large_answer_is_chunked_whole_and_the_connection_goes_on() {
 }
 
 #[test]
+fn a_streamed_large_answer_carries_every_byte_in_its_artifact_chunks() {
+    let d = daemon();
+    let expected = LINE.repeat(LINES);
+    let mut stream = d.stream("SendStreamingMessage", json!({"message": user_message("go")}), &[]);
+    stream.set_timeout(Duration::from_secs(60));
+    let events = stream.collect();
+    assert!(stream.ended(), "the stream ends with its zero chunk");
+    let mut text = String::new();
+    let mut chunks = 0;
+    for e in &events {
+        assert!(!e.raw.contains('\r'), "one data line per event: {:.80}", e.raw);
+        if let Some(update) = e.result().get("artifactUpdate") {
+            chunks += 1;
+            for part in update["artifact"]["parts"].as_array().unwrap() {
+                text.push_str(part["text"].as_str().unwrap());
+            }
+        }
+    }
+    assert!(chunks > 1, "3 MB of output comes in more than one chunk: {chunks}");
+    assert_eq!(text.len(), expected.len());
+    assert!(
+        text == expected,
+        "the streamed text differs from what the program wrote"
+    );
+    let last = events.last().unwrap().result();
+    assert_eq!(
+        last["statusUpdate"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{last}"
+    );
+}
+
+#[test]
 fn an_http_1_0_client_gets_a_large_answer_whole() {
     let d = daemon();
     let send = call("SendMessage", json!({"message": user_message("go")}));

@@ -42,31 +42,40 @@ pub fn encode_event(id: Option<u64>, data: &str) -> Vec<u8> {
     out
 }
 
-/// [`encode_event`] into `out` (cleared first), so a stream reuses one
-/// buffer for all its events.
-pub fn encode_event_into(out: &mut Vec<u8>, id: Option<u64>, data: &str) {
-    out.clear();
-    out.reserve(data.len() + 32);
-    if let Some(id) = id {
-        out.extend_from_slice(b"id: ");
-        out.extend_from_slice(id.to_string().as_bytes());
-        out.push(b'\n');
-    }
-    // One line, as compact JSON always is: written whole, after a search
-    // for line ends at memchr's speed rather than a split char by char.
-    let bytes = data.as_bytes();
-    if !bytes.contains(&b'\n') && !bytes.contains(&b'\r') {
-        out.extend_from_slice(b"data: ");
-        out.extend_from_slice(bytes);
-        out.extend_from_slice(b"\n\n");
-        return;
-    }
+fn encode_event_into(out: &mut Vec<u8>, id: Option<u64>, data: &str) {
+    event_id_into(out, id);
     for line in lines(data) {
         out.extend_from_slice(b"data: ");
         out.extend_from_slice(line.as_bytes());
         out.push(b'\n');
     }
     out.push(b'\n');
+}
+
+/// An event whose data is one line that `write_line` appends to `out`
+/// (cleared first, so a stream reuses one buffer for all its events): the
+/// line is written in place, never searched or copied. The caller promises
+/// it has no CR or LF, as compact JSON never has (its strings escape every
+/// control character).
+pub fn encode_line_event_into(out: &mut Vec<u8>, id: Option<u64>, write_line: impl FnOnce(&mut Vec<u8>)) {
+    out.clear();
+    event_id_into(out, id);
+    out.extend_from_slice(b"data: ");
+    let line_at = out.len();
+    write_line(out);
+    debug_assert!(
+        !out[line_at..].iter().any(|&b| b == b'\n' || b == b'\r'),
+        "an SSE data line with a line break"
+    );
+    out.extend_from_slice(b"\n\n");
+}
+
+fn event_id_into(out: &mut Vec<u8>, id: Option<u64>) {
+    if let Some(id) = id {
+        out.extend_from_slice(b"id: ");
+        out.extend_from_slice(id.to_string().as_bytes());
+        out.push(b'\n');
+    }
 }
 
 /// A comment, used as keep-alive: `encode_comment("keep-alive")` is

@@ -148,23 +148,21 @@ fn write_stream(
     };
     let keepalive = Duration::from_millis(shared.agent.cfg.sse_keepalive_ms);
     let mut events = 0u64;
-    // Two buffers for the stream's life: the answer's JSON and its event.
-    let (mut json, mut event) = (Vec::new(), Vec::new());
+    // One buffer for the stream's life: each event is written into it.
+    let mut event = Vec::new();
     let mut sink = |emit: Emit| {
         match emit {
             Emit::Event(seq, mut result) => {
                 if strip_labels {
                     ext::annotations::strip(&mut result);
                 }
-                rpc::success_into(&mut json, id, &result);
-                sse_event(&mut event, seq, &json);
+                sse::encode_line_event_into(&mut event, seq, |out| rpc::success_append(out, id, &result));
             }
             Emit::Response(seq, mut response) => {
                 if strip_labels {
                     ext::annotations::strip_response(&mut response);
                 }
-                rpc::success_into(&mut json, id, &response);
-                sse_event(&mut event, seq, &json);
+                sse::encode_line_event_into(&mut event, seq, |out| rpc::success_append(out, id, &response));
             }
             Emit::KeepAlive => return out.chunk(&sse::encode_comment("keep-alive")),
         }
@@ -185,14 +183,5 @@ fn write_stream(
             log::debug!("a2a.stream.gone {subject} events={events} error={e}");
             Err(e)
         }
-    }
-}
-
-/// One SSE event carrying `json` (serde_json writes valid UTF-8; anything
-/// else would be a bug, and is replaced rather than sent).
-fn sse_event(out: &mut Vec<u8>, seq: Option<u64>, json: &[u8]) {
-    match std::str::from_utf8(json) {
-        Ok(data) => sse::encode_event_into(out, seq, data),
-        Err(_) => sse::encode_event_into(out, seq, &String::from_utf8_lossy(json)),
     }
 }

@@ -16,7 +16,7 @@ use serde_json::{Map, Value};
 
 use super::entry::{Stored, View};
 use crate::cost::{Cost, COST_KEY};
-use crate::wire::{Artifact, Message, Part};
+use crate::wire::{Artifact, JoinedText, Message, Part};
 
 /// [`View`] as a task's JSON, under the task's ids.
 pub(super) struct TaskJson<'a> {
@@ -150,7 +150,7 @@ impl Serialize for JoinedParts<'_> {
         let mut seq = s.serialize_seq(Some(self.0.len()))?;
         for (part, more) in &self.0 {
             match part.as_text() {
-                Some(text) if !more.is_empty() => seq.serialize_element(&JoinedText { part, text, more })?,
+                Some(text) if !more.is_empty() => seq.serialize_element(&JoinedTextPart { part, text, more })?,
                 _ => seq.serialize_element(*part)?,
             }
         }
@@ -159,17 +159,18 @@ impl Serialize for JoinedParts<'_> {
 }
 
 /// A text part with more text joined on: `wire::Part`'s JSON, its text
-/// written piece by piece (serde_json escapes a `collect_str` as it comes).
-struct JoinedText<'a> {
+/// the pieces written as one string (`wire::JoinedText`).
+struct JoinedTextPart<'a> {
     part: &'a Part,
     text: &'a str,
     more: &'a [&'a str],
 }
 
-impl Serialize for JoinedText<'_> {
+impl Serialize for JoinedTextPart<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(None)?;
-        m.serialize_entry("text", &Pieces(self.text, self.more))?;
+        let pieces: Vec<&str> = std::iter::once(self.text).chain(self.more.iter().copied()).collect();
+        m.serialize_entry("text", &JoinedText(&pieces))?;
         if let Some(md) = &self.part.metadata {
             m.serialize_entry("metadata", md)?;
         }
@@ -180,22 +181,6 @@ impl Serialize for JoinedText<'_> {
             m.serialize_entry("mediaType", mt)?;
         }
         m.end()
-    }
-}
-
-/// Strings written one after another as one JSON string.
-struct Pieces<'a>(&'a str, &'a [&'a str]);
-
-impl Serialize for Pieces<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl std::fmt::Display for Pieces<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.0)?;
-        self.1.iter().try_for_each(|piece| f.write_str(piece))
     }
 }
 
