@@ -3,17 +3,24 @@
 //! Why: serde_json escapes a string a byte at a time (a table lookup per
 //! byte). For a program's large output that loop was the biggest single
 //! cost of a streamed answer (~10% of the core for a 50 MB artifact). Here
-//! a word of eight bytes is tested at once for anything JSON must escape
-//! (a control character, `"` or `\`), and clean runs are copied whole.
+//! four words of eight bytes are tested at once for anything JSON must
+//! escape (a control character, `"` or `\`), and clean runs are copied
+//! whole.
 //!
-//! The escaped text reaches serde_json's writer as a raw value: serde_json
-//! (feature `raw_value`) writes a struct named [`RAW_VALUE_TOKEN`] with one
-//! field of that name verbatim, which is how its own `RawValue` serializes.
+//! The escaped text reaches serde_json's writer as raw fragments of at most
+//! [`FRAGMENT_BYTES`], through one small buffer: serde_json (feature
+//! `raw_value`) writes each field of a struct named [`RAW_VALUE_TOKEN`]
+//! verbatim, which is how its own `RawValue` serializes. So a large answer
+//! is neither escaped byte by byte nor held a second time. serde_json's
+//! `Value` serializer would parse each fragment alone: for it (told apart
+//! by its output, a `Value`, where the writer's is `()`) the text goes whole
+//! through serde_json's own escaping.
+//!
 //! The token is serde_json's, not a public item: the tests below check the
-//! bytes against serde_json's own escaping, both for its writer and for its
-//! `Value` serializer (which parses the raw text back into a string), so a
-//! serde_json that stops honouring it fails them rather than garbling
-//! answers. Cargo.toml holds serde_json below 1.0.145.
+//! bytes against serde_json's own escaping, through its writer and through
+//! its `Value` serializer, so a serde_json that stops honouring it fails
+//! them rather than garbling answers. Cargo.toml holds serde_json below
+//! 1.0.145.
 //!
 //! The output is exactly serde_json's: `\"`, `\\`, `\b`, `\f`, `\n`, `\r`,
 //! `\t`, `\u00xx` (lowercase hex) for the other control characters, and
@@ -25,48 +32,82 @@ use serde::{Serialize, Serializer};
 /// serde_json's name for a value written verbatim (`serde_json::raw::TOKEN`).
 const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
 
-/// Text shorter than this goes through serde_json's own escaping: the
-/// buffer and the extra copy are not worth it for a line or two.
+/// Text shorter than this goes through serde_json's own escaping: for a
+/// line or two the fragments are not worth it.
 pub const LONG_TEXT_MIN_BYTES: usize = 1024;
+
+/// The most escaped text handed to the writer at once (a buffer this size,
+/// and up to six times a segment of text: an escape is at most 6 bytes).
+const FRAGMENT_BYTES: usize = 16 * 1024;
+/// The most text escaped per step, so a step fits the buffer unless the
+/// text is mostly escapes.
+const SEGMENT_BYTES: usize = FRAGMENT_BYTES / 2;
 
 /// A string serialized as JSON: fast when long, through serde_json when not.
 pub struct LongText<'a>(pub &'a str);
 
 impl Serialize for LongText<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        if self.0.len() < LONG_TEXT_MIN_BYTES {
-            return s.serialize_str(self.0);
-        }
-        let mut json = String::with_capacity(self.0.len() + 2);
-        json.push('"');
-        escape_into(&mut json, self.0);
-        json.push('"');
-        serialize_raw(s, &json)
+        serialize_pieces(s, &[self.0])
     }
 }
 
-/// Pieces of text written as one JSON string, as if joined first: escaped
-/// into one buffer when they fit [`PIECES_BUFFERED_MAX_BYTES`], else
-/// through serde_json piece by piece (a larger answer is not held twice).
+/// Pieces of text written as one JSON string, as if joined first (and never
+/// joined: a large answer is not held twice).
 pub struct JoinedText<'a>(pub &'a [&'a str]);
-
-/// The most text [`JoinedText`] escapes into a buffer of its own.
-pub const PIECES_BUFFERED_MAX_BYTES: usize = 4 * 1024 * 1024;
 
 impl Serialize for JoinedText<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let len: usize = self.0.iter().map(|p| p.len()).sum();
-        if !(LONG_TEXT_MIN_BYTES..=PIECES_BUFFERED_MAX_BYTES).contains(&len) {
-            return s.collect_str(&Display(self.0));
-        }
-        let mut json = String::with_capacity(len + 2);
-        json.push('"');
-        for piece in self.0 {
-            escape_into(&mut json, piece);
-        }
-        json.push('"');
-        serialize_raw(s, &json)
+        serialize_pieces(s, self.0)
     }
+}
+
+/// Whether `S` is serde_json's writer, whose output is `()` (its `Value`
+/// serializer's is a `Value`; agentd serializes JSON with nothing else).
+fn writes_bytes<S: Serializer>() -> bool {
+    std::mem::size_of::<S::Ok>() == 0
+}
+
+fn serialize_pieces<S: Serializer>(s: S, pieces: &[&str]) -> Result<S::Ok, S::Error> {
+    let len: usize = pieces.iter().map(|p| p.len()).sum();
+    if len < LONG_TEXT_MIN_BYTES || !writes_bytes::<S>() {
+        return match pieces {
+            [one] => s.serialize_str(one),
+            _ => s.collect_str(&Display(pieces)),
+        };
+    }
+    let mut raw = s.serialize_struct(RAW_VALUE_TOKEN, 1)?;
+    let mut fragment = String::with_capacity(FRAGMENT_BYTES);
+    fragment.push('"');
+    for piece in pieces {
+        for segment in segments(piece) {
+            escape_into(&mut fragment, segment);
+            if fragment.len() >= FRAGMENT_BYTES - SEGMENT_BYTES {
+                raw.serialize_field(RAW_VALUE_TOKEN, fragment.as_str())?;
+                fragment.clear();
+            }
+        }
+    }
+    fragment.push('"');
+    raw.serialize_field(RAW_VALUE_TOKEN, fragment.as_str())?;
+    raw.end()
+}
+
+/// `text` in runs of about [`SEGMENT_BYTES`], cut between characters.
+fn segments(text: &str) -> impl Iterator<Item = &str> {
+    let mut rest = text;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let mut cut = rest.len().min(SEGMENT_BYTES);
+        while !rest.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let (segment, after) = rest.split_at(cut);
+        rest = after;
+        Some(segment)
+    })
 }
 
 struct Display<'a>(&'a [&'a str]);
@@ -75,13 +116,6 @@ impl std::fmt::Display for Display<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.0.iter().try_for_each(|piece| f.write_str(piece))
     }
-}
-
-/// Writes `json` (a complete JSON string literal) as it is.
-fn serialize_raw<S: Serializer>(s: S, json: &str) -> Result<S::Ok, S::Error> {
-    let mut st = s.serialize_struct(RAW_VALUE_TOKEN, 1)?;
-    st.serialize_field(RAW_VALUE_TOKEN, json)?;
-    st.end()
 }
 
 const ONES: u64 = u64::MAX / 255;
@@ -269,11 +303,24 @@ mod tests {
     }
 
     #[test]
-    fn joined_text_past_the_buffered_bound_goes_piece_by_piece() {
-        let piece = "z\t".repeat(PIECES_BUFFERED_MAX_BYTES / 4 + 1);
-        let pieces = [piece.as_str(), piece.as_str()];
+    fn text_of_many_fragments_is_one_string_cut_only_between_characters() {
+        // Four-byte characters and escapes across every segment boundary.
+        let piece = "z\t😀\u{1}".repeat(3 * FRAGMENT_BYTES / 7 + 1);
+        let pieces = [piece.as_str(), "", piece.as_str()];
+        let joined = pieces.concat();
         let json = serde_json::to_string(&JoinedText(&pieces)).unwrap();
-        assert_eq!(json, serde_json::to_string(&pieces.concat()).unwrap());
+        assert_eq!(json, serde_json::to_string(&joined).unwrap());
+        assert_eq!(
+            serde_json::to_value(JoinedText(&pieces)).unwrap(),
+            serde_json::Value::String(joined)
+        );
+    }
+
+    #[test]
+    fn text_of_nothing_but_escapes_fits_its_fragments() {
+        let piece = "\u{1}".repeat(SEGMENT_BYTES * 3 + 5);
+        let json = serde_json::to_string(&LongText(&piece)).unwrap();
+        assert_eq!(json, serde_json::to_string(&piece).unwrap());
     }
 
     #[test]
