@@ -3,6 +3,8 @@
 //! Enums are written as their proto names and read as names, numbers, or
 //! the 0.3 lowercase spellings.
 
+use std::sync::Arc;
+
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
@@ -427,7 +429,9 @@ pub struct TaskArtifactUpdateEvent {
     pub task_id: String,
     #[serde(alias = "context_id")]
     pub context_id: String,
-    pub artifact: Artifact,
+    /// Shared with the task that holds it: a chunk of a program's output
+    /// goes to every stream without a copy.
+    pub artifact: Arc<Artifact>,
     #[serde(default, skip_serializing_if = "is_false")]
     pub append: bool,
     #[serde(default, alias = "last_chunk", skip_serializing_if = "is_false")]

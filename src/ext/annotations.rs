@@ -137,11 +137,14 @@ pub fn strip_response(r: &mut StreamResponse) {
         }
         StreamResponse::ArtifactUpdate(e) => {
             strip_metadata(&mut e.metadata);
-            strip_metadata(&mut e.artifact.metadata);
-            e.artifact
-                .parts
-                .iter_mut()
-                .for_each(|p| strip_metadata(&mut p.metadata));
+            // The artifact is shared with the task: copied only when it
+            // has labels to lose.
+            let labelled = |md: &Option<Map<String, Value>>| md.as_ref().is_some_and(|m| m.contains_key(ANNOTATIONS));
+            if labelled(&e.artifact.metadata) || e.artifact.parts.iter().any(|p| labelled(&p.metadata)) {
+                let artifact = std::sync::Arc::make_mut(&mut e.artifact);
+                strip_metadata(&mut artifact.metadata);
+                artifact.parts.iter_mut().for_each(|p| strip_metadata(&mut p.metadata));
+            }
         }
     }
 }
@@ -212,6 +215,55 @@ mod tests {
         }
         let at_limit = Value::Object((0..MAX_LABELS).map(|i| (format!("k{i}"), json!("v"))).collect());
         assert!(parse(Some(&md(at_limit)), "m").is_ok());
+    }
+
+    #[test]
+    fn an_artifact_event_loses_its_labels_and_the_task_keeps_them() {
+        use crate::wire::{Artifact, Part, TaskArtifactUpdateEvent};
+        use std::sync::Arc;
+        let mut part = Part::text("out");
+        part.metadata = Some(md(json!({"team": "a"})));
+        let artifact = |parts: Vec<Part>, metadata| Artifact {
+            artifact_id: "a".into(),
+            name: None,
+            description: None,
+            parts,
+            metadata,
+            extensions: Vec::new(),
+        };
+        let labelled = Arc::new(artifact(vec![part], Some(md(json!({"team": "a"})))));
+        let plain = Arc::new(artifact(vec![Part::text("out")], None));
+        let event = |artifact: &Arc<Artifact>| {
+            StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
+                task_id: "t".into(),
+                context_id: "c".into(),
+                artifact: Arc::clone(artifact),
+                append: false,
+                last_chunk: false,
+                metadata: None,
+            })
+        };
+        let mut stripped = event(&labelled);
+        strip_response(&mut stripped);
+        let StreamResponse::ArtifactUpdate(e) = &stripped else {
+            unreachable!()
+        };
+        assert_eq!(e.artifact.metadata, None);
+        assert_eq!(e.artifact.parts[0].metadata, None);
+        assert!(
+            labelled.metadata.is_some() && labelled.parts[0].metadata.is_some(),
+            "the task's copy keeps its labels"
+        );
+
+        let mut untouched = event(&plain);
+        strip_response(&mut untouched);
+        let StreamResponse::ArtifactUpdate(e) = &untouched else {
+            unreachable!()
+        };
+        assert!(
+            Arc::ptr_eq(&e.artifact, &plain),
+            "nothing to strip: still shared, not copied"
+        );
     }
 
     #[test]

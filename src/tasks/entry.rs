@@ -68,7 +68,7 @@ impl Logged {
             } => StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
                 task_id: task_id.to_string(),
                 context_id: context_id.to_string(),
-                artifact: Artifact::clone(chunk),
+                artifact: Arc::clone(chunk),
                 append: *append,
                 last_chunk: *last_chunk,
                 metadata: None,
