@@ -388,8 +388,9 @@ pub struct Artifact {
 #[serde(rename_all = "camelCase")]
 pub struct TaskStatus {
     pub state: TaskState,
+    /// Shared with the task's history, where the same message is kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub message: Option<Message>,
+    pub message: Option<Arc<Message>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timestamp: Option<String>,
 }

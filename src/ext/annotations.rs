@@ -115,7 +115,7 @@ pub fn matches(task_metadata: Option<&Map<String, Value>>, filter: &Labels) -> b
 pub fn strip_task(task: &mut Task) {
     strip_metadata(&mut task.metadata);
     if let Some(m) = task.status.message.as_mut() {
-        strip_message(m);
+        strip_shared_message(m);
     }
     task.history.iter_mut().flatten().for_each(strip_message);
     for a in task.artifacts.iter_mut().flatten() {
@@ -132,14 +132,13 @@ pub fn strip_response(r: &mut StreamResponse) {
         StreamResponse::StatusUpdate(e) => {
             strip_metadata(&mut e.metadata);
             if let Some(m) = e.status.message.as_mut() {
-                strip_message(m);
+                strip_shared_message(m);
             }
         }
         StreamResponse::ArtifactUpdate(e) => {
             strip_metadata(&mut e.metadata);
             // The artifact is shared with the task: copied only when it
             // has labels to lose.
-            let labelled = |md: &Option<Map<String, Value>>| md.as_ref().is_some_and(|m| m.contains_key(ANNOTATIONS));
             if labelled(&e.artifact.metadata) || e.artifact.parts.iter().any(|p| labelled(&p.metadata)) {
                 let artifact = std::sync::Arc::make_mut(&mut e.artifact);
                 strip_metadata(&mut artifact.metadata);
@@ -153,6 +152,18 @@ pub fn strip_response(r: &mut StreamResponse) {
 pub fn strip_message(m: &mut Message) {
     strip_metadata(&mut m.metadata);
     m.parts.iter_mut().for_each(|p| strip_metadata(&mut p.metadata));
+}
+
+/// [`strip_message`] for a message shared with the task (a status
+/// message): copied only when it has labels to lose.
+fn strip_shared_message(m: &mut std::sync::Arc<Message>) {
+    if labelled(&m.metadata) || m.parts.iter().any(|p| labelled(&p.metadata)) {
+        strip_message(std::sync::Arc::make_mut(m));
+    }
+}
+
+fn labelled(md: &Option<Map<String, Value>>) -> bool {
+    md.as_ref().is_some_and(|m| m.contains_key(ANNOTATIONS))
 }
 
 /// The labels out of one metadata map; a map left empty goes too.
@@ -263,6 +274,45 @@ mod tests {
         assert!(
             Arc::ptr_eq(&e.artifact, &plain),
             "nothing to strip: still shared, not copied"
+        );
+    }
+
+    #[test]
+    fn a_status_message_shared_with_the_history_is_copied_only_to_lose_labels() {
+        use crate::wire::{TaskState, TaskStatus, TaskStatusUpdateEvent};
+        use std::sync::Arc;
+        let mut labelled = Message::agent_text("done", "t", "c");
+        labelled.metadata = Some(md(json!({"team": "a"})));
+        let labelled = Arc::new(labelled);
+        let plain = Arc::new(Message::agent_text("done", "t", "c"));
+        let event = |m: &Arc<Message>| {
+            StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
+                task_id: "t".into(),
+                context_id: "c".into(),
+                status: TaskStatus {
+                    state: TaskState::Completed,
+                    message: Some(Arc::clone(m)),
+                    timestamp: None,
+                },
+                metadata: None,
+            })
+        };
+        let mut stripped = event(&labelled);
+        strip_response(&mut stripped);
+        let StreamResponse::StatusUpdate(e) = &stripped else {
+            unreachable!()
+        };
+        assert_eq!(e.status.message.as_ref().unwrap().metadata, None);
+        assert!(labelled.metadata.is_some(), "the history's copy keeps its labels");
+
+        let mut untouched = event(&plain);
+        strip_response(&mut untouched);
+        let StreamResponse::StatusUpdate(e) = &untouched else {
+            unreachable!()
+        };
+        assert!(
+            Arc::ptr_eq(e.status.message.as_ref().unwrap(), &plain),
+            "nothing to strip: not copied"
         );
     }
 

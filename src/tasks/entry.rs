@@ -313,7 +313,12 @@ impl Entry {
         } else {
             self.events.len()
         };
-        let status = self.status.message.as_ref().map_or(0, message_bytes);
+        // The agent's status message is the last one in the history, shared.
+        let shared = |m: &Arc<Message>| self.history.back().is_some_and(|h| Arc::ptr_eq(h, m));
+        let status = match &self.status.message {
+            Some(m) if !shared(m) => message_bytes(m),
+            _ => 0,
+        };
         let metadata = self.metadata.as_deref().map_or(0, map_bytes);
         let index = self
             .by_id

@@ -227,7 +227,7 @@ pub(super) fn mentions(view: &View, key: &str) -> bool {
     let message_has = |m: &Message| map_has(&m.metadata) || parts_have(&m.parts);
     let artifact_has = |a: &Artifact| map_has(&a.metadata) || parts_have(&a.parts);
     view.metadata.as_deref().is_some_and(|m| m.contains_key(key))
-        || view.status.message.as_ref().is_some_and(message_has)
+        || view.status.message.as_deref().is_some_and(message_has)
         || view.history.iter().any(|m| message_has(m))
         || view.artifacts.iter().any(|s| s.chunks.iter().any(|a| artifact_has(a)))
 }

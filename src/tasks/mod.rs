@@ -293,7 +293,14 @@ impl TaskTable {
 
     /// Records a status the rules decided, and tells the observers (under
     /// the task's lock, from inside an `apply`).
-    fn set_status(&self, slot: &Slot, e: &mut Entry, record: Record, message: Option<Message>, cause: Option<Cause>) {
+    fn set_status(
+        &self,
+        slot: &Slot,
+        e: &mut Entry,
+        record: Record,
+        message: Option<Arc<Message>>,
+        cause: Option<Cause>,
+    ) {
         let Record::Status(state) = record else { return };
         let now = clock::now_ms();
         e.set_status(
@@ -467,15 +474,15 @@ impl TaskTable {
     pub fn set_progress(&self, id: &str, state: TaskState, text: Option<String>) {
         debug_assert!(!state.is_terminal());
         let Some(slot) = self.find(id) else { return };
-        let said = text.map(|t| Message::agent_text(t, id, &slot.context_id));
-        let history = said.as_ref().map(|m| Arc::new(m.clone()));
+        // One message, kept in the history and shown in the status.
+        let said = text.map(|t| Arc::new(Message::agent_text(t, id, &slot.context_id)));
         let change = Change::Progress {
             to: state,
             said: said.is_some(),
         };
         let _ = self.apply(&slot, change, |e, record| {
-            if let Some(m) = history {
-                e.push_history(m);
+            if let Some(m) = &said {
+                e.push_history(Arc::clone(m));
             }
             self.set_status(&slot, e, record, said, None);
         });
@@ -505,9 +512,10 @@ impl TaskTable {
         let mut message = Message::agent_text(text, id, &slot.context_id);
         let why = Value::String(cause.as_str().into());
         message.metadata = Some(Map::from_iter([(TERMINAL_KEY.to_string(), why)]));
-        let history = Arc::new(message.clone());
+        // One message, kept in the history and shown in the status.
+        let message = Arc::new(message);
         self.apply(&slot, Change::Finish(state), |e, record| {
-            e.push_history(history);
+            e.push_history(Arc::clone(&message));
             e.cost = cost;
             self.set_status(&slot, e, record, Some(message), Some(cause));
         })

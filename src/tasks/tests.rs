@@ -147,7 +147,7 @@ fn finish_is_final_and_retention_is_bounded() {
     assert!(t.get(&op(), &ids[0], None).is_none(), "oldest pruned");
     let last = t.get(&op(), &ids[2], None).unwrap();
     assert_eq!(last.status.state, TaskState::Completed);
-    let md = last.status.message.unwrap().metadata.unwrap();
+    let md = last.status.message.as_ref().unwrap().metadata.clone().unwrap();
     assert_eq!(md[TERMINAL_KEY], "completed");
     assert_eq!(t.counts(), (0, 0, 2));
 }
