@@ -62,10 +62,13 @@ pub(super) fn accept_loop(listener: &AcceptHandle, shared: &Arc<Shared>, name: &
             .name(format!("conn-{conn_id}"))
             .stack_size(limits::CONN_THREAD_STACK_BYTES)
             .spawn(move || {
-                // Dropped however the thread ends, a panic included.
+                let mut stream = stream;
+                // Dropped however the thread ends, a panic included, and
+                // before the stream (locals drop in reverse): a client that
+                // sees its connection closed finds the slot free again.
                 let _slot = slot;
                 yield_on_wakeup(conn_id);
-                let reason = serve_connection(stream, &principal, &shared2);
+                let reason = serve_connection(&mut stream, &principal, &shared2);
                 log::debug!("a2a.conn.close conn={conn_id} reason={reason}");
             });
         // A failed spawn dropped the closure, and the slot with it.

@@ -61,11 +61,11 @@ impl fmt::Display for CloseReason {
     }
 }
 
-pub(super) fn serve_connection(mut stream: Stream, principal: &Principal, shared: &Shared) -> CloseReason {
+pub(super) fn serve_connection(stream: &mut Stream, principal: &Principal, shared: &Shared) -> CloseReason {
     let _ = stream.set_write_timeout(Some(Duration::from_millis(limits::HTTP_WRITE_TIMEOUT_MS)));
     let mut reader = http::Reader::new(shared.http_limits.clone());
     loop {
-        let req = match reader.read_request(&mut stream) {
+        let req = match reader.read_request(stream) {
             Ok(r) => r,
             Err(ReadError::Closed) => return CloseReason::PeerClosed,
             Err(ReadError::Idle) => return CloseReason::Idle,
@@ -75,7 +75,7 @@ pub(super) fn serve_connection(mut stream: Stream, principal: &Principal, shared
                     _ => 400,
                 };
                 if let Some(resp) = e.response() {
-                    let _ = http::write_response(&mut stream, &resp, false);
+                    let _ = http::write_response(stream, &resp, false);
                 }
                 return CloseReason::Rejected(status);
             }
@@ -87,16 +87,16 @@ pub(super) fn serve_connection(mut stream: Stream, principal: &Principal, shared
             Reply::Gone => return CloseReason::PeerGone,
             Reply::Full(resp) => {
                 let keep_alive = req.keep_alive && !shared.stopping.load(Ordering::SeqCst);
-                http::write_response(&mut stream, &resp, keep_alive)
+                http::write_response(stream, &resp, keep_alive)
             }
             Reply::LargeTask(answer) => {
                 let keep_alive = req.keep_alive && !shared.stopping.load(Ordering::SeqCst);
-                write_task_answer(&mut stream, &answer, req.http11, keep_alive)
+                write_task_answer(stream, &answer, req.http11, keep_alive)
             }
             Reply::Stream { id, source, active } => {
                 // HTTP/1.0 knows no chunked coding: its stream ends with the connection.
                 let close_delimited = !req.http11;
-                let written = write_stream(&mut stream, principal, shared, &id, source, &active, close_delimited);
+                let written = write_stream(stream, principal, shared, &id, source, &active, close_delimited);
                 if close_delimited && written.is_ok() {
                     return CloseReason::StreamEnded;
                 }
