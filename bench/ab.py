@@ -25,32 +25,30 @@ import argparse
 import os
 import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.dont_write_bytecode = True  # no __pycache__ in bench/ (run.sh runs from copies for the same reason)
-import harness  # noqa: E402  (AgentdBinary, pinned_oha, run_oha, tree_cpu_s)
+import servers  # noqa: E402  (AgentdBinary, pinned_oha, run_oha, tree_cpu_s)
 
 
 def measure(args, variants, out):
     """Every round, every variant: (req/s, µs CPU per request, p99 ms) per round, by name."""
-    opts = harness.pinned_oha(args, out)
+    opts = servers.pinned_oha(args, out)
     names = list(variants)
     results = {n: [] for n in names}
     for r in range(args.rounds):
         for name in names[r % len(names):] + names[: r % len(names)]:
-            srv = harness.AgentdBinary(args, name, variants[name])
+            srv = servers.AgentdBinary(args, name, variants[name])
             try:
                 srv.start()
-                harness.run_oha(opts, srv.sock, args.concurrency, 1, True, f"{name}-warmup-{r}")
-                cpu0 = harness.tree_cpu_s(srv.proc.pid)
-                res = harness.run_oha(opts, srv.sock, args.concurrency, args.seconds, True, f"{name}-{r}")
-                cpu_us = (harness.tree_cpu_s(srv.proc.pid) - cpu0) / res["n"] * 1e6
-            except harness.Failure as e:
+                servers.run_oha(opts, srv.sock, args.concurrency, 1, True, f"{name}-warmup-{r}")
+                cpu0 = servers.tree_cpu_s(srv.proc.pid)
+                res = servers.run_oha(opts, srv.sock, args.concurrency, args.seconds, True, f"{name}-{r}")
+                cpu_us = (servers.tree_cpu_s(srv.proc.pid) - cpu0) / res["n"] * 1e6
+            except servers.Failure as e:
                 raise SystemExit(f"ab: {name}: {e}")
             finally:
                 srv.cleanup()

@@ -50,20 +50,21 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.dont_write_bytecode = True  # no __pycache__ in bench/
-import harness  # noqa: E402  (AgentdBinary, pinned_oha, run_oha, raw_get, machine)
+import harness  # noqa: E402  (machine)
+import servers  # noqa: E402  (AgentdBinary, pinned_oha, run_oha, raw_get)
 import report  # noqa: E402  (cpu_line)
 
 SYSCALL = re.compile(r"^__(?:x64|do)_sys_(\w+)$")
 
 
 def spawns(sock):
-    status, body = harness.raw_get(sock, "/metrics")
+    status, body = servers.raw_get(sock, "/metrics")
     if status != 200:
-        raise harness.Failure(f"GET /metrics: HTTP {status}")
+        raise servers.Failure(f"GET /metrics: HTTP {status}")
     for line in body.decode(errors="replace").splitlines():
         if line.startswith("agentd_worker_spawns_total"):
             return int(float(line.split()[-1]))
-    raise harness.Failure("no agentd_worker_spawns_total in /metrics")
+    raise servers.Failure("no agentd_worker_spawns_total in /metrics")
 
 
 def kind(comm):
@@ -195,15 +196,15 @@ def main():
     if not os.access(args.binary, os.X_OK):
         ap.error(f"no agentd at {args.binary}: build it (see bench/README.md)")
     with tempfile.TemporaryDirectory(prefix="agentd-profile-") as out:
-        opts = harness.pinned_oha(args, out)
-        srv = harness.AgentdBinary(args, "agentd", [args.binary, *args.flags])
+        opts = servers.pinned_oha(args, out)
+        srv = servers.AgentdBinary(args, "agentd", [args.binary, *args.flags])
         data = os.path.join(out, "perf.data")
         try:
             srv.start()
-            harness.run_oha(opts, srv.sock, args.concurrency, 1, True, "warmup")
+            servers.run_oha(opts, srv.sock, args.concurrency, 1, True, "warmup")
             load_s = args.seconds + 3
             load = threading.Thread(
-                target=harness.run_oha, args=(opts, srv.sock, args.concurrency, load_s, True, "load")
+                target=servers.run_oha, args=(opts, srv.sock, args.concurrency, load_s, True, "load")
             )
             load.start()
             time.sleep(1.5)

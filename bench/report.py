@@ -308,7 +308,7 @@ def verdict(ok):
 
 
 def check_lines(run):
-    servers, res, floor = run["servers"], run["results"], run.get("floor") or {}
+    servers, res = run["servers"], run["results"]
     if "agentd" not in servers:
         return []
     js16, js1 = fastest_js(run, "send16"), fastest_js(run, "send1")

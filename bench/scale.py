@@ -28,8 +28,8 @@ import subprocess
 import sys
 import time
 
-import harness
-from harness import Failure, log
+import servers
+from servers import Failure, log
 
 BENCHES = ("growth", "large", "memory")
 
@@ -172,7 +172,7 @@ class HttpConn:
         return body
 
     def post(self, body):
-        self.send("POST", "/", body, harness.SEND_HEADERS)
+        self.send("POST", "/", body, servers.SEND_HEADERS)
         return self.response()
 
 
@@ -195,8 +195,8 @@ def rpc_result(status, body, what):
 def own_cpu_s(pid):
     """The daemon's own CPU seconds (utime + stime of all its threads, not
     its children's)."""
-    f = harness.stat_fields(pid)
-    return (int(f[11]) + int(f[12])) / harness.CLK_TCK if f else 0.0
+    f = servers.stat_fields(pid)
+    return (int(f[11]) + int(f[12])) / servers.CLK_TCK if f else 0.0
 
 
 def smaps_rollup_kib(pid):
@@ -217,7 +217,7 @@ def smaps_rollup_kib(pid):
 def hold_pids(daemon_pid):
     """The held programs (`cat hold.fifo`) below the daemon."""
     pids = []
-    for p in harness.descendants(daemon_pid):
+    for p in servers.descendants(daemon_pid):
         try:
             with open(f"/proc/{p}/cmdline", "rb") as f:
                 if f.read() == f"cat\0{HOLD_FIFO}\0".encode():
@@ -228,13 +228,13 @@ def hold_pids(daemon_pid):
 
 
 def ppid_of(pid):
-    f = harness.stat_fields(pid)
+    f = servers.stat_fields(pid)
     return int(f[1]) if f else None
 
 
 def settle_rss(pid, seconds=0.5):
     time.sleep(seconds)
-    return harness.vm_rss_kib(pid)
+    return servers.vm_rss_kib(pid)
 
 
 def wait_for(what, cond, timeout, interval=0.1):
@@ -260,7 +260,7 @@ def raise_nofile(need):
 
 
 def agentd(args, name, binary, flags):
-    srv = harness.AgentdBinary(args, name, [binary, *flags])
+    srv = servers.AgentdBinary(args, name, [binary, *flags])
     srv.start()
     return srv
 
@@ -280,16 +280,16 @@ def growth(args):
         "--set", f"a2a.max_connections={held + 256}",
         "--set", "http.idle_timeout_ms=3600000",
     ]
-    srv = harness.AgentdBinary(args, "growth", [args.agentd, *flags])
+    srv = servers.AgentdBinary(args, "growth", [args.agentd, *flags])
     os.mkfifo(os.path.join(srv.dir, HOLD_FIFO))
     srv.cmd += ["--set", f"agent.workdir={srv.dir}"]
     r = {"held_tasks": held, "held_connections": held, "flags": flags, "exec": GROWTH_EXEC, "rounds": []}
     try:
         srv.start()
         pid = srv.proc.pid
-        harness.curl_send_check(srv.sock)
+        servers.curl_send_check(srv.sock)
         log(f"growth: warm-up, SendMessage c=16 for {args.warmup}s")
-        harness.run_oha(args, srv.sock, 16, args.warmup, True, "growth-warmup")
+        servers.run_oha(args, srv.sock, 16, args.warmup, True, "growth-warmup")
         for n in range(args.rounds):
             rnd = {}
             rnd["none"] = measure_echo(args, srv, f"growth-none-round{n}")
@@ -306,7 +306,7 @@ def growth(args):
             conns = hold_connections(srv, held)
             try:
                 rss2 = settle_rss(pid)
-                rnd["threads"] = int(harness.stat_fields(pid)[17])
+                rnd["threads"] = int(servers.stat_fields(pid)[17])
                 rnd["loaded"] = measure_echo(args, srv, f"growth-loaded-round{n}")
                 if len(hold_pids(pid)) != held:
                     raise Failure(f"a held task ended during the load run ({len(hold_pids(pid))} of {held} left)")
@@ -350,12 +350,12 @@ def growth(args):
 def measure_echo(args, srv, raw_name):
     """Blocking SendMessage c=16 for a round's share, after a second unmeasured,
     checked by curl before and after; with the daemon tree's CPU per request."""
-    harness.run_oha(args, srv.sock, 16, harness.ROUND_WARMUP_S, True, raw_name + "-warmup")
-    harness.curl_send_check(srv.sock)
-    cpu0 = harness.tree_cpu_s(srv.proc.pid)
-    res = harness.run_oha(args, srv.sock, 16, args.round_s, True, raw_name)
-    cpu = harness.tree_cpu_s(srv.proc.pid) - cpu0
-    harness.curl_send_check(srv.sock)
+    servers.run_oha(args, srv.sock, 16, servers.ROUND_WARMUP_S, True, raw_name + "-warmup")
+    servers.curl_send_check(srv.sock)
+    cpu0 = servers.tree_cpu_s(srv.proc.pid)
+    res = servers.run_oha(args, srv.sock, 16, args.round_s, True, raw_name)
+    cpu = servers.tree_cpu_s(srv.proc.pid) - cpu0
+    servers.curl_send_check(srv.sock)
     res["cpu_s"] = cpu
     res["cpu_us_per_req"] = cpu / res["n"] * 1e6
     res["core_busy"] = cpu / res["wall_s"] if res["wall_s"] else None
@@ -389,7 +389,7 @@ def hold_connections(srv, held):
         for _ in range(held):
             c = HttpConn(srv.sock)
             conns.append(c)
-            c.send("GET", harness.CARD_PATH)
+            c.send("GET", servers.CARD_PATH)
             status, _, body = c.response()
             if status != 200:
                 raise Failure(f"idle connection {len(conns)}: GET card answered {status}: {body[:200]!r}")
@@ -459,7 +459,7 @@ def large(args):
 
 def large_one(args, runner, argv, protocol, reps):
     exec_line = shlex.join(argv)
-    srv = harness.AgentdBinary(args, f"large-{runner}", [args.agentd, "--exec", exec_line, "--exec-protocol", protocol])
+    srv = servers.AgentdBinary(args, f"large-{runner}", [args.agentd, "--exec", exec_line, "--exec-protocol", protocol])
     r = {"exec": exec_line, "protocol": protocol, "alone": [], "blocking": [], "streaming": []}
     try:
         srv.start()
@@ -503,15 +503,15 @@ def program_alone(args, argv):
 def timed_request(srv, pid, body):
     c = HttpConn(srv.sock)
     try:
-        cpu0, tree0 = own_cpu_s(pid), harness.tree_cpu_s(pid)
+        cpu0, tree0 = own_cpu_s(pid), servers.tree_cpu_s(pid)
         t0 = time.perf_counter()
-        c.send("POST", "/", body, harness.SEND_HEADERS)
+        c.send("POST", "/", body, servers.SEND_HEADERS)
         status, hdrs, resp = c.response()
         s = c.last_byte_at - t0
         # The worker is reaped (its CPU in the daemon's cutime) just after
         # the answer: give it a moment before reading the tree's CPU.
         time.sleep(0.05)
-        cpu = {"daemon_cpu_s": own_cpu_s(pid) - cpu0, "tree_cpu_s": harness.tree_cpu_s(pid) - tree0}
+        cpu = {"daemon_cpu_s": own_cpu_s(pid) - cpu0, "tree_cpu_s": servers.tree_cpu_s(pid) - tree0}
     finally:
         c.close()
     return status, hdrs, resp, s, cpu
@@ -570,7 +570,7 @@ def memory(args):
 
 
 def memory_one(args, build, binary):
-    srv = harness.AgentdBinary(args, f"memory-{build}", [binary, "--exec", MEMORY_EXEC])
+    srv = servers.AgentdBinary(args, f"memory-{build}", [binary, "--exec", MEMORY_EXEC])
     r = {"binary": os.path.relpath(binary, args.repo), "rss_kib": []}
     try:
         srv.start()
