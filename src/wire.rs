@@ -10,7 +10,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 mod long_text;
-pub use long_text::{JoinedText, LongText};
+pub use long_text::{JoinedText, LongText, LONG_TEXT_MIN_BYTES};
 
 /// JSON `null` or absent → empty; otherwise the value.
 fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>

@@ -58,7 +58,8 @@ seeds_pass!(
     jsonl_lines,
     mcp_line,
     config_file,
-    systemd_env
+    systemd_env,
+    json_text
 );
 
 /// The seeds are valid examples, not just inputs that do not crash: each

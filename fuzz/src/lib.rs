@@ -18,7 +18,8 @@ use agentd::http::{write_response, Limits, MemConn, ReadError, Reader};
 use agentd::mcp;
 use agentd::systemd::{self, NotifyTarget};
 use agentd::wire::{
-    CancelTaskRequest, GetTaskRequest, ListTasksRequest, Message, Part, SendMessageRequest, SubscribeToTaskRequest,
+    CancelTaskRequest, GetTaskRequest, JoinedText, ListTasksRequest, LongText, Message, Part, SendMessageRequest,
+    SubscribeToTaskRequest,
 };
 use agentd::worker::jsonl::{self, Line};
 use agentd::worker::Note;
@@ -479,4 +480,29 @@ pub fn systemd_env(data: &[u8]) {
         }
         Err(e) => assert!(for_us && e.contains("LISTEN_FDS"), "{e}"),
     }
+}
+
+/// Byte 0 = where the text is cut in two; the rest, as UTF-8 (invalid
+/// sequences replaced), is a text part's text. Long text is escaped by
+/// agentd's own word-at-a-time escaper: through serde_json's writer and its
+/// `Value` serializer, alone and as two pieces joined, it must be exactly
+/// what serde_json writes for the whole string.
+pub fn json_text(data: &[u8]) {
+    let Some((&cut, rest)) = data.split_first() else { return };
+    let text = String::from_utf8_lossy(rest);
+    // Repeated past the 1 KiB from which agentd escapes it itself.
+    let times = 1 + agentd::wire::LONG_TEXT_MIN_BYTES / text.len().max(1);
+    let text = text.repeat(times);
+    let want = serde_json::to_string(&text).expect("a string serializes");
+    assert_eq!(serde_json::to_string(&LongText(&text)).expect("serializes"), want);
+    let mut at = usize::from(cut) * text.len() / 255;
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    let pieces = [&text[..at], &text[at..]];
+    assert_eq!(serde_json::to_string(&JoinedText(&pieces)).expect("serializes"), want);
+    assert_eq!(
+        serde_json::to_value(JoinedText(&pieces)).expect("serializes"),
+        serde_json::Value::String(text.clone())
+    );
 }
