@@ -1,4 +1,4 @@
-//! Long text written as a JSON string eight bytes at a time.
+//! Long text written as a JSON string, tested for escapes 32 bytes at a time.
 //!
 //! Why: serde_json escapes a string a byte at a time (a table lookup per
 //! byte). For a program's large output that loop was the biggest single
@@ -36,8 +36,9 @@ const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
 /// line or two the fragments are not worth it.
 pub const LONG_TEXT_MIN_BYTES: usize = 1024;
 
-/// The most escaped text handed to the writer at once (a buffer this size,
-/// and up to six times a segment of text: an escape is at most 6 bytes).
+/// About how much escaped text is handed to the writer at once: the
+/// buffer's size (it grows only for a segment of mostly escapes, each up to
+/// 6 bytes for 1).
 const FRAGMENT_BYTES: usize = 16 * 1024;
 /// The most text escaped per step, so a step fits the buffer unless the
 /// text is mostly escapes.
@@ -73,7 +74,7 @@ fn serialize_pieces<S: Serializer>(s: S, pieces: &[&str]) -> Result<S::Ok, S::Er
     if len < LONG_TEXT_MIN_BYTES || !writes_bytes::<S>() {
         return match pieces {
             [one] => s.serialize_str(one),
-            _ => s.collect_str(&Display(pieces)),
+            _ => s.collect_str(&Concat(pieces)),
         };
     }
     let mut raw = s.serialize_struct(RAW_VALUE_TOKEN, 1)?;
@@ -110,9 +111,10 @@ fn segments(text: &str) -> impl Iterator<Item = &str> {
     })
 }
 
-struct Display<'a>(&'a [&'a str]);
+/// Pieces shown one after another, for serde_json's `collect_str`.
+struct Concat<'a>(&'a [&'a str]);
 
-impl std::fmt::Display for Display<'_> {
+impl std::fmt::Display for Concat<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.0.iter().try_for_each(|piece| f.write_str(piece))
     }
