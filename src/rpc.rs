@@ -356,12 +356,7 @@ pub fn success_sized<T: Serialize + ?Sized>(id: &Id, result: &T, hint: usize) ->
     // on the way to a task's answer.
     let start = crate::limits::RPC_ANSWER_START_BYTES.saturating_add(hint);
     let mut out = Vec::with_capacity(start);
-    let answer = Success {
-        jsonrpc: "2.0",
-        id,
-        result,
-    };
-    match serde_json::to_writer(&mut out, &answer) {
+    match success_to(&mut out, id, result) {
         Ok(()) => out,
         Err(_) => b"{}".to_vec(),
     }
@@ -371,12 +366,7 @@ pub fn success_sized<T: Serialize + ?Sized>(id: &Id, result: &T, hint: usize) ->
 /// place).
 pub fn success_append<T: Serialize + ?Sized>(out: &mut Vec<u8>, id: &Id, result: &T) {
     let at = out.len();
-    let answer = Success {
-        jsonrpc: "2.0",
-        id,
-        result,
-    };
-    if serde_json::to_writer(&mut *out, &answer).is_err() {
+    if success_to(&mut *out, id, result).is_err() {
         out.truncate(at);
         out.extend_from_slice(b"{}");
     }

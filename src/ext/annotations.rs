@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 
 use super::ANNOTATIONS;
 use crate::rpc::RpcError;
-use crate::wire::{Message, StreamResponse, Task};
+use crate::wire::{Message, Part, StreamResponse, Task};
 
 use crate::limits::{
     ANNOTATION_KEY_MAX_BYTES as MAX_KEY_BYTES, ANNOTATION_LABELS_MAX as MAX_LABELS,
@@ -139,7 +139,7 @@ pub fn strip_response(r: &mut StreamResponse) {
             strip_metadata(&mut e.metadata);
             // The artifact is shared with the task: copied only when it
             // has labels to lose.
-            if labelled(&e.artifact.metadata) || e.artifact.parts.iter().any(|p| labelled(&p.metadata)) {
+            if labelled(&e.artifact.metadata, &e.artifact.parts) {
                 let artifact = std::sync::Arc::make_mut(&mut e.artifact);
                 strip_metadata(&mut artifact.metadata);
                 artifact.parts.iter_mut().for_each(|p| strip_metadata(&mut p.metadata));
@@ -157,13 +157,15 @@ pub fn strip_message(m: &mut Message) {
 /// [`strip_message`] for a message shared with the task (a status
 /// message): copied only when it has labels to lose.
 fn strip_shared_message(m: &mut std::sync::Arc<Message>) {
-    if labelled(&m.metadata) || m.parts.iter().any(|p| labelled(&p.metadata)) {
+    if labelled(&m.metadata, &m.parts) {
         strip_message(std::sync::Arc::make_mut(m));
     }
 }
 
-fn labelled(md: &Option<Map<String, Value>>) -> bool {
-    md.as_ref().is_some_and(|m| m.contains_key(ANNOTATIONS))
+/// Whether an object's metadata or any of its parts' carries labels.
+fn labelled(md: &Option<Map<String, Value>>, parts: &[Part]) -> bool {
+    let has = |md: &Option<Map<String, Value>>| md.as_ref().is_some_and(|m| m.contains_key(ANNOTATIONS));
+    has(md) || parts.iter().any(|p| has(&p.metadata))
 }
 
 /// The labels out of one metadata map; a map left empty goes too.
@@ -230,7 +232,7 @@ mod tests {
 
     #[test]
     fn an_artifact_event_loses_its_labels_and_the_task_keeps_them() {
-        use crate::wire::{Artifact, Part, TaskArtifactUpdateEvent};
+        use crate::wire::{Artifact, TaskArtifactUpdateEvent};
         use std::sync::Arc;
         let mut part = Part::text("out");
         part.metadata = Some(md(json!({"team": "a"})));

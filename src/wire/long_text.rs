@@ -289,18 +289,24 @@ mod tests {
         assert_eq!(serde_json::to_string(&LongText("")).unwrap(), r#""""#);
     }
 
+    /// `pieces` joined are written as serde_json writes the joined string,
+    /// through its writer and through its `Value` serializer.
+    fn assert_joined_like_serde(pieces: &[&str]) {
+        let joined: String = pieces.concat();
+        let json = serde_json::to_string(&JoinedText(pieces)).unwrap();
+        assert_eq!(json, serde_json::to_string(&joined).unwrap());
+        assert_eq!(
+            serde_json::to_value(JoinedText(pieces)).unwrap(),
+            serde_json::Value::String(joined)
+        );
+    }
+
     #[test]
     fn joined_text_is_the_joined_string() {
         let big = "b\"".repeat(600);
         let cases: Vec<Vec<&str>> = vec![vec!["a", "b"], vec![&big, "\n", &big], vec!["", &big, ""]];
         for pieces in cases {
-            let joined: String = pieces.concat();
-            let json = serde_json::to_string(&JoinedText(&pieces)).unwrap();
-            assert_eq!(json, serde_json::to_string(&joined).unwrap());
-            assert_eq!(
-                serde_json::to_value(JoinedText(&pieces)).unwrap(),
-                serde_json::Value::String(joined)
-            );
+            assert_joined_like_serde(&pieces);
         }
     }
 
@@ -308,14 +314,7 @@ mod tests {
     fn text_of_many_fragments_is_one_string_cut_only_between_characters() {
         // Four-byte characters and escapes across every segment boundary.
         let piece = "z\t😀\u{1}".repeat(3 * FRAGMENT_BYTES / 7 + 1);
-        let pieces = [piece.as_str(), "", piece.as_str()];
-        let joined = pieces.concat();
-        let json = serde_json::to_string(&JoinedText(&pieces)).unwrap();
-        assert_eq!(json, serde_json::to_string(&joined).unwrap());
-        assert_eq!(
-            serde_json::to_value(JoinedText(&pieces)).unwrap(),
-            serde_json::Value::String(joined)
-        );
+        assert_joined_like_serde(&[piece.as_str(), "", piece.as_str()]);
     }
 
     #[test]
