@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use super::routes::{route, write_task_answer, Reply, Source};
+use super::routes::{push_echo, route, write_task_answer, Reply, Source};
 use super::Shared;
 use crate::a2a::stream;
 use crate::ext;
@@ -132,10 +132,7 @@ fn write_stream(
         ("Cache-Control".to_string(), "no-cache".to_string()),
         ("X-Accel-Buffering".to_string(), "no".to_string()),
     ];
-    let echo = active.echo();
-    if !echo.is_empty() {
-        headers.push(("A2A-Extensions".to_string(), echo.join(", ")));
-    }
+    push_echo(&mut headers, &active.echo());
     let subject = match &source {
         Source::Task(plan) => format!("task={}", plan.task_id()),
         Source::Events(_) => "events".to_string(),

@@ -248,9 +248,7 @@ pub(super) fn write_task_answer<W: std::io::Write>(
         return http::write_response(w, &json_response(200, body, echo), keep_alive);
     }
     let mut headers = vec![("Content-Type".to_string(), "application/json".to_string())];
-    if !echo.is_empty() {
-        headers.push(("A2A-Extensions".to_string(), echo.join(", ")));
-    }
+    push_echo(&mut headers, echo);
     let mut out = http::ChunkedWriter::start(w, 200, &headers)?;
     let mut body = out.body();
     let json = task.json();
@@ -261,6 +259,14 @@ pub(super) fn write_task_answer<W: std::io::Write>(
     }
     std::io::Write::flush(&mut body)?;
     out.finish().map(drop)
+}
+
+/// Adds the activated extensions' echo (`A2A-Extensions`) to a streamed
+/// answer's headers, if any are active.
+pub(super) fn push_echo(headers: &mut Vec<(String, String)>, echo: &[String]) {
+    if !echo.is_empty() {
+        headers.push(("A2A-Extensions".to_string(), echo.join(", ")));
+    }
 }
 
 /// SendMessage's result: `{"task": …}`.
