@@ -97,9 +97,11 @@ impl<C, L> ForkServer<C, L> {
         self.running.is_some()
     }
 
-    /// Answers owed by a lost fork server, not yet taken.
+    /// A fork server was lost and the pool has not heard of it yet: what
+    /// it owed, or only that it was lost (a send that found it gone owes
+    /// nothing, and its socket is closed, so poll will not say so).
     pub fn owes(&self) -> bool {
-        !self.owed.is_empty()
+        !self.owed.is_empty() || !self.losses.is_empty()
     }
 
     /// Why each fork server lost since the last call was lost.

@@ -320,8 +320,7 @@ impl Loop {
             if !self.take_requests() {
                 return; // every handle is gone: the daemon is exiting
             }
-            let forks = &self.sup.pool.forks;
-            if fds[3].revents != 0 || forks.owes() || forks.answer_due().is_some_and(|due| Instant::now() >= due) {
+            if self.sup.fork_answers_due(fds[3].revents != 0) {
                 self.sup.take_fork_answers();
             }
             // Frames before exits: a worker that said `done` and exited in

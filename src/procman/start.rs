@@ -365,15 +365,13 @@ impl StartPath {
                 self.fork_failures = 0;
                 self.helper_losses = 0;
             }
-            E::Busy => {
-                self.retry_at.get_or_insert(now + self.limits.retry);
-            }
+            E::Busy => self.hold_back(now),
             E::HelperLost(why) => {
                 self.helper_losses += 1;
                 if self.helper_losses <= self.limits.losses_max {
                     // agentd's own helper failed, not the fork: the next
                     // one is asked soon.
-                    self.retry_at.get_or_insert(now + self.limits.retry);
+                    self.hold_back(now);
                 } else {
                     self.no_worker(
                         format!("{} fork servers in a row were lost: {why}", self.helper_losses),
@@ -402,6 +400,15 @@ impl StartPath {
             // Not on its way: its Submitted is still in flight (the task
             // table ends it only if it still waits), or it ended.
             None => out.push(end_unstarted(id, stop.cause)),
+        }
+    }
+
+    /// Asks wait a retry interval from now, unless they are held back
+    /// already. A hold whose time has passed is no hold: kept, it would
+    /// let the very next turn ask again at once.
+    fn hold_back(&mut self, now: Instant) {
+        if self.retry_at.is_none_or(|t| t <= now) {
+            self.retry_at = Some(now + self.limits.retry);
         }
     }
 

@@ -19,6 +19,14 @@ use crate::control::{FromWorker, ToWorker};
 use crate::sys;
 
 impl<O: Os> Supervisor<O> {
+    /// Whether this turn has fork answers to take: the fork server's socket
+    /// is `readable`, a lost one owes answers or has not been counted, or
+    /// an answer is overdue.
+    pub(in crate::procman) fn fork_answers_due(&self, readable: bool) -> bool {
+        let forks = &self.pool.forks;
+        readable || forks.owes() || forks.answer_due().is_some_and(|due| self.driver.os.now() >= due)
+    }
+
     /// Takes the fork server's answers: each new worker joins the pool. A
     /// fork server that is gone or has not answered in time is given up on
     /// (after what it did answer is read), and replaced at the next ask.

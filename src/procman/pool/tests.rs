@@ -115,9 +115,15 @@ impl Rig {
         self.turn();
     }
 
-    /// One turn of procman's loop, as if every descriptor were ready.
+    /// One turn of procman's loop, as if every worker's descriptor were
+    /// ready; the fork server's socket is ready when it has said something,
+    /// as poll would have it.
     fn turn(&mut self) {
-        self.sup.take_fork_answers();
+        let k = self.kernel();
+        let readable = k.said.get(&k.fork_servers).is_some_and(|q| !q.is_empty());
+        if self.sup.fork_answers_due(readable) {
+            self.sup.take_fork_answers();
+        }
         let orphans: Vec<u64> = self.sup.orphan_pipes().map(|(_, n)| n).collect();
         for n in orphans {
             self.sup.hear_orphan(n);
@@ -733,6 +739,31 @@ fn rows() -> Vec<Row> {
                 }
                 let text = r.verdict(&id).2.unwrap();
                 assert!(text.contains("fork servers in a row were lost"), "{text}");
+                (r, id)
+            },
+            (TaskState::Failed, "crashed"),
+        ),
+        (
+            "a fork server found gone by a send is counted before the next is started",
+            || {
+                let mut r = Rig::new();
+                // The eighth is gone before the task's request reaches it:
+                // it says nothing more, and poll has no fd of it.
+                r.kernel().broken.insert(8);
+                let id = r.submit();
+                let mut ms = 0;
+                for _ in 1..=7 {
+                    r.kernel().asks.clear();
+                    r.kernel().fork_server_dies();
+                    r.turn();
+                    ms += 25;
+                    r.at(ms);
+                }
+                assert_eq!(r.kernel().fork_servers, 8);
+                r.turn();
+                let text = r.verdict(&id).2.unwrap();
+                assert_eq!(r.kernel().fork_servers, 8, "a ninth was started first: {text}");
+                assert!(text.contains("8 fork servers in a row were lost"), "{text}");
                 (r, id)
             },
             (TaskState::Failed, "crashed"),

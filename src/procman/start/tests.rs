@@ -163,3 +163,18 @@ fn a_back_off_that_passed_is_forgotten() {
     p.forget_passed_retry(t + 20 * MS);
     assert_eq!(p.next_due(), None);
 }
+
+#[test]
+fn a_hold_whose_time_passed_is_renewed_by_the_next_busy_or_loss() {
+    let t = Instant::now();
+    let mut p = path();
+    ev(&mut p, StartEvent::Busy, t);
+    // The turn that finds the hold passed asks, finds the fork server busy
+    // or gone, and must not be free to ask again at once.
+    ev(&mut p, StartEvent::Busy, t + 30 * MS);
+    assert!(!p.may_ask(t + 30 * MS));
+    assert_eq!(p.next_due(), Some(t + 50 * MS));
+    ev(&mut p, StartEvent::HelperLost("gone".into()), t + 60 * MS);
+    assert!(!p.may_ask(t + 60 * MS));
+    assert_eq!(p.next_due(), Some(t + 80 * MS));
+}
