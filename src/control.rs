@@ -323,32 +323,49 @@ pub fn encode<T: Frame>(frame: &T, max: usize) -> Result<Vec<u8>, FrameError> {
 /// holding frames before it), room made for about `hint` bytes of text
 /// first; on an error `out` is as it was.
 pub fn encode_onto<T: Frame>(out: &mut Vec<u8>, frame: &T, max: usize, hint: usize) -> Result<(), FrameError> {
+    let raw = encode_head_onto(out, frame, max, hint)?;
+    out.extend_from_slice(raw.as_bytes());
+    Ok(())
+}
+
+/// Appends all of one frame to `out` but the text it carries raw, and
+/// returns that text: the frame is whole once the text is written right
+/// after `out` (a writer that writes both at once copies it nowhere).
+/// Empty for a frame that goes as JSON alone. On an error `out` is as it
+/// was.
+pub fn encode_head_onto<'f, T: Frame>(
+    out: &mut Vec<u8>,
+    frame: &'f T,
+    max: usize,
+    hint: usize,
+) -> Result<&'f str, FrameError> {
     // The JSON goes straight after room for its length (filled in once
     // known): one buffer, no copy.
     let at = out.len();
+    let split = frame.split_text();
+    let raw_len = split.as_ref().map_or(0, |(_, text)| text.len());
     out.reserve(
         crate::limits::CONTROL_FRAME_START_BYTES
-            .saturating_add(hint)
+            .saturating_add(hint.saturating_sub(raw_len))
             .min(max.saturating_add(4)),
     );
     out.extend_from_slice(&[0; 4]);
-    let written = match frame.split_text() {
-        Some((shell, text)) => {
+    let written = match &split {
+        Some((shell, _)) => {
             out.push(RAW_TEXT_MARK);
             out.extend_from_slice(&[0; 4]);
             let json_at = out.len();
-            let json = serde_json::to_writer(&mut *out, &shell).map_err(|e| FrameError::BadJson(e.to_string()));
+            let json = serde_json::to_writer(&mut *out, shell).map_err(|e| FrameError::BadJson(e.to_string()));
             let json_len = out.len() - json_at;
             json.and_then(|()| {
                 let json_len = u32::try_from(json_len).map_err(|_| FrameError::TooLarge { len: json_len, max })?;
                 out[json_at - 4..json_at].copy_from_slice(&json_len.to_be_bytes());
-                out.extend_from_slice(text.as_bytes());
                 Ok(())
             })
         }
         None => serde_json::to_writer(&mut *out, frame).map_err(|e| FrameError::BadJson(e.to_string())),
     };
-    let len = out.len() - at - 4;
+    let len = (out.len() - at - 4).saturating_add(raw_len);
     let prefix = written.and_then(|()| {
         u32::try_from(len)
             .ok()
@@ -358,7 +375,7 @@ pub fn encode_onto<T: Frame>(out: &mut Vec<u8>, frame: &T, max: usize, hint: usi
     match prefix {
         Ok(prefix) => {
             out[at..at + 4].copy_from_slice(&prefix.to_be_bytes());
-            Ok(())
+            Ok(split.map_or("", |(_, text)| text))
         }
         Err(e) => {
             out.truncate(at);

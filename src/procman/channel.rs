@@ -19,6 +19,10 @@ use crate::control::{self, FrameError, FromWorker, ToWorker};
 use crate::limits::CONTROL_OUTBOX_SLACK_BYTES;
 
 pub use crate::limits::CONTROL_READ_TURN_BYTES as READ_TURN_BYTES;
+/// The least room made in the inbox for a read between frames: a worker's
+/// usual frames are a few hundred bytes, and a burst of them is read in
+/// a few reads.
+const READ_ROOM_BYTES: usize = 4096;
 
 pub struct Channel {
     /// The pipe from the worker.
@@ -125,26 +129,24 @@ impl Channel {
         self.open && self.written < self.outbox.len()
     }
 
-    /// Reads what is there (up to [`READ_TURN_BYTES`], through `scratch`,
-    /// procman's one read buffer) and decodes every whole frame in it.
-    pub fn read_turn(&mut self, scratch: &mut [u8]) -> Turn {
+    /// Reads what is there (up to [`READ_TURN_BYTES`]) and decodes every
+    /// whole frame in it. Bytes are read straight into the inbox, with room
+    /// made for the rest of the frame under way: a large frame is read
+    /// once, into the place it is decoded from.
+    pub fn read_turn(&mut self) -> Turn {
         let mut turn = Turn::default();
         if !self.open {
             return turn;
         }
         let mut budget = READ_TURN_BYTES;
-        let buf = scratch;
         while budget > 0 {
-            let want = buf.len().min(budget);
-            match self.rx.read(&mut buf[..want]) {
+            self.inbox.reserve(self.frame_rest().max(READ_ROOM_BYTES));
+            match crate::sys::read_appending(self.rx.as_raw_fd(), &mut self.inbox, budget) {
                 Ok(0) => {
                     turn.closed = true;
                     break;
                 }
-                Ok(n) => {
-                    self.inbox.extend_from_slice(&buf[..n]);
-                    budget -= n;
-                }
+                Ok(n) => budget -= n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
@@ -181,6 +183,22 @@ impl Channel {
             self.open = false;
         }
         turn
+    }
+
+    /// Bytes still to come of the frame the inbox ends inside (0 at a
+    /// frame's edge, or while its length is not in yet), as far as the
+    /// frame limit allows: what decoding reports a longer one as.
+    fn frame_rest(&self) -> usize {
+        let mut at = self.read_at;
+        while let Some(prefix) = self.inbox.get(at..at + 4) {
+            let len = u32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]) as usize;
+            let end = at + 4 + len.min(self.frame_max);
+            if end > self.inbox.len() {
+                return end - self.inbox.len();
+            }
+            at = end;
+        }
+        0
     }
 
     /// Queues a frame and writes what the pipe takes now.
@@ -279,12 +297,12 @@ mod tests {
         let wire = [pong.clone(), control::encode(&done, 1 << 20).unwrap()].concat();
         let cut = pong.len() + 7;
         worker.write_all(&wire[..cut]).unwrap();
-        let first = ch.read_turn(&mut [0; 4096]);
+        let first = ch.read_turn();
         assert_eq!(first.frames, vec![FromWorker::Pong]);
         worker.write_all(&wire[cut..]).unwrap();
-        assert_eq!(ch.read_turn(&mut [0; 4096]).frames, vec![done]);
+        assert_eq!(ch.read_turn().frames, vec![done]);
         drop(worker);
-        let last = ch.read_turn(&mut [0; 4096]);
+        let last = ch.read_turn();
         assert!(last.closed && last.broken.is_none());
         assert!(!ch.is_open());
     }
@@ -305,7 +323,7 @@ mod tests {
         let mut total = 0;
         let mut turns = 0;
         while total < 100_000 {
-            let turn = ch.read_turn(&mut [0; 4096]);
+            let turn = ch.read_turn();
             // The bytes a turn took, counted in whole frames (a frame is
             // 10 bytes since frames are externally tagged: `"pong"`).
             assert!(turn.frames.len() * frame_len <= READ_TURN_BYTES + 64 * 1024);
@@ -323,13 +341,13 @@ mod tests {
     fn nonsense_and_torn_frames_break_the_channel() {
         let (mut ch, mut worker, _reads) = pair();
         worker.write_all(b"\0\0\0\x02{}").unwrap();
-        assert!(ch.read_turn(&mut [0; 4096]).broken.is_some());
+        assert!(ch.read_turn().broken.is_some());
         let (mut ch, mut worker, _reads) = pair();
         worker
             .write_all(&control::encode(&FromWorker::Pong, 1 << 20).unwrap()[..5])
             .unwrap();
         drop(worker);
-        let turn = ch.read_turn(&mut [0; 4096]);
+        let turn = ch.read_turn();
         assert!(turn.closed && turn.broken.unwrap().contains("inside a frame"));
     }
 

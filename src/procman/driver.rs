@@ -64,8 +64,6 @@ pub(super) struct Driver<O: Os> {
     next_counters_at: Instant,
     /// When the next finished task is due to be dropped (tasks.retain_ms).
     retention_due: Option<Instant>,
-    /// The one buffer every control pipe is read through.
-    scratch: Vec<u8>,
 }
 
 impl<O: Os> Driver<O> {
@@ -81,7 +79,6 @@ impl<O: Os> Driver<O> {
             stepping: false,
             unclaimed: Vec::new(),
             retention_due: None,
-            scratch: vec![0; limits::PROCMAN_READ_BUFFER_BYTES],
         }
     }
 
@@ -263,7 +260,7 @@ impl<O: Os> Driver<O> {
     /// Frames from a worker whose pipe is readable.
     pub fn read_from(&mut self, h: Helpers, pid: i32) {
         let Some(w) = self.workers.get_mut(&pid) else { return };
-        let turn = w.chan.read_turn(&mut self.scratch);
+        let turn = w.chan.read_turn();
         self.heard(h, pid, turn);
     }
 

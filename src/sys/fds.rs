@@ -68,6 +68,21 @@ pub fn set_pipe_nonblocking(fd: RawFd) -> io::Result<()> {
     cvt(unsafe { libc::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK) }).map(drop)
 }
 
+/// Reads once from `fd` into the spare room of `buf` (up to `max` bytes,
+/// and no more than the room there is) and keeps what came: a read
+/// straight into its final place, nothing zeroed first.
+pub fn read_appending(fd: RawFd, buf: &mut Vec<u8>, max: usize) -> io::Result<usize> {
+    let room = buf.spare_capacity_mut();
+    let want = room.len().min(max);
+    // SAFETY: `room` is `want` or more bytes of `buf`'s own allocation,
+    // writable; read(2) writes at most `want` of them.
+    let n = cvt_len(unsafe { libc::read(fd, room.as_mut_ptr().cast(), want) })?;
+    // SAFETY: the kernel initialized the first `n` (≤ `want`) bytes of the
+    // spare room, which directly follow the vector's length.
+    unsafe { buf.set_len(buf.len() + n) };
+    Ok(n)
+}
+
 /// Asks the kernel to let a pipe hold `bytes` (F_SETPIPE_SZ; rounded up to
 /// a power of two pages); the capacity it got. Refused (EPERM) past
 /// /proc/sys/fs/pipe-max-size, or when the user's pipes already hold their

@@ -114,13 +114,14 @@ impl Link {
         let mut w = self.writer();
         let w = &mut *w;
         // Written after the frames held back, from one buffer kept for the
-        // worker's life: a stream of large chunks allocates (and faults in)
-        // no new buffer per chunk.
-        control::encode_onto(&mut w.held, frame, self.frame_max, frame.text_bytes())?;
-        let written = std::io::Write::write_all(&mut w.pipe, &w.held);
+        // worker's life; a long text goes from where it is, in the same
+        // write: a stream of large chunks is copied once less and allocates
+        // (and faults in) no buffer per chunk.
+        let raw = control::encode_head_onto(&mut w.held, frame, self.frame_max, frame.text_bytes())?;
+        let written = write_both(&mut w.pipe, &w.held, raw.as_bytes());
         w.held.clear();
         if w.held.capacity() > crate::limits::WORKER_FRAME_BUFFER_KEEP_BYTES {
-            w.held = Vec::new(); // one jsonl line of megabytes is not kept for the next
+            w.held = Vec::new(); // a frame of megabytes of JSON is not kept for the next
         }
         if let Err(e) = written {
             log::error!(
@@ -148,6 +149,24 @@ impl Link {
             Err(poisoned) => poisoned.into_inner(),
         }
     }
+}
+
+/// Writes all of `head`, then all of `tail`, in as few writes as the pipe
+/// takes them.
+fn write_both(pipe: &mut File, head: &[u8], tail: &[u8]) -> std::io::Result<()> {
+    use std::io::{IoSlice, Write};
+    let mut both = [IoSlice::new(head), IoSlice::new(tail)];
+    let mut left = &mut both[..];
+    IoSlice::advance_slices(&mut left, 0); // drops empty slices
+    while !left.is_empty() {
+        match pipe.write_vectored(left) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut left, n),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// What reaches a runner from the supervisor while it runs.

@@ -4,7 +4,6 @@
 //! the tail of stderr. A [`Protocol`] of the runner loop in `exec`, which
 //! watches the program and decides how it ended.
 
-use std::io::Read;
 use std::process::ChildStdout;
 
 use crossbeam_channel::Sender;
@@ -68,11 +67,14 @@ impl Protocol for Text<'_> {
 /// Reads stdout as it comes and counts the output budget; the protocol
 /// loop turns the bytes into chunks, so nothing reaches the supervisor
 /// after the task's `done`, even from a helper that keeps writing.
-fn read_stdout(mut stdout: impl Read, output_max: u64, tx: &Sender<Note>) {
-    let mut buf = vec![0u8; TEXT_CHUNK_MAX_BYTES];
+fn read_stdout(stdout: ChildStdout, output_max: u64, tx: &Sender<Note>) {
+    use std::os::fd::AsRawFd;
     let mut total: u64 = 0;
     loop {
-        let n = match stdout.read(&mut buf) {
+        // Each piece is read into the buffer it is sent in, and becomes
+        // the chunk's text as it is: the bytes are not copied on the way.
+        let mut piece = Vec::with_capacity(TEXT_CHUNK_MAX_BYTES);
+        let n = match crate::sys::read_appending(stdout.as_raw_fd(), &mut piece, TEXT_CHUNK_MAX_BYTES) {
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -81,7 +83,7 @@ fn read_stdout(mut stdout: impl Read, output_max: u64, tx: &Sender<Note>) {
         if !program::charge_output(&mut total, n, output_max, tx) {
             break;
         }
-        if tx.send(Note::Output(buf[..n].to_vec())).is_err() {
+        if tx.send(Note::Output(piece)).is_err() {
             return;
         }
     }
