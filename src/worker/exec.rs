@@ -31,15 +31,17 @@ use crate::wire::Message;
 /// What a protocol says about the program.
 pub trait Protocol {
     /// Cuts the program's stdout into [`Note::Output`] pieces (and counts
-    /// the output budget), in a thread of its own.
-    const READ: fn(ChildStdout, u64, &Sender<Note>);
+    /// the output budget), in a thread of its own; a piece's buffer, done
+    /// with, comes back on the receiver to be read into again.
+    const READ: fn(ChildStdout, u64, &Sender<Note>, &Receiver<Vec<u8>>);
 
     /// The program has started: what goes to its stdin first.
     fn begin(&mut self, stdin: &mut Stdin);
 
     /// One piece of output, as `READ` cut it; `over`: the task's ending is
-    /// known already.
-    fn output(&mut self, piece: Vec<u8>, over: bool) -> Heard;
+    /// known already. What the protocol leaves of the buffer goes back to
+    /// `READ`.
+    fn output(&mut self, piece: &mut Vec<u8>, over: bool) -> Heard;
 
     /// `READ` found a piece over its limit (and stopped reading).
     fn too_long(&mut self) -> Heard;
@@ -68,6 +70,10 @@ pub fn run<P: Protocol>(prog: &Program, protocol: &mut P, events: &Receiver<Cont
         Ok(r) => r,
         Err(done) => return done,
     };
+    // One buffer goes back to the reader at a time: a program that writes
+    // lines of megabytes has them read into memory faulted in once, not
+    // into fresh pages for every line.
+    let (spares_tx, spares_rx) = crossbeam_channel::bounded::<Vec<u8>>(1);
     if let Some(stdout) = started.stdout.take() {
         // A roomier pipe: a program that writes fast is stopped for room,
         // and its output read and relayed, a few times less often.
@@ -76,8 +82,9 @@ pub fn run<P: Protocol>(prog: &Program, protocol: &mut P, events: &Receiver<Cont
             log::debug!("worker.stdout pipe stays at its size: {e}");
         }
         let (tx, read, output_max) = (started.tx.clone(), P::READ, prog.output_max_bytes);
+        let spares = spares_rx.clone();
         // Detached: a grandchild may hold stdout open after the program exits.
-        std::thread::spawn(move || read(stdout, output_max, &tx));
+        std::thread::spawn(move || read(stdout, output_max, &tx, &spares));
     }
     let program::Running {
         pid,
@@ -100,7 +107,14 @@ pub fn run<P: Protocol>(prog: &Program, protocol: &mut P, events: &Receiver<Cont
         }
         let seen = crossbeam_channel::select! {
             recv(notes) -> note => match note {
-                Ok(Note::Output(piece)) => Seen::Heard(protocol.output(piece, !watch.is_open())),
+                Ok(Note::Output(mut piece)) => {
+                    let heard = protocol.output(&mut piece, !watch.is_open());
+                    if piece.capacity() > 0 {
+                        piece.clear();
+                        let _ = spares_tx.try_send(piece);
+                    }
+                    Seen::Heard(heard)
+                }
                 Ok(Note::TooLong) => Seen::Heard(protocol.too_long()),
                 Ok(Note::Exited(status)) => Seen::Exited(status),
                 Ok(Note::StdoutEof) => Seen::StdoutEof,

@@ -22,7 +22,7 @@
 use std::io::{BufRead, BufReader, Read};
 use std::process::ChildStdout;
 
-use crossbeam_channel::Sender;
+use crossbeam_channel::{Receiver, Sender};
 use serde_json::{json, Map, Value};
 
 use super::exec::{Heard, Protocol};
@@ -196,19 +196,19 @@ impl<'a> Jsonl<'a> {
 }
 
 impl Protocol for Jsonl<'_> {
-    const READ: fn(ChildStdout, u64, &Sender<Note>) = read_lines;
+    const READ: fn(ChildStdout, u64, &Sender<Note>, &Receiver<Vec<u8>>) = read_lines;
 
     fn begin(&mut self, stdin: &mut Stdin) {
         // An empty queue always has room for the first message.
         let _ = stdin.send(message_line(self.message, self.task_id, self.context_id));
     }
 
-    fn output(&mut self, line: Vec<u8>, over: bool) -> Heard {
+    fn output(&mut self, line: &mut Vec<u8>, over: bool) -> Heard {
         self.line_no += 1;
         if over {
             return Heard::Nothing; // the task is over; later lines change nothing
         }
-        match step(self.line_no, &line, self.context_id, &self.default_artifact) {
+        match step(self.line_no, line, self.context_id, &self.default_artifact) {
             Step::Send(frame) => self.relay(&frame, Heard::Nothing),
             Step::Reply(frame) => self.relay(
                 &frame,
@@ -324,14 +324,19 @@ fn line_too_long() -> String {
     )
 }
 
-/// Splits stdout into lines (bounded) and counts the output budget.
-pub fn read_lines(stdout: impl Read, output_max: u64, tx: &Sender<Note>) {
+/// Splits stdout into lines (bounded) and counts the output budget; each
+/// line is read into a buffer given back from an earlier one if there is
+/// one.
+pub fn read_lines(stdout: impl Read, output_max: u64, tx: &Sender<Note>, spares: &Receiver<Vec<u8>>) {
     // Read as much as the pipe holds at once, not 8 KiB at a time.
     let mut reader = BufReader::with_capacity(crate::limits::PROGRAM_STDOUT_PIPE_BYTES, stdout);
     let mut total: u64 = 0;
     let mut line = Vec::new();
     loop {
         line.clear();
+        if line.capacity() == 0 {
+            line = spares.try_recv().unwrap_or_default();
+        }
         let n = match (&mut reader)
             .take(JSONL_LINE_MAX_BYTES as u64 + 1)
             .read_until(b'\n', &mut line)
@@ -422,9 +427,30 @@ mod tests {
     /// What read_lines makes of `input`.
     fn lines_of(input: &[u8]) -> Vec<Note> {
         let (tx, rx) = crossbeam_channel::unbounded();
-        read_lines(input, u64::MAX, &tx);
+        read_lines(input, u64::MAX, &tx, &crossbeam_channel::never());
         drop(tx);
         rx.iter().collect()
+    }
+
+    #[test]
+    fn a_line_is_read_into_the_buffer_given_back() {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let (spares_tx, spares_rx) = crossbeam_channel::bounded(1);
+        let spare = Vec::with_capacity(1 << 16);
+        let at = spare.as_ptr();
+        spares_tx.send(spare).unwrap();
+        read_lines(&b"{\"status\":\"working\"}\n{}\n"[..], u64::MAX, &tx, &spares_rx);
+        drop(tx);
+        let notes: Vec<Note> = rx.iter().collect();
+        let [Note::Output(first), Note::Output(second), Note::StdoutEof] = notes.as_slice() else {
+            panic!("two lines and the end: {notes:?}")
+        };
+        assert_eq!(
+            (first.as_slice(), second.as_slice()),
+            (&b"{\"status\":\"working\"}"[..], &b"{}"[..])
+        );
+        assert_eq!(first.as_ptr(), at, "the first line went into the spare");
+        assert_ne!(second.as_ptr(), at, "the second, with none given back, into a new one");
     }
 
     #[test]
@@ -465,7 +491,7 @@ mod tests {
     fn a_first_line_reply_is_the_verdict_and_is_relayed() {
         let frames = relaying("c", |p| {
             assert_eq!(
-                p.output(br#"{"message":{"parts":[{"text":"hello"}]}}"#.to_vec(), false),
+                p.output(&mut br#"{"message":{"parts":[{"text":"hello"}]}}"#.to_vec(), false),
                 Heard::Verdict(Done {
                     outcome: Outcome::Completed,
                     cause: Cause::Completed,
@@ -483,11 +509,12 @@ mod tests {
     #[test]
     fn lines_relay_until_the_ending_is_known() {
         let frames = relaying("c", |p| {
-            let working = br#"{"status":"working","text":"on it"}"#.to_vec();
-            assert_eq!(p.output(working, false), Heard::Nothing);
-            let chunk = br#"{"artifact":{"parts":[{"text":"a"}]},"lastChunk":true}"#.to_vec();
-            assert_eq!(p.output(chunk, false), Heard::Nothing);
-            let Heard::Broken(done) = p.output(br#"{"message":{"parts":[{"text":"late"}]}}"#.to_vec(), false) else {
+            let mut working = br#"{"status":"working","text":"on it"}"#.to_vec();
+            assert_eq!(p.output(&mut working, false), Heard::Nothing);
+            let mut chunk = br#"{"artifact":{"parts":[{"text":"a"}]},"lastChunk":true}"#.to_vec();
+            assert_eq!(p.output(&mut chunk, false), Heard::Nothing);
+            let Heard::Broken(done) = p.output(&mut br#"{"message":{"parts":[{"text":"late"}]}}"#.to_vec(), false)
+            else {
                 panic!("a reply on line 3 is refused")
             };
             assert_eq!(
@@ -495,7 +522,7 @@ mod tests {
                 Some("the program's output line 3 is not valid jsonl: a `message` reply must be the program's first and only line")
             );
             assert_eq!(
-                p.output(b"junk".to_vec(), true),
+                p.output(&mut b"junk".to_vec(), true),
                 Heard::Nothing,
                 "over: read, not judged"
             );

@@ -6,7 +6,7 @@
 
 use std::process::ChildStdout;
 
-use crossbeam_channel::Sender;
+use crossbeam_channel::{Receiver, Sender};
 
 use super::exec::{Heard, Protocol};
 use super::program::{self, Note, Stdin};
@@ -31,7 +31,7 @@ impl<'a> Text<'a> {
 }
 
 impl Protocol for Text<'_> {
-    const READ: fn(ChildStdout, u64, &Sender<Note>) = read_stdout;
+    const READ: fn(ChildStdout, u64, &Sender<Note>, &Receiver<Vec<u8>>) = read_stdout;
 
     fn begin(&mut self, stdin: &mut Stdin) {
         // The stdin thread writes it while the loop reads: a program that
@@ -42,8 +42,9 @@ impl Protocol for Text<'_> {
 
     /// Output is relayed until the end, even after a cancel or the budget:
     /// what the program printed before it stopped is part of its result.
-    fn output(&mut self, bytes: Vec<u8>, _over: bool) -> Heard {
-        self.out.push(bytes);
+    fn output(&mut self, bytes: &mut Vec<u8>, _over: bool) -> Heard {
+        // Taken whole: the bytes become the chunk's text as they are.
+        self.out.push(std::mem::take(bytes));
         Heard::Nothing
     }
 
@@ -67,7 +68,7 @@ impl Protocol for Text<'_> {
 /// Reads stdout as it comes and counts the output budget; the protocol
 /// loop turns the bytes into chunks, so nothing reaches the supervisor
 /// after the task's `done`, even from a helper that keeps writing.
-fn read_stdout(stdout: ChildStdout, output_max: u64, tx: &Sender<Note>) {
+fn read_stdout(stdout: ChildStdout, output_max: u64, tx: &Sender<Note>, _spares: &Receiver<Vec<u8>>) {
     use std::os::fd::AsRawFd;
     let mut total: u64 = 0;
     loop {
