@@ -333,10 +333,10 @@ pub fn read_lines(stdout: impl Read, output_max: u64, tx: &Sender<Note>, spares:
     let mut total: u64 = 0;
     let mut line = Vec::new();
     loop {
-        line.clear();
         if line.capacity() == 0 {
             line = spares.try_recv().unwrap_or_default();
         }
+        line.clear();
         let n = match (&mut reader)
             .take(JSONL_LINE_MAX_BYTES as u64 + 1)
             .read_until(b'\n', &mut line)
