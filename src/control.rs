@@ -339,43 +339,69 @@ pub fn encode_head_onto<'f, T: Frame>(
     max: usize,
     hint: usize,
 ) -> Result<&'f str, FrameError> {
-    // The JSON goes straight after room for its length (filled in once
-    // known): one buffer, no copy.
-    let at = out.len();
-    let split = frame.split_text();
-    let raw_len = split.as_ref().map_or(0, |(_, text)| text.len());
+    match frame.split_text() {
+        Some((shell, text)) => encode_shell_onto(out, &shell, text.len(), max).map(|()| text),
+        None => encode_json_onto(out, frame, max, hint).map(|()| ""),
+    }
+}
+
+/// Appends the head of a frame whose text of `text_len` bytes goes raw
+/// right after it: `shell` is the frame with that text left empty (as
+/// [`Frame::split_text`] makes it; the reader puts the text there).
+pub fn encode_shell_onto<T: Frame>(
+    out: &mut Vec<u8>,
+    shell: &T,
+    text_len: usize,
+    max: usize,
+) -> Result<(), FrameError> {
+    framed_onto(out, max, text_len, |out| {
+        out.push(RAW_TEXT_MARK);
+        out.extend_from_slice(&[0; 4]);
+        let json_at = out.len();
+        serde_json::to_writer(&mut *out, shell).map_err(|e| FrameError::BadJson(e.to_string()))?;
+        let json_len = out.len() - json_at;
+        let json_len = u32::try_from(json_len).map_err(|_| FrameError::TooLarge { len: json_len, max })?;
+        out[json_at - 4..json_at].copy_from_slice(&json_len.to_be_bytes());
+        Ok(())
+    })
+}
+
+/// Appends a frame that goes as JSON alone, room made for about `hint`
+/// bytes of text first.
+fn encode_json_onto<T: Frame>(out: &mut Vec<u8>, frame: &T, max: usize, hint: usize) -> Result<(), FrameError> {
     out.reserve(
         crate::limits::CONTROL_FRAME_START_BYTES
-            .saturating_add(hint.saturating_sub(raw_len))
+            .saturating_add(hint)
             .min(max.saturating_add(4)),
     );
+    framed_onto(out, max, 0, |out| {
+        serde_json::to_writer(&mut *out, frame).map_err(|e| FrameError::BadJson(e.to_string()))
+    })
+}
+
+/// Appends a frame's length and what `body` writes after it, the length
+/// counting `raw_len` bytes more that the caller writes after that. The
+/// body goes straight after room for its length (filled in once known):
+/// one buffer, no copy. On an error `out` is as it was.
+fn framed_onto(
+    out: &mut Vec<u8>,
+    max: usize,
+    raw_len: usize,
+    body: impl FnOnce(&mut Vec<u8>) -> Result<(), FrameError>,
+) -> Result<(), FrameError> {
+    let at = out.len();
     out.extend_from_slice(&[0; 4]);
-    let written = match &split {
-        Some((shell, _)) => {
-            out.push(RAW_TEXT_MARK);
-            out.extend_from_slice(&[0; 4]);
-            let json_at = out.len();
-            let json = serde_json::to_writer(&mut *out, shell).map_err(|e| FrameError::BadJson(e.to_string()));
-            let json_len = out.len() - json_at;
-            json.and_then(|()| {
-                let json_len = u32::try_from(json_len).map_err(|_| FrameError::TooLarge { len: json_len, max })?;
-                out[json_at - 4..json_at].copy_from_slice(&json_len.to_be_bytes());
-                Ok(())
-            })
-        }
-        None => serde_json::to_writer(&mut *out, frame).map_err(|e| FrameError::BadJson(e.to_string())),
-    };
-    let len = (out.len() - at - 4).saturating_add(raw_len);
-    let prefix = written.and_then(|()| {
+    let written = body(out).and_then(|()| {
+        let len = (out.len() - at - 4).saturating_add(raw_len);
         u32::try_from(len)
             .ok()
             .filter(|_| len <= max)
             .ok_or(FrameError::TooLarge { len, max })
     });
-    match prefix {
+    match written {
         Ok(prefix) => {
             out[at..at + 4].copy_from_slice(&prefix.to_be_bytes());
-            Ok(split.map_or("", |(_, text)| text))
+            Ok(())
         }
         Err(e) => {
             out.truncate(at);

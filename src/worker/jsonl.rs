@@ -19,16 +19,18 @@
 //! [`Jsonl`] is a `Protocol` of the runner loop in `exec`, which watches
 //! the program (exit, pipes, grace) and decides how it ended.
 
+use std::borrow::Cow;
 use std::io::{BufRead, BufReader, Read};
 use std::process::ChildStdout;
 
 use crossbeam_channel::{Receiver, Sender};
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::exec::{Heard, Protocol};
 use super::program::{self, Note, Stdin};
 use super::{Done, Link};
-use crate::control::{Cause, FromWorker, Outcome, Progress};
+use crate::control::{Cause, FromWorker, Outcome, Progress, RAW_TEXT_MIN_BYTES};
 use crate::limits::JSONL_LINE_MAX_BYTES;
 use crate::wire::{Artifact, Message, Part, Role};
 
@@ -210,6 +212,10 @@ impl Protocol for Jsonl<'_> {
         }
         match step(self.line_no, line, self.context_id, &self.default_artifact) {
             Step::Send(frame) => self.relay(&frame, Heard::Nothing),
+            Step::SendText(shell, text) => match self.link.send_with_text(&shell, &text) {
+                Ok(()) => Heard::Nothing,
+                Err(e) => Heard::Broken(too_big(self.line_no, &e)),
+            },
             Step::Reply(frame) => self.relay(
                 &frame,
                 Heard::Verdict(Done {
@@ -238,9 +244,12 @@ impl Protocol for Jsonl<'_> {
 }
 
 /// What one line of the program's output does to the task.
-enum Step {
+enum Step<'l> {
     /// Relay this frame; the task goes on.
     Send(FromWorker),
+    /// Relay this frame with this long text in its one empty part (the
+    /// text still in the line, if it had no escapes); the task goes on.
+    SendText(FromWorker, Cow<'l, str>),
     /// Relay this direct reply; the task is then over.
     Reply(FromWorker),
     /// The program's verdict: the task is over, the program may exit.
@@ -249,7 +258,17 @@ enum Step {
     Bad(Done),
 }
 
-fn step(line_no: usize, bytes: &[u8], context_id: &str, default_artifact: &str) -> Step {
+fn step<'l>(line_no: usize, bytes: &'l [u8], context_id: &str, default_artifact: &str) -> Step<'l> {
+    if bytes.len() >= LONG_LINE_BYTES {
+        if let Ok(chunk) = serde_json::from_slice::<TextChunk<'l>>(bytes) {
+            return chunk.step(default_artifact);
+        }
+    }
+    step_parsed(line_no, bytes, context_id, default_artifact)
+}
+
+/// [`step`] for a line read by [`parse_line`].
+fn step_parsed<'l>(line_no: usize, bytes: &[u8], context_id: &str, default_artifact: &str) -> Step<'l> {
     match parse_line(bytes) {
         Ok(Line::Reply(parts, metadata)) if line_no == 1 => Step::Reply(FromWorker::Reply {
             message: Message {
@@ -297,6 +316,78 @@ fn step(line_no: usize, bytes: &[u8], context_id: &str, default_artifact: &str) 
             last_chunk,
         }),
         Err(reason) => Step::Bad(bad_line(line_no, &reason)),
+    }
+}
+
+/// How long a line is before [`TextChunk`] is tried on it: below this,
+/// copying its text costs less than a second parse of a line of another
+/// shape.
+const LONG_LINE_BYTES: usize = 64 * 1024;
+
+/// The line most programs with large output write: an artifact chunk of
+/// one text part and nothing else,
+/// `{"artifact":{"artifactId"?,"name"?,"description"?,"parts":[{"text":…}]},"append"?,"lastChunk"?}`,
+/// read with its text left in the line (unless it has escapes), where
+/// [`parse_line`] would copy megabytes into a tree and out again. Any line
+/// this does not take — another shape, a key twice, a null flag — is
+/// parse_line's, which reads every line this takes the same way and says
+/// what is wrong with the rest.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct TextChunk<'a> {
+    #[serde(borrow)]
+    artifact: TextArtifact<'a>,
+    #[serde(default)]
+    append: bool,
+    #[serde(default)]
+    last_chunk: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct TextArtifact<'a> {
+    artifact_id: Option<String>,
+    name: Option<String>,
+    description: Option<String>,
+    #[serde(borrow)]
+    parts: [TextPart<'a>; 1],
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TextPart<'a> {
+    #[serde(borrow)]
+    text: Cow<'a, str>,
+}
+
+impl<'a> TextChunk<'a> {
+    /// The chunk as the frame parse_line's reading of it makes: with its
+    /// text apart when that is long enough to go raw.
+    fn step(self, default_artifact: &str) -> Step<'a> {
+        let TextChunk {
+            artifact,
+            append,
+            last_chunk,
+        } = self;
+        let [TextPart { text }] = artifact.parts;
+        let long = text.len() >= RAW_TEXT_MIN_BYTES;
+        let frame = FromWorker::Artifact {
+            artifact: Artifact {
+                artifact_id: artifact.artifact_id.unwrap_or_else(|| default_artifact.to_string()),
+                name: artifact.name,
+                description: artifact.description,
+                parts: vec![Part::text(if long { String::new() } else { text.to_string() })],
+                metadata: None,
+                extensions: Vec::new(),
+            },
+            append,
+            last_chunk,
+        };
+        if long {
+            Step::SendText(frame, text)
+        } else {
+            Step::Send(frame)
+        }
     }
 }
 
@@ -481,10 +572,85 @@ mod tests {
         let (far, near) = crate::sys::pipe().unwrap();
         let link = Link::new(std::fs::File::from(near), 1 << 20);
         let message = Message::agent_text("hi", "t", context_id);
+        // Read as they come: a frame larger than the pipe holds waits for it.
+        let mut far = std::fs::File::from(far);
+        let reader = std::thread::spawn(move || {
+            std::iter::from_fn(|| crate::control::read_frame(&mut far, 1 << 20).unwrap()).collect()
+        });
         f(&mut Jsonl::new("t", context_id, &message, &link));
         drop(link);
-        let mut far = std::fs::File::from(far);
-        std::iter::from_fn(|| crate::control::read_frame(&mut far, 1 << 20).unwrap()).collect()
+        reader.join().unwrap()
+    }
+
+    /// Long lines of every shape near the one TextChunk takes: each must
+    /// reach agentd as the frame parse_line's reading of it makes.
+    #[test]
+    fn a_long_text_chunk_is_relayed_as_parse_line_reads_it() {
+        let text = "a".repeat(LONG_LINE_BYTES);
+        let escaped = format!("{}\\n\\\"\\u00e9{}", "b".repeat(LONG_LINE_BYTES), "€");
+        let lines: Vec<(String, bool)> = vec![
+            (format!(r#"{{"artifact":{{"parts":[{{"text":"{text}"}}]}}}}"#), true),
+            (
+                format!(
+                    r#"{{"artifact":{{"artifactId":"x","name":"n","description":"d","parts":[{{"text":"{text}"}}]}},"append":true,"lastChunk":false}}"#
+                ),
+                true,
+            ),
+            (
+                format!(r#"{{"lastChunk":true,"artifact":{{"parts":[{{"text":"{escaped}"}}],"name":null}}}}"#),
+                true,
+            ),
+            (
+                format!(r#"{{"artifact":{{"parts":[{{"text":"{text}"}}]}},"append":null}}"#),
+                false,
+            ),
+            (
+                format!(r#"{{"artifact":{{"parts":[{{"text":"{text}"}}]}},"text":"ignored"}}"#),
+                false,
+            ),
+            (
+                format!(r#"{{"artifact":{{"parts":[{{"text":"{text}"}}],"metadata":{{"k":1}}}}}}"#),
+                false,
+            ),
+            (
+                format!(r#"{{"artifact":{{"parts":[{{"text":"{text}","mediaType":"text/plain"}}]}}}}"#),
+                false,
+            ),
+            (
+                format!(r#"{{"artifact":{{"parts":[{{"text":"{text}"}},{{"text":"b"}}]}}}}"#),
+                false,
+            ),
+            (
+                format!(r#"{{"artifact":{{"artifactId":"1","artifactId":"2","parts":[{{"text":"{text}"}}]}}}}"#),
+                false,
+            ),
+            (
+                format!(r#"{{"artifact":{{"parts":[{{"text":"{text}"}}]}},"other":[1,2]}}"#),
+                false,
+            ),
+            (
+                format!(r#"{{"artifact":{{"name":"{text}","parts":[{{"text":"short"}}]}}}}"#),
+                true,
+            ),
+        ];
+        for (line, plain) in lines {
+            let mut default = String::new();
+            let frames = relaying("c", |p| {
+                default = p.default_artifact.clone();
+                assert_eq!(
+                    p.output(&mut line.clone().into_bytes(), false),
+                    Heard::Nothing,
+                    "{line:.120}"
+                );
+            });
+            let Step::Send(expected) = step_parsed(1, line.as_bytes(), "c", &default) else {
+                panic!("parse_line takes the line: {line:.120}")
+            };
+            assert_eq!(frames, vec![expected], "{line:.120}");
+            let took = matches!(step(1, line.as_bytes(), "c", &default), Step::SendText(..))
+                || serde_json::from_slice::<TextChunk>(line.as_bytes()).is_ok();
+            assert_eq!(took, plain, "TextChunk takes only the plain shape: {line:.120}");
+        }
     }
 
     #[test]

@@ -118,18 +118,19 @@ impl Link {
         // write: a stream of large chunks is copied once less and allocates
         // (and faults in) no buffer per chunk.
         let raw = control::encode_head_onto(&mut w.held, frame, self.frame_max, frame.text_bytes())?;
-        let written = write_both(&mut w.pipe, &w.held, raw.as_bytes());
-        w.held.clear();
-        if w.held.capacity() > crate::limits::WORKER_FRAME_BUFFER_KEEP_BYTES {
-            w.held = Vec::new(); // a frame of megabytes of JSON is not kept for the next
-        }
-        if let Err(e) = written {
-            log::error!(
-                "worker.link.lost pid={} error={e}; killing the task's group",
-                sys::getpid()
-            );
-            containment::kill_own_task();
-        }
+        w.write_out(raw);
+        Ok(())
+    }
+
+    /// Sends a frame whose one long text is not in it: `shell` is the frame
+    /// with that text left empty (a jsonl line's text goes from the line
+    /// it was read into, never copied into a frame of its own). Limits as
+    /// for `send`.
+    pub fn send_with_text(&self, shell: &FromWorker, text: &str) -> Result<(), control::FrameError> {
+        let mut w = self.writer();
+        let w = &mut *w;
+        control::encode_shell_onto(&mut w.held, shell, text.len(), self.frame_max)?;
+        w.write_out(text);
         Ok(())
     }
 
@@ -147,6 +148,26 @@ impl Link {
         match self.writer.lock() {
             Ok(w) => w,
             Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+}
+
+impl Writer {
+    /// Writes what is held, then `raw` (a frame's text that goes after
+    /// it). A write failure means the supervisor is gone: the task's group
+    /// is killed.
+    fn write_out(&mut self, raw: &str) {
+        let written = write_both(&mut self.pipe, &self.held, raw.as_bytes());
+        self.held.clear();
+        if self.held.capacity() > crate::limits::WORKER_FRAME_BUFFER_KEEP_BYTES {
+            self.held = Vec::new(); // a frame of megabytes of JSON is not kept for the next
+        }
+        if let Err(e) = written {
+            log::error!(
+                "worker.link.lost pid={} error={e}; killing the task's group",
+                sys::getpid()
+            );
+            containment::kill_own_task();
         }
     }
 }
