@@ -632,6 +632,14 @@ mod tests {
                 format!(r#"{{"artifact":{{"name":"{text}","parts":[{{"text":"short"}}]}}}}"#),
                 true,
             ),
+            (
+                format!(r#"{{"art\u0069fact":{{"parts":[{{"t\u0065xt":"{text}"}}]}}, "append" : true }}"#),
+                true,
+            ),
+            (
+                format!(r#"{{"artifact":{{"parts":[{{"text":"{text}"}}]}},"lastchunk":true}}"#),
+                false,
+            ),
         ];
         for (line, plain) in lines {
             let mut default = String::new();
