@@ -32,6 +32,9 @@ pub struct Channel {
     inbox: Vec<u8>,
     /// Bytes of `inbox` already decoded.
     read_at: usize,
+    /// Where in `inbox` the frame under way starts, as far as reads have
+    /// looked (see `frame_rest`).
+    frame_at: usize,
     outbox: Vec<u8>,
     /// Bytes of `outbox` already written.
     written: usize,
@@ -72,6 +75,7 @@ impl Channel {
             tx,
             inbox: Vec::new(),
             read_at: 0,
+            frame_at: 0,
             outbox: Vec::new(),
             written: 0,
             open: true,
@@ -140,7 +144,8 @@ impl Channel {
         }
         let mut budget = READ_TURN_BYTES;
         while budget > 0 {
-            self.inbox.reserve(self.frame_rest().max(READ_ROOM_BYTES));
+            let room = self.frame_rest().max(READ_ROOM_BYTES);
+            self.inbox.reserve(room);
             match crate::sys::read_appending(self.rx.as_raw_fd(), &mut self.inbox, budget) {
                 Ok(0) => {
                     turn.closed = true;
@@ -168,11 +173,13 @@ impl Channel {
                 }
             }
         }
-        // Compact once per turn, not per frame.
+        // Compact once per turn, not per frame. Every whole frame is
+        // decoded, so the inbox then starts at a frame's edge.
         if self.read_at > 0 {
             self.inbox.drain(..self.read_at);
             self.read_at = 0;
         }
+        self.frame_at = 0;
         if turn.closed && !self.inbox.is_empty() && turn.broken.is_none() {
             turn.broken = Some(format!(
                 "the channel ended inside a frame ({} bytes left)",
@@ -187,16 +194,16 @@ impl Channel {
 
     /// Bytes still to come of the frame the inbox ends inside (0 at a
     /// frame's edge, or while its length is not in yet), as far as the
-    /// frame limit allows: what decoding reports a longer one as.
-    fn frame_rest(&self) -> usize {
-        let mut at = self.read_at;
-        while let Some(prefix) = self.inbox.get(at..at + 4) {
+    /// frame limit allows: what decoding reports a longer one as. Frames
+    /// already walked over are not walked again.
+    fn frame_rest(&mut self) -> usize {
+        while let Some(prefix) = self.inbox.get(self.frame_at..self.frame_at + 4) {
             let len = u32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]) as usize;
-            let end = at + 4 + len.min(self.frame_max);
+            let end = self.frame_at + 4 + len.min(self.frame_max);
             if end > self.inbox.len() {
                 return end - self.inbox.len();
             }
-            at = end;
+            self.frame_at = end;
         }
         0
     }
@@ -283,6 +290,46 @@ mod tests {
         let (worker_reads, to_worker) = crate::sys::pipe().unwrap();
         let ch = Channel::new(from_worker.into(), to_worker.into(), 1 << 20).unwrap();
         (ch, worker_writes.into(), worker_reads.into())
+    }
+
+    #[test]
+    fn a_frame_larger_than_the_pipe_is_read_in_turns_into_room_made_for_it() {
+        let (mut ch, mut worker, _reads) = pair();
+        let text = "ab€".repeat(100_000); // 500 KB: several pipefuls
+        let chunk = FromWorker::Artifact {
+            artifact: crate::wire::Artifact {
+                artifact_id: "a".into(),
+                name: None,
+                description: None,
+                parts: vec![crate::wire::Part::text(text.clone())],
+                metadata: None,
+                extensions: Vec::new(),
+            },
+            append: false,
+            last_chunk: true,
+        };
+        let wire = [
+            control::encode(&chunk, 1 << 20).unwrap(),
+            control::encode(&FromWorker::Pong, 1 << 20).unwrap(),
+        ]
+        .concat();
+        let wire_len = wire.len();
+        let writer = std::thread::spawn(move || worker.write_all(&wire));
+        let mut frames = Vec::new();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while frames.len() < 2 && std::time::Instant::now() < deadline {
+            let turn = ch.read_turn();
+            assert!(turn.broken.is_none(), "{:?}", turn.broken);
+            assert!(turn.frames.len() <= 2);
+            frames.extend(turn.frames);
+        }
+        writer.join().unwrap().unwrap();
+        assert_eq!(frames, vec![chunk, FromWorker::Pong]);
+        assert!(
+            ch.inbox.capacity() <= 2 * wire_len,
+            "room made for the frame, not grown on past it: {} for {wire_len} bytes",
+            ch.inbox.capacity()
+        );
     }
 
     #[test]
