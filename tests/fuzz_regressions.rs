@@ -118,6 +118,16 @@ fn seeds_are_valid_examples() {
     }
     for (path, bytes) in seeds("jsonl_line") {
         assert!(agentd::worker::jsonl::parse_line(&bytes).is_ok(), "{}", path.display());
+        // The in-place reading of long chunks has a seed of its own shape.
+        let text_chunk = path
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("seed-text-chunk"));
+        assert_eq!(
+            agentd::worker::jsonl::chunk_readings(&bytes).is_some(),
+            text_chunk,
+            "{}",
+            path.display()
+        );
     }
     // Every line of these is one a jsonl program may write.
     for (path, bytes) in seeds("jsonl_lines") {

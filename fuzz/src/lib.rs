@@ -288,12 +288,16 @@ impl Read for Trickle<'_> {
     }
 }
 
-/// One line of a jsonl program's output.
+/// One line of a jsonl program's output. A line the in-place reading of
+/// long chunks takes must reach agentd as the general reading's frame.
 pub fn jsonl_line(data: &[u8]) {
     match jsonl::parse_line(data) {
         Ok(Line::Artifact { parts, .. }) | Ok(Line::Reply(parts, _)) => assert!(!parts.is_empty()),
         Ok(_) => {}
         Err(why) => assert!(!why.is_empty()),
+    }
+    if let Some((in_place, parsed)) = jsonl::chunk_readings(data) {
+        assert_eq!(Some(in_place), parsed, "the two readings differ");
     }
 }
 

@@ -391,6 +391,31 @@ impl<'a> TextChunk<'a> {
     }
 }
 
+/// The frame the in-place reading makes of `bytes` (its text put back in
+/// its part), if [`TextChunk`] takes the line at any length, and the frame
+/// [`parse_line`]'s reading makes, if that takes it: for the fuzz target
+/// that holds them alike.
+#[doc(hidden)]
+pub fn chunk_readings(bytes: &[u8]) -> Option<(FromWorker, Option<FromWorker>)> {
+    use crate::control::Frame;
+    const DEFAULT_ARTIFACT: &str = "default";
+    let chunk = serde_json::from_slice::<TextChunk>(bytes).ok()?;
+    let in_place = match chunk.step(DEFAULT_ARTIFACT) {
+        Step::Send(frame) => frame,
+        Step::SendText(mut shell, text) => {
+            let joined = shell.join_text(text.into_owned());
+            assert!(joined, "a chunk's shell has the empty part its text goes into");
+            shell
+        }
+        _ => return None,
+    };
+    let parsed = match step_parsed(1, bytes, "c", DEFAULT_ARTIFACT) {
+        Step::Send(frame) => Some(frame),
+        _ => None,
+    };
+    Some((in_place, parsed))
+}
+
 /// A line within the limit always fits a frame (limits.rs says why); this
 /// is for a daemon whose limits were changed under a running worker.
 fn too_big(n: usize, e: &crate::control::FrameError) -> Done {
