@@ -128,6 +128,8 @@ pub const PRESPAWN_PER_TURN: usize = 2;
 /// After poll(2) failed (more fds than RLIMIT_NOFILE allows), how long
 /// procman waits before it tries every descriptor anyway.
 pub const PROCMAN_POLL_RETRY_MS: u64 = 10;
+/// procman's one buffer the small reads of every control pipe go through.
+pub const PROCMAN_READ_BUFFER_BYTES: usize = 64 * 1024;
 /// Most bytes procman reads from one worker per turn of its loop, so a
 /// worker that floods frames shares procman with the others.
 pub const CONTROL_READ_TURN_BYTES: usize = 256 * 1024;

@@ -19,10 +19,11 @@ use crate::control::{self, FrameError, FromWorker, ToWorker};
 use crate::limits::CONTROL_OUTBOX_SLACK_BYTES;
 
 pub use crate::limits::CONTROL_READ_TURN_BYTES as READ_TURN_BYTES;
-/// The least room made in the inbox for a read between frames: a worker's
-/// usual frames are a few hundred bytes, and a burst of them is read in
-/// a few reads.
-const READ_ROOM_BYTES: usize = 4096;
+/// The first read of a turn, through the scratch buffer (see `read_turn`).
+const FIRST_READ_BYTES: usize = 4096;
+/// The rest of a frame under way from which it is read straight into the
+/// inbox rather than through the scratch buffer.
+const DIRECT_READ_MIN_BYTES: usize = 4096;
 
 pub struct Channel {
     /// The pipe from the worker.
@@ -134,19 +135,30 @@ impl Channel {
     }
 
     /// Reads what is there (up to [`READ_TURN_BYTES`]) and decodes every
-    /// whole frame in it. Bytes are read straight into the inbox, with room
-    /// made for the rest of the frame under way: a large frame is read
-    /// once, into the place it is decoded from.
-    pub fn read_turn(&mut self) -> Turn {
+    /// whole frame in it. Small reads go through `scratch` (procman's one
+    /// read buffer), so an inbox holds no more than the frames it was sent;
+    /// the rest of a large frame under way is read straight into the inbox,
+    /// room made for it: read once, into the place it is decoded from.
+    pub fn read_turn(&mut self, scratch: &mut [u8]) -> Turn {
         let mut turn = Turn::default();
         if !self.open {
             return turn;
         }
         let mut budget = READ_TURN_BYTES;
+        // A turn's first read is small: most turns bring a frame or two of a
+        // few hundred bytes. A read that fills it is followed by larger ones.
+        let mut want = FIRST_READ_BYTES;
         while budget > 0 {
-            let room = self.frame_rest().max(READ_ROOM_BYTES);
-            self.inbox.reserve(room);
-            match crate::sys::read_appending(self.rx.as_raw_fd(), &mut self.inbox, budget) {
+            let rest = self.frame_rest();
+            let read = if rest >= DIRECT_READ_MIN_BYTES {
+                self.inbox.reserve(rest);
+                crate::sys::read_appending(self.rx.as_raw_fd(), &mut self.inbox, rest.min(budget))
+            } else {
+                let buf = &mut scratch[..want.min(budget)];
+                self.rx.read(buf).inspect(|n| self.inbox.extend_from_slice(&buf[..*n]))
+            };
+            want = scratch.len();
+            match read {
                 Ok(0) => {
                     turn.closed = true;
                     break;
@@ -318,7 +330,7 @@ mod tests {
         let mut frames = Vec::new();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while frames.len() < 2 && std::time::Instant::now() < deadline {
-            let turn = ch.read_turn();
+            let turn = ch.read_turn(&mut [0; 65536]);
             assert!(turn.broken.is_none(), "{:?}", turn.broken);
             assert!(turn.frames.len() <= 2);
             frames.extend(turn.frames);
@@ -344,12 +356,12 @@ mod tests {
         let wire = [pong.clone(), control::encode(&done, 1 << 20).unwrap()].concat();
         let cut = pong.len() + 7;
         worker.write_all(&wire[..cut]).unwrap();
-        let first = ch.read_turn();
+        let first = ch.read_turn(&mut [0; 65536]);
         assert_eq!(first.frames, vec![FromWorker::Pong]);
         worker.write_all(&wire[cut..]).unwrap();
-        assert_eq!(ch.read_turn().frames, vec![done]);
+        assert_eq!(ch.read_turn(&mut [0; 65536]).frames, vec![done]);
         drop(worker);
-        let last = ch.read_turn();
+        let last = ch.read_turn(&mut [0; 65536]);
         assert!(last.closed && last.broken.is_none());
         assert!(!ch.is_open());
     }
@@ -370,7 +382,7 @@ mod tests {
         let mut total = 0;
         let mut turns = 0;
         while total < 100_000 {
-            let turn = ch.read_turn();
+            let turn = ch.read_turn(&mut [0; 65536]);
             // The bytes a turn took, counted in whole frames (a frame is
             // 10 bytes since frames are externally tagged: `"pong"`).
             assert!(turn.frames.len() * frame_len <= READ_TURN_BYTES + 64 * 1024);
@@ -388,13 +400,13 @@ mod tests {
     fn nonsense_and_torn_frames_break_the_channel() {
         let (mut ch, mut worker, _reads) = pair();
         worker.write_all(b"\0\0\0\x02{}").unwrap();
-        assert!(ch.read_turn().broken.is_some());
+        assert!(ch.read_turn(&mut [0; 65536]).broken.is_some());
         let (mut ch, mut worker, _reads) = pair();
         worker
             .write_all(&control::encode(&FromWorker::Pong, 1 << 20).unwrap()[..5])
             .unwrap();
         drop(worker);
-        let turn = ch.read_turn();
+        let turn = ch.read_turn(&mut [0; 65536]);
         assert!(turn.closed && turn.broken.unwrap().contains("inside a frame"));
     }
 

@@ -61,6 +61,8 @@ pub(super) struct Driver<O: Os> {
     /// Exits reaped that are no worker's (the fork server, workers not yet
     /// named, orphans): the pool's to route.
     pub unclaimed: Vec<(i32, ExitStatus)>,
+    /// The one buffer small reads of every control pipe go through.
+    scratch: Vec<u8>,
     next_counters_at: Instant,
     /// When the next finished task is due to be dropped (tasks.retain_ms).
     retention_due: Option<Instant>,
@@ -78,6 +80,7 @@ impl<O: Os> Driver<O> {
             events: VecDeque::new(),
             stepping: false,
             unclaimed: Vec::new(),
+            scratch: vec![0; limits::PROCMAN_READ_BUFFER_BYTES],
             retention_due: None,
         }
     }
@@ -260,7 +263,7 @@ impl<O: Os> Driver<O> {
     /// Frames from a worker whose pipe is readable.
     pub fn read_from(&mut self, h: Helpers, pid: i32) {
         let Some(w) = self.workers.get_mut(&pid) else { return };
-        let turn = w.chan.read_turn();
+        let turn = w.chan.read_turn(&mut self.scratch);
         self.heard(h, pid, turn);
     }
 
