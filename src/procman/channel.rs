@@ -154,7 +154,8 @@ impl Channel {
                 self.inbox.reserve(rest);
                 crate::sys::read_appending(self.rx.as_raw_fd(), &mut self.inbox, rest.min(budget))
             } else {
-                let buf = &mut scratch[..want.min(budget)];
+                let len = want.min(budget).min(scratch.len());
+                let buf = &mut scratch[..len];
                 self.rx.read(buf).inspect(|n| self.inbox.extend_from_slice(&buf[..*n]))
             };
             want = scratch.len();
@@ -342,6 +343,22 @@ mod tests {
             "room made for the frame, not grown on past it: {} for {wire_len} bytes",
             ch.inbox.capacity()
         );
+    }
+
+    #[test]
+    fn a_scratch_buffer_smaller_than_a_first_read_is_enough() {
+        let (mut ch, mut worker, _reads) = pair();
+        let pongs: Vec<u8> = (0..200)
+            .flat_map(|_| control::encode(&FromWorker::Pong, 1 << 20).unwrap())
+            .collect();
+        worker.write_all(&pongs).unwrap();
+        let mut frames = Vec::new();
+        while frames.len() < 200 {
+            let turn = ch.read_turn(&mut [0; 16]);
+            assert!(turn.broken.is_none() && !turn.frames.is_empty(), "{turn:?}");
+            frames.extend(turn.frames);
+        }
+        assert_eq!(frames, vec![FromWorker::Pong; 200]);
     }
 
     #[test]
