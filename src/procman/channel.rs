@@ -331,7 +331,7 @@ mod tests {
         let mut frames = Vec::new();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while frames.len() < 2 && std::time::Instant::now() < deadline {
-            let turn = ch.read_turn(&mut [0; 65536]);
+            let turn = ch.read_turn(&mut [0; 4096]);
             assert!(turn.broken.is_none(), "{:?}", turn.broken);
             assert!(turn.frames.len() <= 2);
             frames.extend(turn.frames);
@@ -373,12 +373,12 @@ mod tests {
         let wire = [pong.clone(), control::encode(&done, 1 << 20).unwrap()].concat();
         let cut = pong.len() + 7;
         worker.write_all(&wire[..cut]).unwrap();
-        let first = ch.read_turn(&mut [0; 65536]);
+        let first = ch.read_turn(&mut [0; 4096]);
         assert_eq!(first.frames, vec![FromWorker::Pong]);
         worker.write_all(&wire[cut..]).unwrap();
-        assert_eq!(ch.read_turn(&mut [0; 65536]).frames, vec![done]);
+        assert_eq!(ch.read_turn(&mut [0; 4096]).frames, vec![done]);
         drop(worker);
-        let last = ch.read_turn(&mut [0; 65536]);
+        let last = ch.read_turn(&mut [0; 4096]);
         assert!(last.closed && last.broken.is_none());
         assert!(!ch.is_open());
     }
@@ -399,7 +399,7 @@ mod tests {
         let mut total = 0;
         let mut turns = 0;
         while total < 100_000 {
-            let turn = ch.read_turn(&mut [0; 65536]);
+            let turn = ch.read_turn(&mut [0; 4096]);
             // The bytes a turn took, counted in whole frames (a frame is
             // 10 bytes since frames are externally tagged: `"pong"`).
             assert!(turn.frames.len() * frame_len <= READ_TURN_BYTES + 64 * 1024);
@@ -417,13 +417,13 @@ mod tests {
     fn nonsense_and_torn_frames_break_the_channel() {
         let (mut ch, mut worker, _reads) = pair();
         worker.write_all(b"\0\0\0\x02{}").unwrap();
-        assert!(ch.read_turn(&mut [0; 65536]).broken.is_some());
+        assert!(ch.read_turn(&mut [0; 4096]).broken.is_some());
         let (mut ch, mut worker, _reads) = pair();
         worker
             .write_all(&control::encode(&FromWorker::Pong, 1 << 20).unwrap()[..5])
             .unwrap();
         drop(worker);
-        let turn = ch.read_turn(&mut [0; 65536]);
+        let turn = ch.read_turn(&mut [0; 4096]);
         assert!(turn.closed && turn.broken.unwrap().contains("inside a frame"));
     }
 

@@ -61,11 +61,11 @@ pub(super) struct Driver<O: Os> {
     /// Exits reaped that are no worker's (the fork server, workers not yet
     /// named, orphans): the pool's to route.
     pub unclaimed: Vec<(i32, ExitStatus)>,
-    /// The one buffer small reads of every control pipe go through.
-    scratch: Vec<u8>,
     next_counters_at: Instant,
     /// When the next finished task is due to be dropped (tasks.retain_ms).
     retention_due: Option<Instant>,
+    /// The one buffer every control pipe is read through.
+    scratch: Vec<u8>,
 }
 
 impl<O: Os> Driver<O> {
@@ -80,8 +80,8 @@ impl<O: Os> Driver<O> {
             events: VecDeque::new(),
             stepping: false,
             unclaimed: Vec::new(),
-            scratch: vec![0; limits::PROCMAN_READ_BUFFER_BYTES],
             retention_due: None,
+            scratch: vec![0; limits::PROCMAN_READ_BUFFER_BYTES],
         }
     }
 

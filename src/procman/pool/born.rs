@@ -203,7 +203,7 @@ impl<O: Os> Supervisor<O> {
         let Some(at) = self.pool.orphans.iter().position(|(k, _)| *k == n) else {
             return;
         };
-        let mut scratch = [0u8; 4096];
+        let mut scratch = vec![0u8; crate::limits::PROCMAN_READ_BUFFER_BYTES];
         let turn = self.pool.orphans[at].1.chan.read_turn(&mut scratch);
         let hello = match turn.frames.first() {
             Some(FromWorker::Hello { pid }) => Some(*pid),

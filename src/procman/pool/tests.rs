@@ -168,6 +168,14 @@ impl Rig {
         handed
     }
 
+    /// The fork server dies before it read what it was asked, and procman
+    /// takes its turn.
+    fn fork_server_lost_unread(&mut self) {
+        self.kernel().asks.clear();
+        self.kernel().fork_server_dies();
+        self.turn();
+    }
+
     /// The answer to the last silent fork arrives.
     fn answer(&mut self) {
         if let Some((server, pid)) = self.pending_reply.take() {
@@ -357,9 +365,7 @@ fn rows() -> Vec<Row> {
             || {
                 let mut r = Rig::new();
                 let id = r.submit();
-                r.kernel().asks.clear(); // it died before it read the request
-                r.kernel().fork_server_dies();
-                r.turn();
+                r.fork_server_lost_unread();
                 assert_eq!(r.way(&id), Some(Way::Queued { attempts: 0 }));
                 r.at(25);
                 assert_eq!(r.kernel().fork_servers, 2, "a new fork server");
@@ -728,9 +734,7 @@ fn rows() -> Vec<Row> {
                 let id = r.submit();
                 let mut ms = 0;
                 for loss in 1..=8 {
-                    r.kernel().asks.clear();
-                    r.kernel().fork_server_dies();
-                    r.turn();
+                    r.fork_server_lost_unread();
                     if loss < 8 {
                         assert_eq!(r.state(&id), TaskState::Submitted, "after {loss} losses");
                         ms += 25;
@@ -753,9 +757,7 @@ fn rows() -> Vec<Row> {
                 let id = r.submit();
                 let mut ms = 0;
                 for _ in 1..=7 {
-                    r.kernel().asks.clear();
-                    r.kernel().fork_server_dies();
-                    r.turn();
+                    r.fork_server_lost_unread();
                     ms += 25;
                     r.at(ms);
                 }
