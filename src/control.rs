@@ -34,6 +34,7 @@ use std::io::{self, Read, Write};
 
 use serde::{Deserialize, Serialize};
 
+use crate::append::Appender;
 use crate::wire::{Artifact, Message, Part, PartContent};
 
 /// What the worker runs, as procman tells it in `spawn`.
@@ -358,7 +359,7 @@ pub fn encode_shell_onto<T: Frame>(
         out.push(RAW_TEXT_MARK);
         out.extend_from_slice(&[0; 4]);
         let json_at = out.len();
-        serde_json::to_writer(&mut *out, shell).map_err(|e| FrameError::BadJson(e.to_string()))?;
+        serde_json::to_writer(Appender(&mut *out), shell).map_err(|e| FrameError::BadJson(e.to_string()))?;
         let json_len = out.len() - json_at;
         let json_len = u32::try_from(json_len).map_err(|_| FrameError::TooLarge { len: json_len, max })?;
         out[json_at - 4..json_at].copy_from_slice(&json_len.to_be_bytes());
@@ -375,7 +376,7 @@ fn encode_json_onto<T: Frame>(out: &mut Vec<u8>, frame: &T, max: usize, hint: us
             .min(max.saturating_add(4)),
     );
     framed_onto(out, max, 0, |out| {
-        serde_json::to_writer(&mut *out, frame).map_err(|e| FrameError::BadJson(e.to_string()))
+        serde_json::to_writer(Appender(&mut *out), frame).map_err(|e| FrameError::BadJson(e.to_string()))
     })
 }
 

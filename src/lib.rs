@@ -6,6 +6,7 @@
 #![deny(unsafe_code)]
 
 pub mod a2a;
+pub mod append;
 pub mod cgroup;
 pub mod cli;
 pub mod client;

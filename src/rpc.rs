@@ -7,6 +7,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
+use crate::append::Appender;
 use crate::limits;
 
 pub const PARSE_ERROR: i32 = -32700;
@@ -356,7 +357,7 @@ pub fn success_sized<T: Serialize + ?Sized>(id: &Id, result: &T, hint: usize) ->
     // on the way to a task's answer.
     let start = crate::limits::RPC_ANSWER_START_BYTES.saturating_add(hint);
     let mut out = Vec::with_capacity(start);
-    match success_to(&mut out, id, result) {
+    match success_to(Appender(&mut out), id, result) {
         Ok(()) => out,
         Err(_) => b"{}".to_vec(),
     }
@@ -366,7 +367,7 @@ pub fn success_sized<T: Serialize + ?Sized>(id: &Id, result: &T, hint: usize) ->
 /// place).
 pub fn success_append<T: Serialize + ?Sized>(out: &mut Vec<u8>, id: &Id, result: &T) {
     let at = out.len();
-    if success_to(&mut *out, id, result).is_err() {
+    if success_to(Appender(&mut *out), id, result).is_err() {
         out.truncate(at);
         out.extend_from_slice(b"{}");
     }

@@ -4,6 +4,7 @@
 use std::io::{self, Write};
 
 use super::chunked;
+use crate::append::Appender;
 
 /// A complete non-streaming response.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,6 +90,7 @@ fn write_head(out: &mut Vec<u8>, status: u16, headers: &[(String, String)], skip
     }
     // Straight into the buffer, not through a String per line: a head is
     // written for every response.
+    let mut out = Appender(out);
     write!(out, "HTTP/1.1 {status} {}\r\n", reason_phrase(status))?;
     for (name, value) in headers {
         if skip.iter().any(|s| name.eq_ignore_ascii_case(s)) {
@@ -124,7 +126,7 @@ pub fn write_response<W: Write>(w: &mut W, resp: &Response, keep_alive: bool) ->
     )?;
     let bodiless = resp.status < 200 || resp.status == 204 || resp.status == 304;
     if !bodiless {
-        write!(out, "Content-Length: {}\r\n", resp.body.len())?;
+        write!(Appender(&mut out), "Content-Length: {}\r\n", resp.body.len())?;
     }
     if !keep_alive {
         out.extend_from_slice(b"Connection: close\r\n");
