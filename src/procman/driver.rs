@@ -228,6 +228,14 @@ impl<O: Os> Driver<O> {
     /// An exit reaped before the worker joined (the fork server had yet to
     /// name it).
     pub fn exited(&mut self, h: Helpers, pid: i32, status: ExitStatus) {
+        // What it wrote before it exited is in its pipe: heard first, as it
+        // spoke. Most workers exit between procman's poll and its reap,
+        // their last frames unread; without this read each of those made
+        // procman ask whether the worker had taken its task (an ioctl and
+        // a turn) before it heard the frames that say so.
+        if self.workers.get(&pid).is_some_and(|w| w.chan.is_open()) {
+            self.read_from(h, pid);
+        }
         let Some(w) = self.workers.get(&pid) else { return };
         let channel_open = w.chan.is_open();
         let event = WorkerEvent::Exited {
