@@ -270,6 +270,8 @@ pub fn spawn(
 
 impl Loop {
     fn run(&mut self) {
+        // Every task's last message gets an id here.
+        crate::ids::batch_on_this_thread();
         self.sup.fill_pool();
         loop {
             let timeout_ms = match self.sup.next_due() {

@@ -63,6 +63,8 @@ impl fmt::Display for CloseReason {
 
 pub(super) fn serve_connection(stream: &mut Stream, principal: &Principal, shared: &Shared) -> CloseReason {
     let _ = stream.set_write_timeout(Some(Duration::from_millis(limits::HTTP_WRITE_TIMEOUT_MS)));
+    // A task's and a context's id are made here, per task.
+    crate::ids::batch_on_this_thread();
     let mut reader = http::Reader::new(shared.http_limits.clone());
     loop {
         let req = match reader.read_request(stream) {
