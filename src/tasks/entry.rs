@@ -25,6 +25,10 @@ use crate::wire::{
     TaskStatusUpdateEvent,
 };
 
+/// Up to this many artifacts are found by their ids one by one; past it
+/// through an index.
+const ARTIFACTS_SCANNED: usize = 8;
+
 /// One artifact: its first chunk (name, description, metadata and first
 /// parts) and the chunks appended to it, joined only when rendered.
 #[derive(Clone)]
@@ -84,7 +88,10 @@ pub(super) struct Entry {
     history: VecDeque<Arc<Message>>,
     history_bytes: usize,
     artifacts: Vec<Arc<Stored>>,
-    /// Artifact id → its place in `artifacts`: an append is a lookup.
+    /// Artifact id → its place in `artifacts`, made once there are more
+    /// than [`ARTIFACTS_SCANNED`]: an append is a lookup. Most tasks have
+    /// one artifact, found by a look at it; a map for it was two
+    /// allocations and a hash per task, freed again when the task goes.
     by_id: HashMap<String, usize>,
     artifact_bytes: usize,
     events: VecDeque<Logged>,
@@ -156,6 +163,11 @@ impl Stored {
         }
     }
 
+    /// Its id: its first chunk's.
+    fn artifact_id(&self) -> &str {
+        self.chunks.first().map_or("", |c| c.artifact_id.as_str())
+    }
+
     /// The artifact, its chunks joined (a copy).
     pub fn render(&self) -> Artifact {
         let mut chunks = self.chunks.iter();
@@ -217,7 +229,7 @@ impl Entry {
     /// Adds an artifact or a chunk of one: `append` extends the artifact
     /// with the same id (or starts it); otherwise it is added or replaced.
     pub fn add_artifact(&mut self, chunk: Arc<Artifact>, append: bool, last_chunk: bool) {
-        match self.by_id.get(&chunk.artifact_id).copied() {
+        match self.artifact_at(&chunk.artifact_id) {
             Some(at) => {
                 let stored = Arc::make_mut(&mut self.artifacts[at]);
                 let bytes = artifact_bytes(&chunk);
@@ -233,8 +245,16 @@ impl Entry {
             None => {
                 let stored = Stored::new(chunk.clone());
                 self.artifact_bytes += stored.bytes;
-                self.by_id.insert(chunk.artifact_id.clone(), self.artifacts.len());
                 self.artifacts.push(Arc::new(stored));
+                if self.artifacts.len() > ARTIFACTS_SCANNED {
+                    if self.by_id.is_empty() {
+                        for (at, stored) in self.artifacts.iter().enumerate() {
+                            self.by_id.insert(stored.artifact_id().to_string(), at);
+                        }
+                    } else {
+                        self.by_id.insert(chunk.artifact_id.clone(), self.artifacts.len() - 1);
+                    }
+                }
             }
         }
         self.log(Body::Artifact {
@@ -242,6 +262,14 @@ impl Entry {
             append,
             last_chunk,
         });
+    }
+
+    /// Where the artifact with this id is in `artifacts`.
+    fn artifact_at(&self, artifact_id: &str) -> Option<usize> {
+        if self.artifacts.len() > ARTIFACTS_SCANNED {
+            return self.by_id.get(artifact_id).copied();
+        }
+        self.artifacts.iter().position(|s| s.artifact_id() == artifact_id)
     }
 
     /// Appends to the history, dropping the oldest messages past
@@ -346,7 +374,7 @@ impl Entry {
 
     #[cfg(test)]
     pub fn position_of(&self, artifact_id: &str) -> Option<usize> {
-        self.by_id.get(artifact_id).copied()
+        self.artifact_at(artifact_id)
     }
 }
 

@@ -195,6 +195,31 @@ fn chunk_semantics_replace_append_and_keep_order() {
 }
 
 #[test]
+fn artifacts_are_found_by_id_before_and_after_the_index_is_made() {
+    let t = table(2);
+    let id = started(&t);
+    // Up to the scanned few no index is made; each later one joins it.
+    for n in 0..12 {
+        t.add_artifact(&id, chunk(&format!("a-{n}"), "x"), false, false);
+        let slot = t.find(&id).unwrap();
+        let e = slot.lock();
+        let indexed = if n + 1 > 8 { n + 1 } else { 0 };
+        assert_eq!(e.by_id_len(), indexed, "after {} artifacts", n + 1);
+        for m in 0..=n {
+            assert_eq!(e.position_of(&format!("a-{m}")), Some(m), "after {} artifacts", n + 1);
+        }
+        assert_eq!(e.position_of("a-none"), None);
+    }
+    // An append and a replacement land on theirs either way.
+    t.add_artifact(&id, chunk("a-3", "y"), true, true);
+    t.add_artifact(&id, chunk("a-10", "z"), false, true);
+    let arts = t.get(&op(), &id, Some(0)).unwrap().artifacts.unwrap();
+    assert_eq!(arts.len(), 12);
+    assert_eq!(arts[3].parts, vec![Part::text("xy")]);
+    assert_eq!(arts[10].parts, vec![Part::text("z")]);
+}
+
+#[test]
 fn artifacts_are_found_by_id_among_50000() {
     let t = table(2);
     let id = started(&t);
@@ -209,6 +234,11 @@ fn artifacts_are_found_by_id_among_50000() {
         let e = slot.lock();
         assert_eq!(e.by_id_len(), 50_000);
         assert_eq!(e.position_of("a-25000"), Some(25_000));
+        assert_eq!(
+            e.position_of("a-0"),
+            Some(0),
+            "the first ones, scanned before the index was made"
+        );
     }
     let arts = t.get(&op(), &id, Some(0)).unwrap().artifacts.unwrap();
     assert_eq!(arts.len(), 50_000);
