@@ -270,6 +270,32 @@ fn a_task_that_completes_ends_completed_and_its_worker_leaves() {
 }
 
 #[test]
+fn frames_a_worker_left_in_its_pipe_are_heard_at_its_reap_before_its_exit() {
+    let mut h = Harness::new();
+    h.worker(19, None);
+    let id = h.task_on(19);
+    h.heard(19);
+    // It said `done`, hung up and exited between two of procman's polls:
+    // nothing of it has been read when its exit is reaped.
+    let done = FromWorker::Done {
+        outcome: Outcome::Completed,
+        cause: Cause::Completed,
+        text: None,
+    };
+    let bytes = control::encode(&done, FRAME_MAX).unwrap();
+    let mut ends = h.ends.remove(&19).unwrap();
+    ends.says.take().unwrap().write_all(&bytes).unwrap();
+    h.exit(19, ExitStatus::Code(0));
+    assert_eq!(
+        h.verdict(&id).0,
+        TaskState::Completed,
+        "decided at the reap, as it spoke"
+    );
+    assert!(h.d.is_empty(), "the worker left the table at once");
+    assert!(h.signals_to(19).is_empty());
+}
+
+#[test]
 fn a_worker_killed_mid_task_fails_it_as_crashed_with_the_signal() {
     let mut h = Harness::new();
     h.worker(11, None);
