@@ -20,7 +20,10 @@ pub const SHORT_BYTES: usize = 64;
 #[inline]
 pub fn append(out: &mut Vec<u8>, bytes: &[u8]) {
     let n = bytes.len();
-    if n > SHORT_BYTES {
+    // Without room for the fixed moves, the plain copy: the extension
+    // below would grow a buffer sized to fit its answer (a large one
+    // copied whole) for bytes it then cuts off.
+    if n > SHORT_BYTES || out.capacity() - out.len() < SHORT_BYTES {
         out.extend_from_slice(bytes);
         return;
     }
@@ -87,6 +90,18 @@ mod tests {
                 assert!(out[..before].iter().all(|&b| b == 0xAA), "before {before}, n {n}");
                 assert_eq!(&out[before..], &source[3..3 + n], "before {before}, n {n}");
             }
+        }
+    }
+
+    #[test]
+    fn a_buffer_sized_to_fit_is_not_grown_for_the_fixed_moves() {
+        for room in 0..=SHORT_BYTES + 1 {
+            let mut out: Vec<u8> = Vec::with_capacity(100 + room);
+            out.extend_from_slice(&[7; 100]);
+            let capacity = out.capacity();
+            append(&mut out, &b"abcdefghijklmnopqrstuvwxyz"[..room.min(26)]);
+            assert_eq!(out.capacity(), capacity, "room {room}");
+            assert_eq!(&out[100..], &b"abcdefghijklmnopqrstuvwxyz"[..room.min(26)]);
         }
     }
 
