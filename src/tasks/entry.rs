@@ -247,12 +247,10 @@ impl Entry {
                 self.artifact_bytes += stored.bytes;
                 self.artifacts.push(Arc::new(stored));
                 if self.artifacts.len() > ARTIFACTS_SCANNED {
-                    if self.by_id.is_empty() {
-                        for (at, stored) in self.artifacts.iter().enumerate() {
-                            self.by_id.insert(stored.artifact_id().to_string(), at);
-                        }
-                    } else {
-                        self.by_id.insert(chunk.artifact_id.clone(), self.artifacts.len() - 1);
+                    // The index holds the first artifacts, one each: the
+                    // rest join it (the first time, all of them).
+                    for (at, stored) in self.artifacts.iter().enumerate().skip(self.by_id.len()) {
+                        self.by_id.insert(stored.artifact_id().to_string(), at);
                     }
                 }
             }

@@ -169,10 +169,15 @@ impl Harness {
     }
 
     fn say(&mut self, pid: i32, frame: &FromWorker) {
+        self.say_unheard(pid, frame);
+        self.read_from(pid);
+    }
+
+    /// The worker writes `frame`; procman has not read it yet.
+    fn say_unheard(&mut self, pid: i32, frame: &FromWorker) {
         let bytes = control::encode(frame, FRAME_MAX).unwrap();
         let ends = self.ends.get_mut(&pid).unwrap();
         ends.says.as_mut().unwrap().write_all(&bytes).unwrap();
-        self.read_from(pid);
     }
 
     fn done(&mut self, pid: i32, outcome: Outcome, cause: Cause) {
@@ -282,9 +287,8 @@ fn frames_a_worker_left_in_its_pipe_are_heard_at_its_reap_before_its_exit() {
         cause: Cause::Completed,
         text: None,
     };
-    let bytes = control::encode(&done, FRAME_MAX).unwrap();
-    let mut ends = h.ends.remove(&19).unwrap();
-    ends.says.take().unwrap().write_all(&bytes).unwrap();
+    h.say_unheard(19, &done);
+    h.ends.get_mut(&19).unwrap().says = None;
     h.exit(19, ExitStatus::Code(0));
     assert_eq!(
         h.verdict(&id).0,
