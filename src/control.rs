@@ -171,9 +171,12 @@ pub enum FromWorker {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         text: Option<String>,
     },
+    /// The two large frames are boxed: a frame moves by value through
+    /// procman's events and actions several times a task, and at ~180
+    /// bytes each move was a call to `memcpy`.
     Artifact {
-        #[serde(deserialize_with = "crate::wire::object")]
-        artifact: Artifact,
+        #[serde(deserialize_with = "crate::wire::object_boxed")]
+        artifact: Box<Artifact>,
         #[serde(default)]
         append: bool,
         #[serde(default)]
@@ -181,8 +184,8 @@ pub enum FromWorker {
     },
     /// The agent answers with this Message instead of a task.
     Reply {
-        #[serde(deserialize_with = "crate::wire::object")]
-        message: Message,
+        #[serde(deserialize_with = "crate::wire::object_boxed")]
+        message: Box<Message>,
     },
     Pong,
     Done {
@@ -256,14 +259,14 @@ impl Frame for FromWorker {
             media_type: part.media_type.clone(),
         };
         let shell = FromWorker::Artifact {
-            artifact: Artifact {
+            artifact: Box::new(Artifact {
                 artifact_id: artifact.artifact_id.clone(),
                 name: artifact.name.clone(),
                 description: artifact.description.clone(),
                 parts: vec![empty],
                 metadata: artifact.metadata.clone(),
                 extensions: artifact.extensions.clone(),
-            },
+            }),
             append: *append,
             last_chunk: *last_chunk,
         };

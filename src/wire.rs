@@ -43,6 +43,15 @@ where
     d.deserialize_map(Members(std::marker::PhantomData))
 }
 
+/// `object`, boxed.
+pub(crate) fn object_boxed<'de, D, T>(d: D) -> Result<Box<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    object(d).map(Box::new)
+}
+
 /// `object`, for optional fields (`null` = unset).
 fn object_opt<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
 where

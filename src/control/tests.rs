@@ -57,14 +57,14 @@ fn frames_encoded_onto_a_buffer_follow_each_other_and_a_refused_one_leaves_it_be
 /// An artifact chunk of `text`, as the text runner sends one.
 fn chunk(text: &str) -> FromWorker {
     FromWorker::Artifact {
-        artifact: Artifact {
+        artifact: Box::new(Artifact {
             artifact_id: "a-1".into(),
             name: Some("output".into()),
             description: None,
             parts: vec![Part::text(text)],
             metadata: None,
             extensions: Vec::new(),
-        },
+        }),
         append: true,
         last_chunk: false,
     }
@@ -322,14 +322,14 @@ fn the_worst_input_within_the_limits_fits_a_frame() {
     let n = (JSONL_LINE_MAX_BYTES - 100) / 5;
     let parts = format!(r#"[{{"data":[{}]}}]"#, vec!["1e15"; n].join(","));
     let artifact = FromWorker::Artifact {
-        artifact: Artifact {
+        artifact: Box::new(Artifact {
             artifact_id: "a".repeat(36),
             name: None,
             description: None,
             parts: serde_json::from_str(&parts).unwrap(),
             metadata: None,
             extensions: Vec::new(),
-        },
+        }),
         append: true,
         last_chunk: true,
     };

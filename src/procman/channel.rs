@@ -310,14 +310,14 @@ mod tests {
         let (mut ch, mut worker, _reads) = pair();
         let text = "ab€".repeat(100_000); // 500 KB: several pipefuls
         let chunk = FromWorker::Artifact {
-            artifact: crate::wire::Artifact {
+            artifact: Box::new(crate::wire::Artifact {
                 artifact_id: "a".into(),
                 name: None,
                 description: None,
                 parts: vec![crate::wire::Part::text(text.clone())],
                 metadata: None,
                 extensions: Vec::new(),
-            },
+            }),
             append: false,
             last_chunk: true,
         };

@@ -202,7 +202,7 @@ impl<O: Os> Driver<O> {
         let Some(pid) = self.start.worker_of(task_id) else {
             return false;
         };
-        self.event(h, pid, WorkerEvent::Input(message));
+        self.event(h, pid, WorkerEvent::Input(Box::new(message)));
         true
     }
 
@@ -380,7 +380,7 @@ impl<O: Os> Driver<O> {
                 }
                 self.send(h, pid, &ToWorker::Cancel)
             }
-            WorkerAction::SendInput(message) => self.send(h, pid, &ToWorker::Input { message }),
+            WorkerAction::SendInput(message) => self.send(h, pid, &ToWorker::Input { message: *message }),
             WorkerAction::Relay(frame) => {
                 let id = w.life.task_id().to_string();
                 self.relay(&id, frame);
@@ -435,8 +435,8 @@ impl<O: Os> Driver<O> {
                 artifact,
                 append,
                 last_chunk,
-            } => self.tasks.add_artifact(id, artifact, append, last_chunk),
-            FromWorker::Reply { message } => self.tasks.set_direct_reply(id, message),
+            } => self.tasks.add_artifact(id, *artifact, append, last_chunk),
+            FromWorker::Reply { message } => self.tasks.set_direct_reply(id, *message),
             FromWorker::Hello { .. } | FromWorker::Pong | FromWorker::Done { .. } => {}
         }
     }

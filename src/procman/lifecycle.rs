@@ -149,7 +149,7 @@ pub enum WorkerEvent {
     /// A frame from it (any frame is life).
     Said(FromWorker),
     /// A follow-up message for its task (the task table took it).
-    Input(Message),
+    Input(Box<Message>),
     /// procman wants its task stopped (an idle worker is killed).
     Stop(Stop),
     /// Straight to SIGKILL (a second SIGTERM to agentd).
@@ -185,7 +185,7 @@ pub enum WorkerEvent {
 pub enum WorkerAction {
     SendPing,
     SendCancel,
-    SendInput(Message),
+    SendInput(Box<Message>),
     /// A frame of the worker's that counts for its task: to the task table.
     Relay(FromWorker),
     /// SIGTERM + SIGCONT to the group.

@@ -16,14 +16,14 @@ pub fn run(message: &Message, link: &Link) -> Done {
     };
     // `done` follows at once (worker::run): both go in one write.
     let sent = link.hold(&FromWorker::Artifact {
-        artifact: Artifact {
+        artifact: Box::new(Artifact {
             artifact_id: crate::ids::new_id(),
             name: Some("echo".into()),
             description: None,
             parts,
             metadata: None,
             extensions: Vec::new(),
-        },
+        }),
         append: false,
         last_chunk: true,
     });

@@ -271,7 +271,7 @@ fn step<'l>(line_no: usize, bytes: &'l [u8], context_id: &str, default_artifact:
 fn step_parsed<'l>(line_no: usize, bytes: &[u8], context_id: &str, default_artifact: &str) -> Step<'l> {
     match parse_line(bytes) {
         Ok(Line::Reply(parts, metadata)) if line_no == 1 => Step::Reply(FromWorker::Reply {
-            message: Message {
+            message: Box::new(Message {
                 message_id: crate::ids::new_id(),
                 context_id: Some(context_id.to_string()),
                 task_id: None,
@@ -280,7 +280,7 @@ fn step_parsed<'l>(line_no: usize, bytes: &[u8], context_id: &str, default_artif
                 metadata,
                 extensions: Vec::new(),
                 reference_task_ids: Vec::new(),
-            },
+            }),
         }),
         Ok(Line::Reply(..)) => Step::Bad(bad_line(
             line_no,
@@ -304,14 +304,14 @@ fn step_parsed<'l>(line_no: usize, bytes: &[u8], context_id: &str, default_artif
             append,
             last_chunk,
         }) => Step::Send(FromWorker::Artifact {
-            artifact: Artifact {
+            artifact: Box::new(Artifact {
                 artifact_id: artifact_id.unwrap_or_else(|| default_artifact.to_string()),
                 name,
                 description,
                 parts,
                 metadata,
                 extensions: Vec::new(),
-            },
+            }),
             append,
             last_chunk,
         }),
@@ -372,14 +372,14 @@ impl<'a> TextChunk<'a> {
         let [TextPart { text }] = artifact.parts;
         let long = text.len() >= RAW_TEXT_MIN_BYTES;
         let frame = FromWorker::Artifact {
-            artifact: Artifact {
+            artifact: Box::new(Artifact {
                 artifact_id: artifact.artifact_id.unwrap_or_else(|| default_artifact.to_string()),
                 name: artifact.name,
                 description: artifact.description,
                 parts: vec![Part::text(if long { String::new() } else { text.to_string() })],
                 metadata: None,
                 extensions: Vec::new(),
-            },
+            }),
             append,
             last_chunk,
         };

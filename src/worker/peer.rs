@@ -157,7 +157,9 @@ impl Relay<'_> {
         }
         if let Some(m) = r.get("message") {
             if let Ok(message) = serde_json::from_value::<Message>(m.clone()) {
-                if let Err(e) = self.link.send(&FromWorker::Reply { message }) {
+                if let Err(e) = self.link.send(&FromWorker::Reply {
+                    message: Box::new(message),
+                }) {
                     return Some(too_big(&e));
                 }
                 return Some(Done {
@@ -170,7 +172,7 @@ impl Relay<'_> {
         if let Some(a) = r.get("artifactUpdate") {
             if let Ok(artifact) = serde_json::from_value::<Artifact>(a["artifact"].clone()) {
                 let sent = self.link.send(&FromWorker::Artifact {
-                    artifact,
+                    artifact: Box::new(artifact),
                     append: a["append"] == true,
                     last_chunk: a["lastChunk"] == true,
                 });

@@ -139,14 +139,14 @@ impl<'a> Output<'a> {
         // A chunk is at most TEXT_CHUNK_MAX_BYTES of text, escaped at most 6×:
         // far under any frame limit.
         let _ = self.link.send(&FromWorker::Artifact {
-            artifact: Artifact {
+            artifact: Box::new(Artifact {
                 artifact_id: self.artifact_id.clone(),
                 name: Some("output".into()),
                 description: None,
                 parts: vec![Part::text(text)],
                 metadata: None,
                 extensions: Vec::new(),
-            },
+            }),
             append: !self.first,
             last_chunk: last,
         });

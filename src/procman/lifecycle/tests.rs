@@ -904,7 +904,7 @@ fn events() -> Vec<(&'static str, WorkerEvent)> {
         (
             "artifact",
             Said(FromWorker::Artifact {
-                artifact,
+                artifact: Box::new(artifact),
                 append: false,
                 last_chunk: true,
             }),
@@ -912,11 +912,11 @@ fn events() -> Vec<(&'static str, WorkerEvent)> {
         (
             "reply",
             Said(FromWorker::Reply {
-                message: message.clone(),
+                message: Box::new(message.clone()),
             }),
         ),
         ("done", reported(ok())),
-        ("input", Input(message)),
+        ("input", Input(Box::new(message))),
         ("stop", Stop(stop(Cause::Canceled))),
         ("kill-now", KillNow(stop(Cause::Shutdown))),
         ("retire", Retire),
