@@ -10,7 +10,9 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 mod long_text;
+mod part;
 pub use long_text::{JoinedText, LongText, LONG_TEXT_MIN_BYTES};
+pub use part::{Part, PartContent};
 
 /// JSON `null` or absent → empty; otherwise the value.
 fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
@@ -218,114 +220,6 @@ impl<'de> Deserialize<'de> for Role {
             Value::Number(n) if n.as_i64() == Some(2) => Ok(Role::Agent),
             _ => Err(D::Error::custom("role must be ROLE_USER or ROLE_AGENT")),
         }
-    }
-}
-
-/// The content of a Part: exactly one of these keys on the wire.
-#[derive(Debug, Clone, PartialEq)]
-pub enum PartContent {
-    Text(String),
-    /// base64 text, kept as sent.
-    Raw(String),
-    Url(String),
-    Data(Value),
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct Part {
-    pub content: PartContent,
-    pub metadata: Option<Map<String, Value>>,
-    pub filename: Option<String>,
-    pub media_type: Option<String>,
-}
-
-impl Part {
-    pub fn text(t: impl Into<String>) -> Part {
-        Part {
-            content: PartContent::Text(t.into()),
-            metadata: None,
-            filename: None,
-            media_type: None,
-        }
-    }
-
-    pub fn as_text(&self) -> Option<&str> {
-        match &self.content {
-            PartContent::Text(t) => Some(t),
-            _ => None,
-        }
-    }
-}
-
-impl Serialize for Part {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut m = s.serialize_map(None)?;
-        match &self.content {
-            PartContent::Text(t) => m.serialize_entry("text", &LongText(t))?,
-            PartContent::Raw(r) => m.serialize_entry("raw", r)?,
-            PartContent::Url(u) => m.serialize_entry("url", u)?,
-            PartContent::Data(d) => m.serialize_entry("data", d)?,
-        }
-        if let Some(md) = &self.metadata {
-            m.serialize_entry("metadata", md)?;
-        }
-        if let Some(f) = &self.filename {
-            m.serialize_entry("filename", f)?;
-        }
-        if let Some(mt) = &self.media_type {
-            m.serialize_entry("mediaType", mt)?;
-        }
-        m.end()
-    }
-}
-
-impl<'de> Deserialize<'de> for Part {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let Value::Object(mut obj) = Value::deserialize(d)? else {
-            return Err(D::Error::custom("a part must be an object"));
-        };
-        let string_of = |v: Value, key: &str| match v {
-            Value::String(s) => Ok(s),
-            _ => Err(D::Error::custom(format!("part `{key}` must be a string"))),
-        };
-        let mut content = Vec::new();
-        for key in ["text", "raw", "url"] {
-            match obj.remove(key) {
-                None | Some(Value::Null) => {}
-                Some(v) => content.push(match key {
-                    "text" => PartContent::Text(string_of(v, key)?),
-                    "raw" => PartContent::Raw(string_of(v, key)?),
-                    _ => PartContent::Url(string_of(v, key)?),
-                }),
-            }
-        }
-        // `data` is a google.protobuf.Value: a present `null` is a value.
-        if let Some(v) = obj.remove("data") {
-            content.push(PartContent::Data(v));
-        }
-        if content.len() != 1 {
-            return Err(D::Error::custom(
-                "a part must have exactly one of `text`, `raw`, `url`, `data`",
-            ));
-        }
-        let opt_string = |v: Option<Value>, key: &str| match v {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s)),
-            Some(_) => Err(D::Error::custom(format!("part `{key}` must be a string"))),
-        };
-        let metadata = match obj.remove("metadata") {
-            None | Some(Value::Null) => None,
-            Some(Value::Object(m)) => Some(m),
-            Some(_) => return Err(D::Error::custom("part `metadata` must be an object")),
-        };
-        let media = obj.remove("mediaType").or_else(|| obj.remove("media_type"));
-        Ok(Part {
-            content: content.remove(0),
-            metadata,
-            filename: opt_string(obj.remove("filename"), "filename")?,
-            media_type: opt_string(media, "mediaType")?,
-        })
     }
 }
 
