@@ -6,7 +6,7 @@
 //! one call each (three a task, ~0.5 µs each on the per-task path). The
 //! bytes are the kernel's either way.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// How many ids one batch holds.
@@ -22,6 +22,10 @@ struct Batch {
 
 thread_local! {
     static BATCH: RefCell<Option<Batch>> = const { RefCell::new(None) };
+    /// Whether this thread has a batch, read before `BATCH` is borrowed: a
+    /// borrow writes, and a fresh worker (which never batches) would take a
+    /// copy-on-write fault of its thread's page for that write alone.
+    static BATCHED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Lets this thread take its ids from batches. Only for a thread of a
@@ -39,24 +43,26 @@ pub fn batch_on_this_thread() {
             });
         }
     });
+    BATCHED.with(|b| b.set(true));
 }
 
 /// Sixteen random bytes: from this thread's batch if it has one.
 fn random_16() -> [u8; ID_BYTES] {
     let mut out = [0u8; ID_BYTES];
-    let batched = BATCH.with(|b| {
-        let mut b = b.borrow_mut();
-        let Some(batch) = b.as_mut() else { return false };
-        if batch.used == batch.bytes.len() {
-            if crate::sys::random_bytes(&mut batch.bytes).is_err() {
-                return false;
+    let batched = BATCHED.with(Cell::get)
+        && BATCH.with(|b| {
+            let mut b = b.borrow_mut();
+            let Some(batch) = b.as_mut() else { return false };
+            if batch.used == batch.bytes.len() {
+                if crate::sys::random_bytes(&mut batch.bytes).is_err() {
+                    return false;
+                }
+                batch.used = 0;
             }
-            batch.used = 0;
-        }
-        out.copy_from_slice(&batch.bytes[batch.used..batch.used + ID_BYTES]);
-        batch.used += ID_BYTES;
-        true
-    });
+            out.copy_from_slice(&batch.bytes[batch.used..batch.used + ID_BYTES]);
+            batch.used += ID_BYTES;
+            true
+        });
     if !batched && crate::sys::random_bytes(&mut out).is_err() {
         // getrandom cannot fail once the pool is initialised; if it somehow
         // does, stay unique (not unguessable) rather than fail a request.
