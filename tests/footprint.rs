@@ -141,6 +141,16 @@ fn the_static_binary_packs_the_workers_code_first() {
         ".text.worker holds {} bytes: the list matched almost nothing",
         worker.2
     );
+    // The worker runs ~112 KiB of code: two 64 KiB windows. An entry that
+    // matches every instance of a generic function (a legacy-mangled name,
+    // where instances differ only by hash) packed 219 KiB and cost a task
+    // two faults more.
+    assert!(
+        worker.2 <= WORKER_TEXT_MAX_BYTES,
+        ".text.worker holds {} bytes, more than {WORKER_TEXT_MAX_BYTES}: some entry matches far more than the \
+         worker runs (is the build mangling v0, as .cargo/config.toml asks?); regenerate with python3 link/worker_text.py",
+        worker.2
+    );
     assert!(
         worker.1 + worker.2 <= text.1,
         ".text.worker ({:#x}+{:#x}) lies before .text ({:#x})",
@@ -149,6 +159,10 @@ fn the_static_binary_packs_the_workers_code_first() {
         text.1
     );
 }
+
+/// The most code `.text.worker` may hold: the code a worker runs, with
+/// room to grow, and still two fault-around windows.
+const WORKER_TEXT_MAX_BYTES: u64 = 128 * 1024;
 
 /// The worker's functions the list must place, whatever else goes stale:
 /// (what, the identifiers of its path as both manglings spell them).
@@ -258,7 +272,8 @@ fn the_worker_text_list_still_places_the_workers_code() {
             .any(|sec| is_anchor(sec, path));
         assert!(
             placed,
-            "{what} is not in .text.worker: {}; regenerate the list (python3 link/worker_text.py)",
+            "{what} is not in .text.worker: {}; regenerate the list (python3 link/worker_text.py), or build with \
+             .cargo/config.toml's flags (v0 mangling; RUSTFLAGS in the environment replaces them)",
             if elsewhere {
                 "it lies elsewhere in the text, so no entry of link/worker-text.ld matches its symbol"
             } else {
