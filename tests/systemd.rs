@@ -286,6 +286,11 @@ fn a_wedged_process_manager_misses_its_beats_and_they_resume_when_it_answers() {
         &[
             ("NOTIFY_SOCKET", ear_path.display().to_string()),
             ("WATCHDOG_USEC", "400000".into()),
+            // Not debug: procman logs its start-up workers at debug, and
+            // stopped in the middle of a line it would hold stderr's lock,
+            // which the watchdog's warnings then wait for (seen once
+            // under a loaded full run: 0 warnings in 2 s).
+            ("RUST_LOG", "info".into()),
         ],
         &[],
     );
