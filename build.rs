@@ -1,6 +1,6 @@
 //! Links the static (musl, x86_64) build with `link/worker-text.ld`: the
 //! code a fresh task worker runs and the constants it reads, each placed
-//! together so the worker faults them in with few faults (2 and 3 instead
+//! together so the worker faults them in with few faults (2 and 2 instead
 //! of ~18 and 3 when the list was made; the script says why, and
 //! `link/worker_text.py` regenerates it and measures today's). The list
 //! names generic instances by their v0-mangled names, which the same

@@ -5,7 +5,7 @@ so the static build places it together at the start of the text.
 Why: a fork copies no page tables of file-backed memory, so every worker faults
 its code and constants in again, 64 KiB around each fault (the kernel's
 fault-around). Spread over the binary, an echo task's code was ~18 of those
-faults and its constants 3; packed, 2 and 3 (112 KiB of code).
+faults and its constants 3; packed, 2 and 2 (112 KiB of code, 88 KiB of data).
 
 How: build the static binary with symbols (target/worker-text/), serve the
 built-in echo agent, and record, over the fork server and the workers it forks,
@@ -51,7 +51,10 @@ TARGET = 'x86_64-unknown-linux-musl'
 TARGET_DIR = os.path.join(REPO, 'target', 'worker-text')
 SECTION = '.text.worker'
 RODATA_SECTION = '.rodata.worker'
-ESCAPE_TABLE = ('_ZN10serde_json3ser6ESCAPE*', '_R*10serde_json3ser6ESCAPE*')
+# Named tables a worker reads as it writes its frames: serde_json's escape
+# table (every string) and itoa's digit pairs (its pid in the hello frame).
+DATA_TABLES = (('_ZN10serde_json3ser6ESCAPE*', '_R*10serde_json3ser6ESCAPE*'),
+               ('_ZN4itoa13DECIMAL_PAIRS*', '_R*4itoa13DECIMAL_PAIRS*'))
 ENTRY = re.compile(r'^    (\*.*\))$')
 GENERATED_WITH = ' * Generated with: '
 
@@ -63,7 +66,7 @@ HEADER = """\
  * A fork copies no page tables of file-backed memory, so every worker faults
  * its code and constants in again, 64 KiB around each fault; spread over the
  * binary that was ~18 faults per echo task for code and 3 for constants,
- * packed when the list was made 2 and 3 (`python3 link/worker_text.py
+ * packed when the list was made 2 and 2 (`python3 link/worker_text.py
  * --check` measures today's). This changes where code and data lie, never
  * what they are. An entry that matches nothing is ignored; one gone stale
  * costs faults, not correctness. (.rodata.worker starts on a page of its
@@ -335,13 +338,18 @@ def entry_patterns(entry):
 def rodata_entries(entries):
     """The read-only data the packed code reads: each Rust function's own
     (its jump tables, and the lookup tables LLVM makes of a match:
-    `.rodata..Lswitch.table.<fn>`), serde_json's escape table, and the
-    merged string literals (a worker's names and frame keys are among them)."""
+    `.rodata..Lswitch.table.<fn>`), the named tables of DATA_TABLES, and the
+    string literals (a worker's names and frame keys are among them)."""
     def data(patterns):
         return '*(' + ' '.join(f'{s}{p}' for p in patterns
                                for s in ('.rodata.', '.rodata.unlikely.', '.rodata..Lswitch.table.')) + ')'
     own = [data(pats) for e in entries if (pats := entry_patterns(e))]
-    return ['*(' + ' '.join(f'.rodata.{p}' for p in ESCAPE_TABLE) + ')', *own, '*(.rodata.str1.1)']
+    tables = ['*(' + ' '.join(f'.rodata.{p}' for p in t) + ')' for t in DATA_TABLES]
+    # Last, the constants no pattern can name: merged C strings and rustc's
+    # anonymous ones (`.rodata..Lanon.<hash>.<n>`: string literals, such as a
+    # frame's variant names). All of them: 88 KiB with the rest, in two
+    # windows, where a worker faulted three.
+    return [*tables, *own, '*(.rodata.str1.1)', '*(.rodata..Lanon.*)']
 
 
 def rustc_version():
