@@ -119,19 +119,22 @@ impl Cause {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ToWorker {
+    /// The message is boxed, here and in `Input`: a fresh worker reads this
+    /// frame on its first stack pages, each a copy-on-write fault, and the
+    /// frame's value is held by several frames on the way there.
     Spawn {
         task_id: String,
         context_id: String,
-        #[serde(deserialize_with = "crate::wire::object")]
-        message: Message,
+        #[serde(deserialize_with = "crate::wire::object_boxed")]
+        message: Box<Message>,
         runner: RunnerSpec,
         /// The W3C trace context of the request that created the task.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         trace: Option<crate::trace::TraceContext>,
     },
     Input {
-        #[serde(deserialize_with = "crate::wire::object")]
-        message: Message,
+        #[serde(deserialize_with = "crate::wire::object_boxed")]
+        message: Box<Message>,
     },
     Ping,
     Cancel,

@@ -312,7 +312,7 @@ fn the_worst_input_within_the_limits_fits_a_frame() {
     let spawn = ToWorker::Spawn {
         task_id: "t".repeat(36),
         context_id: "c".repeat(36),
-        message,
+        message: Box::new(message),
         runner: RunnerSpec::Echo,
         trace: None,
     };

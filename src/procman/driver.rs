@@ -380,7 +380,7 @@ impl<O: Os> Driver<O> {
                 }
                 self.send(h, pid, &ToWorker::Cancel)
             }
-            WorkerAction::SendInput(message) => self.send(h, pid, &ToWorker::Input { message: *message }),
+            WorkerAction::SendInput(message) => self.send(h, pid, &ToWorker::Input { message }),
             WorkerAction::Relay(frame) => {
                 let id = w.life.task_id().to_string();
                 self.relay(&id, frame);

@@ -255,7 +255,7 @@ impl<O: Os> Supervisor<O> {
             let spawn = ToWorker::Spawn {
                 task_id: id.clone(),
                 context_id,
-                message,
+                message: Box::new(message),
                 runner: self.runner_spec(),
                 trace: self.driver.tasks.trace(&id),
             };

@@ -389,7 +389,7 @@ fn read_control(mut reader: File, link: &Link, tx: Sender<ControlEvent>) {
                 let _ = tx.send(ControlEvent::Cancel);
             }
             Ok(Some(ToWorker::Input { message })) => {
-                let _ = tx.send(ControlEvent::Input(message));
+                let _ = tx.send(ControlEvent::Input(*message));
             }
             Ok(Some(ToWorker::Spawn { .. })) => {
                 log::warn!("worker.control ignoring a second spawn frame pid={}", sys::getpid());

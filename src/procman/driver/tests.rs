@@ -119,7 +119,7 @@ impl Harness {
         let spawn = ToWorker::Spawn {
             task_id: task.id.clone(),
             context_id: task.context_id.clone(),
-            message,
+            message: Box::new(message),
             runner: crate::control::RunnerSpec::Echo,
             trace: None,
         };
@@ -581,7 +581,7 @@ fn the_deadline_comes_with_the_task_and_stops_it() {
     let spawn = ToWorker::Spawn {
         task_id: task.id.clone(),
         context_id: task.context_id.clone(),
-        message,
+        message: Box::new(message),
         runner: crate::control::RunnerSpec::Echo,
         trace: None,
     };
