@@ -27,7 +27,7 @@ use crate::wire::{
 
 /// Up to this many artifacts are found by their ids one by one; past it
 /// through an index.
-const ARTIFACTS_SCANNED: usize = 8;
+pub(super) const ARTIFACTS_SCANNED: usize = 8;
 
 /// One artifact: its first chunk (name, description, metadata and first
 /// parts) and the chunks appended to it, joined only when rendered.

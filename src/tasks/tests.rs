@@ -203,7 +203,7 @@ fn artifacts_are_found_by_id_before_and_after_the_index_is_made() {
         t.add_artifact(&id, chunk(&format!("a-{n}"), "x"), false, false);
         let slot = t.find(&id).unwrap();
         let e = slot.lock();
-        let indexed = if n + 1 > 8 { n + 1 } else { 0 };
+        let indexed = if n + 1 > entry::ARTIFACTS_SCANNED { n + 1 } else { 0 };
         assert_eq!(e.by_id_len(), indexed, "after {} artifacts", n + 1);
         for m in 0..=n {
             assert_eq!(e.position_of(&format!("a-{m}")), Some(m), "after {} artifacts", n + 1);

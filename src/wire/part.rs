@@ -160,12 +160,11 @@ impl<'de> Visitor<'de> for PartMembers {
         };
         let opt_string = |v: Option<Value>, key: &str| set(v).map(|v| string_of(v, key)).transpose();
         // `mediaType` given at all (even as null) wins over `media_type`.
-        let media = if media.is_some() { media } else { media_snake };
         Ok(Part {
             content,
             metadata,
             filename: opt_string(filename, "filename")?,
-            media_type: opt_string(media, "mediaType")?,
+            media_type: opt_string(media.or(media_snake), "mediaType")?,
         })
     }
 }
