@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -21,10 +20,10 @@ const LATE: Duration = Duration::from_secs(1);
 
 /// Writes an executable script into `dir`; returns its path for `--exec`.
 fn script(dir: &Path, name: &str, interpreter: &str, body: &str) -> String {
-    let p = dir.join(name);
-    std::fs::write(&p, format!("#!{interpreter}\n{body}\n")).unwrap();
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-    p.to_str().unwrap().to_string()
+    common::script_for(dir, name, interpreter, body)
+        .to_str()
+        .unwrap()
+        .to_string()
 }
 
 /// A daemon running `program` with the jsonl protocol, plus `extra` args.

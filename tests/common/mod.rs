@@ -932,10 +932,31 @@ pub fn raise_nofile_limit(want: u64) -> u64 {
 
 /// Writes an executable shell script (`#!/bin/sh` + `body`) into `dir`.
 pub fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
+    script_for(dir, name, "/bin/sh", body)
+}
+
+/// Writes an executable script (`#!interpreter` + `body`) into `dir`.
+///
+/// A short-lived `sh` writes it, from a pipe: were the file open for
+/// writing in this (multithreaded) test process, a child another test
+/// forked meanwhile would hold that descriptor until its exec, and
+/// running the script then fails with ETXTBSY (seen once, "Text file
+/// busy" starting a daemon through a script).
+pub fn script_for(dir: &Path, name: &str, interpreter: &str, body: &str) -> PathBuf {
     let p = dir.join(name);
-    std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut writer = Command::new("/bin/sh")
+        .args(["-c", "cat > \"$1\" && chmod 755 \"$1\"", "sh"])
+        .arg(&p)
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("start sh to write a script");
+    let mut stdin = writer.stdin.take().expect("sh's stdin");
+    stdin
+        .write_all(format!("#!{interpreter}\n{body}\n").as_bytes())
+        .expect("write the script to sh");
+    drop(stdin);
+    let status = writer.wait().expect("wait for sh");
+    assert!(status.success(), "sh could not write {}: {status}", p.display());
     p
 }
 
