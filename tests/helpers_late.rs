@@ -119,12 +119,12 @@ fn fork_server(d: &Daemon, within: Duration) -> Option<i32> {
 /// A task program of about 0.3 s: long enough that workers the fork server
 /// made are still running when it stops or dies.
 fn daemon(tag: &str) -> Arc<Daemon> {
-    let tmp = common::TempDir::new(tag);
-    let prog = common::script(&tmp.0, "short.sh", "sleep 0.3; cat");
-    let d = Daemon::start(&["--exec", prog.to_str().unwrap()]);
-    // The script lives as long as the daemon.
-    std::mem::forget(tmp);
-    Arc::new(d)
+    // The script lives in the daemon's own directory, so it lives as long
+    // as the daemon and goes with it.
+    let dir = common::TempDir::new(tag);
+    let prog = common::script(&dir.0, "short.sh", "sleep 0.3; cat");
+    let socket = dir.0.join("a.sock");
+    Arc::new(Daemon::start_at(dir, socket, &["--exec", prog.to_str().unwrap()]))
 }
 
 fn collect(handles: Vec<std::thread::JoinHandle<Ended>>) -> Ended {
