@@ -43,7 +43,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use slot::{Counters, SlotFiles};
+use slot::{Counters, SlotDirs, SlotFiles};
 pub use slot::{TaskCgroups, Usage};
 
 /// One cgroup hierarchy agentd can create task cgroups in.
@@ -84,7 +84,8 @@ pub struct Isolation {
     free: Vec<usize>,
     /// What each slot has open, opened once and kept while it lives: every
     /// open is a kernfs path walk, and these were several per task.
-    slot_files: std::collections::HashMap<usize, Arc<SlotFiles>>,
+    /// Each slot's directories and open files, made when it is first used.
+    slot_files: std::collections::HashMap<usize, (SlotDirs, Arc<SlotFiles>)>,
     /// Slots made so far.
     made: usize,
     /// False once the kernel refused CLONE_INTO_CGROUP: migrate instead.
@@ -194,15 +195,18 @@ impl Isolation {
                 n
             }
         };
-        let dirs: Vec<(Kind, PathBuf)> = self
-            .hierarchies
-            .iter()
-            .map(|h| (h.kind, h.parent.join(format!("slot-{slot}"))))
-            .collect();
-        let files = self
+        let (dirs, files) = self
             .slot_files
             .entry(slot)
-            .or_insert_with(|| Arc::new(SlotFiles::open(&dirs, self.limits)))
+            .or_insert_with(|| {
+                let dirs: SlotDirs = self
+                    .hierarchies
+                    .iter()
+                    .map(|h| (h.kind, h.parent.join(format!("slot-{slot}"))))
+                    .collect();
+                let files = Arc::new(SlotFiles::open(&dirs, self.limits));
+                (dirs, files)
+            })
             .clone();
         let mut task = TaskCgroups {
             slot,
@@ -246,7 +250,7 @@ impl Isolation {
     /// Moves `pid` (a worker) into the slot's cgroups it was not born in:
     /// the v1 ones, and v2 unless `born_inside`.
     pub fn enter(&self, pid: i32, task: &TaskCgroups, born_inside: bool) -> io::Result<()> {
-        for (kind, dir) in &task.dirs {
+        for (kind, dir) in task.dirs.iter() {
             if *kind == Kind::V2 && born_inside {
                 continue;
             }
@@ -301,7 +305,7 @@ impl Isolation {
         if task.killed.get() {
             log::debug!("cgroup.retire slot={} (killed in)", task.slot);
             self.slot_files.remove(&task.slot);
-            for (_, dir) in &task.dirs {
+            for (_, dir) in task.dirs.iter() {
                 let _ = fs::remove_dir(dir);
             }
         } else {
