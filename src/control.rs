@@ -493,12 +493,10 @@ pub fn read_frame<T: Frame>(r: &mut impl Read, max: usize) -> io::Result<Option<
 /// What procman asks the fork server (`agentd __forkserver`) for: one
 /// worker. Descriptors travel with the request, in this order: its control
 /// pipes (the read end of agentd's frames to it, the write end of its
-/// frames to agentd), then the file its parent-death path kills the task
-/// through (`containment`), then the open cgroup v2 directory it is to be
-/// born in (`into_cgroup`). procman keeps these open per cgroup slot: the
-/// worker opens nothing. The order is the one the worker keeps them in
-/// (fds 3, 4 and 5; the fork server alone uses the directory), so they
-/// arrive where they stay.
+/// frames to agentd), then the open cgroup v2 directory it is to be born in
+/// (`into_cgroup`), then the file its parent-death path kills the task
+/// through (`containment`). procman keeps these open per cgroup slot: the
+/// worker opens nothing.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ForkRequest {
     pub into_cgroup: bool,

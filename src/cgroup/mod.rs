@@ -43,7 +43,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use slot::{Counters, SlotDirs, SlotFiles};
+use slot::{Counters, SlotFiles};
 pub use slot::{TaskCgroups, Usage};
 
 /// One cgroup hierarchy agentd can create task cgroups in.
@@ -84,8 +84,7 @@ pub struct Isolation {
     free: Vec<usize>,
     /// What each slot has open, opened once and kept while it lives: every
     /// open is a kernfs path walk, and these were several per task.
-    /// Each slot's directories and open files, made when it is first used.
-    slot_files: std::collections::HashMap<usize, (SlotDirs, Arc<SlotFiles>)>,
+    slot_files: std::collections::HashMap<usize, Arc<SlotFiles>>,
     /// Slots made so far.
     made: usize,
     /// False once the kernel refused CLONE_INTO_CGROUP: migrate instead.
@@ -195,18 +194,15 @@ impl Isolation {
                 n
             }
         };
-        let (dirs, files) = self
+        let dirs: Vec<(Kind, PathBuf)> = self
+            .hierarchies
+            .iter()
+            .map(|h| (h.kind, h.parent.join(format!("slot-{slot}"))))
+            .collect();
+        let files = self
             .slot_files
             .entry(slot)
-            .or_insert_with(|| {
-                let dirs: SlotDirs = self
-                    .hierarchies
-                    .iter()
-                    .map(|h| (h.kind, h.parent.join(format!("slot-{slot}"))))
-                    .collect();
-                let files = Arc::new(SlotFiles::open(&dirs, self.limits));
-                (dirs, files)
-            })
+            .or_insert_with(|| Arc::new(SlotFiles::open(&dirs, self.limits)))
             .clone();
         let mut task = TaskCgroups {
             slot,
@@ -250,7 +246,7 @@ impl Isolation {
     /// Moves `pid` (a worker) into the slot's cgroups it was not born in:
     /// the v1 ones, and v2 unless `born_inside`.
     pub fn enter(&self, pid: i32, task: &TaskCgroups, born_inside: bool) -> io::Result<()> {
-        for (kind, dir) in task.dirs.iter() {
+        for (kind, dir) in &task.dirs {
             if *kind == Kind::V2 && born_inside {
                 continue;
             }
@@ -305,7 +301,7 @@ impl Isolation {
         if task.killed.get() {
             log::debug!("cgroup.retire slot={} (killed in)", task.slot);
             self.slot_files.remove(&task.slot);
-            for (_, dir) in task.dirs.iter() {
+            for (_, dir) in &task.dirs {
                 let _ = fs::remove_dir(dir);
             }
         } else {

@@ -432,8 +432,8 @@ impl<O: Os> Supervisor<O> {
             containment: slot.containment.map(|(what, _)| what),
         };
         let mut fds = vec![worker_reads.as_raw_fd(), worker_writes.as_raw_fd()];
-        fds.extend(slot.containment.map(|(_, f)| f));
         fds.extend(slot.dir);
+        fds.extend(slot.containment.map(|(_, f)| f));
         let handed = task.is_some();
         let asked = Asked {
             chan,

@@ -51,22 +51,6 @@ pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// Whether `fd` is open and close-on-exec (a check for debug builds).
-pub fn is_cloexec(fd: RawFd) -> bool {
-    // SAFETY: fcntl F_GETFD on an fd number; a bad fd is -1.
-    let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
-    flags >= 0 && flags & libc::FD_CLOEXEC != 0
-}
-
-/// A duplicate of `fd` on the lowest free number from `min` up,
-/// close-on-exec.
-pub fn dup_cloexec_from(fd: RawFd, min: RawFd) -> io::Result<OwnedFd> {
-    // SAFETY: fcntl F_DUPFD_CLOEXEC on an fd number; a bad fd is EBADF.
-    let new = cvt(unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, min) })?;
-    // SAFETY: fcntl just made `new`; nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(new) })
-}
-
 /// A close-on-exec duplicate of `fd` (procman's tests hold a worker's
 /// ends of its pipes this way, as a fork server would).
 pub fn dup_cloexec(fd: RawFd) -> io::Result<OwnedFd> {
@@ -178,11 +162,9 @@ pub const WORKER_CONTAINMENT_FD: RawFd = 5;
 /// (from agentd) and 4 (to agentd) and the containment file, if any, to 5,
 /// all close-on-exec, so a task's program never sees them; every other fd
 /// the fork server had closed. The sources are fds the fork server
-/// received (never 0: its socket is there), close-on-exec already
-/// (MSG_CMSG_CLOEXEC). They usually arrive in place — the lowest free
-/// numbers, in the order sent — and then nothing is moved. Any other is
-/// placed with one dup3 (musl's fcntl(F_DUPFD_CLOEXEC) costs two calls),
-/// parking first only a source that sits where an earlier one is to go.
+/// received (never 0: its socket is there). Each is placed with one dup3
+/// (musl's fcntl(F_DUPFD_CLOEXEC) costs two calls), parking first only a
+/// source that sits where an earlier one is to go.
 pub fn settle_worker_fds(
     from_agentd: RawFd,
     to_agentd: RawFd,
@@ -214,8 +196,8 @@ pub fn settle_worker_fds(
             // needed: no later source is there any more), close-on-exec.
             cvt(unsafe { libc::dup3(fd, targets[i], libc::O_CLOEXEC) })?;
         } else {
-            // Already in place, and close-on-exec as received.
-            debug_assert!(is_cloexec(fd), "fd {fd} came without close-on-exec");
+            // Already in place (not how the fork server's fds arrive).
+            set_cloexec(fd, true)?;
         }
     }
     close_fds_from(if containment.is_some() { KEPT + 1 } else { KEPT });
@@ -237,6 +219,12 @@ mod tests {
         (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
     }
 
+    fn cloexec(fd: RawFd) -> bool {
+        // SAFETY: fcntl F_GETFD on an fd number.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+        flags >= 0 && flags & libc::FD_CLOEXEC != 0
+    }
+
     /// In a forked child (no allocation there: other test threads may hold
     /// malloc's lock): put the three sources on `at`, settle, and check
     /// that 3, 4 and 5 are what they should be and nothing above is open.
@@ -252,8 +240,7 @@ mod tests {
         let pid = unsafe { libc::fork() };
         if pid == 0 {
             // Park the sources high, then place them where the case says
-            // (over whatever the test process had there), close-on-exec as
-            // the fork server receives them.
+            // (over whatever the test process had there).
             // SAFETY: fcntl on fd numbers; /dev/null goes high first, out
             // of the way of the placing below.
             let null_fd = unsafe { libc::fcntl(null.as_raw_fd(), libc::F_DUPFD, 110) };
@@ -263,8 +250,8 @@ mod tests {
                 parked[i] = unsafe { libc::fcntl(sources[i], libc::F_DUPFD, 100) };
             }
             for i in 0..3 {
-                // SAFETY: dup3 on fd numbers.
-                unsafe { libc::dup3(parked[i], at[i], libc::O_CLOEXEC) };
+                // SAFETY: dup2 on fd numbers.
+                unsafe { libc::dup2(parked[i], at[i]) };
             }
             let code = match settle_worker_fds(at[0], at[1], Some(at[2]), null_fd) {
                 Err(_) => 10,
@@ -275,7 +262,7 @@ mod tests {
                         11
                     } else if [3, 4, 5].iter().zip(want).any(|(&fd, id)| identity(fd) != Some(id)) {
                         12
-                    } else if ![3, 4, 5].iter().all(|&fd| is_cloexec(fd)) {
+                    } else if ![3, 4, 5].iter().all(|&fd| cloexec(fd)) {
                         13
                     } else if identity(0) != Some(null_id) {
                         14

@@ -49,27 +49,22 @@ pub fn install_worker_handlers() -> io::Result<()> {
 }
 
 /// Arms the parent-death path with the task cgroup's `cgroup.kill` (v2)
-/// or freezer `cgroup.procs` (v1), already open (`kill_fd`, `procs_fd`).
-/// Then PDEATHSIG, whose handler the fork server installed
-/// ([`install_worker_handlers`]).
+/// or freezer `cgroup.procs` (v1), already open (`kill_fd`, `procs_fd`);
+/// makes the caller a child subreaper either way. Then PDEATHSIG, whose
+/// handler the fork server installed ([`install_worker_handlers`]).
 pub fn arm(kill_fd: Option<RawFd>, procs_fd: Option<RawFd>) -> io::Result<()> {
     // v2: one write kills the whole cgroup; v1 freezer: each pid it lists.
     // Usually already in place (see `preset`): nothing is written.
     let procs_fd = if kill_fd.is_some() { None } else { procs_fd };
     store_if_changed(&CGROUP_KILL_FD, kill_fd.unwrap_or(-1));
     store_if_changed(&CGROUP_PROCS_FD, procs_fd.unwrap_or(-1));
+    // Always, cgroup or not: an orphan of the task comes to us, not to
+    // agentd, so what is left is killed before we report (see
+    // kill_children) and nothing of a task outlives its worker, even when
+    // agentd dies before it sweeps the task's cgroup.
+    sys::set_child_subreaper()?;
     sys::set_parent_death_signal(PARENT_DEATH_SIGNAL)?;
     Ok(())
-}
-
-/// Makes the worker a child subreaper, before it starts a program: an
-/// orphan of the task then comes to us, not to agentd, so what is left is
-/// killed before we report (see [`kill_children`]) and nothing of a task
-/// outlives its worker, even when agentd dies before it sweeps the task's
-/// cgroup. Cgroup or not. A runner that starts no process (echo, peer)
-/// can have no orphans, and spares the call.
-pub fn adopt_orphans() -> io::Result<()> {
-    sys::set_child_subreaper()
 }
 
 /// What [`arm`] will store, stored by the fork server before it forks

@@ -22,9 +22,6 @@ use crate::sys;
 pub const NAME: &std::ffi::CStr = c"agentd-fork";
 /// Its request socket: stdin.
 const REQUESTS: i32 = 0;
-/// The lowest number the fork server's own /dev/null may take: above the
-/// numbers a request's descriptors arrive on (the lowest free ones, from 3).
-const ABOVE_RECEIVED_FDS: i32 = 3 + sys::FDS_PER_MESSAGE as i32;
 
 /// Whether the fork server put itself, and so every worker it forks, under
 /// SCHED_BATCH (it was under the default policy): a task's program is then
@@ -85,16 +82,13 @@ pub fn main() -> i32 {
     if sys::getppid() != supervisor {
         return EXIT_ORPHANED;
     }
-    // /dev/null sits above every number a request's descriptors take, so
-    // they arrive on 3, 4 and 5, where a worker keeps them: it moves none.
-    let null =
-        match std::fs::File::open("/dev/null").and_then(|f| sys::dup_cloexec_from(f.as_raw_fd(), ABOVE_RECEIVED_FDS)) {
-            Ok(fd) => fd,
-            Err(e) => {
-                eprintln!("agentd fork server: cannot open /dev/null: {e}");
-                return 2;
-            }
-        };
+    let null: OwnedFd = match std::fs::File::open("/dev/null") {
+        Ok(f) => f.into(),
+        Err(e) => {
+            eprintln!("agentd fork server: cannot open /dev/null: {e}");
+            return 2;
+        }
+    };
     let frame_max = std::env::var(FRAME_MAX_ENV)
         .ok()
         .and_then(|s| s.parse().ok())
@@ -114,20 +108,18 @@ pub fn main() -> i32 {
         let reply = match sys::recv_with_fds(REQUESTS, &mut buf, &mut fds, false) {
             Ok(0) => return 0, // agentd let go of us
             Ok(n) => match (ForkRequest::decode(&buf[..n]), fds.get(0), fds.get(1)) {
-                // In the request's order: pipes, containment file, cgroup directory.
+                // In the request's order: pipes, cgroup directory, containment file.
                 (Some(request), Some(from_agentd), Some(to_agentd)) if request.fds() == fds.len() => {
-                    let cgroup = if request.into_cgroup {
-                        fds.get(fds.len() - 1)
-                    } else {
-                        None
-                    };
+                    let cgroup = if request.into_cgroup { fds.get(2) } else { None };
                     super::containment::preset(request.containment);
                     let birth = Birth {
                         supervisor,
                         frame_max,
                         from_agentd,
                         to_agentd,
-                        containment: request.containment.and_then(|what| Some((what, fds.get(2)?))),
+                        containment: request
+                            .containment
+                            .and_then(|what| Some((what, fds.get(fds.len() - 1)?))),
                         null: &null,
                     };
                     fork_one(birth, cgroup, request.placed_only)

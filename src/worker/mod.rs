@@ -10,10 +10,11 @@
 //! 2. stdin is /dev/null, the two control pipes are close-on-exec fds, every
 //!    other inherited fd is closed;
 //! 3. arm containment: keep the task cgroup's `cgroup.kill` (v2) or
-//!    `cgroup.procs` (v1 freezer) that came open with the fork request;
-//!    then PDEATHSIG as a caught signal whose handler kills the whole task
-//!    that way (containment::arm), so a program's descendants die with
-//!    agentd too, even SIGKILLed ones that `setsid`;
+//!    `cgroup.procs` (v1 freezer) that came open with the fork request, and
+//!    — cgroup or not — become a child subreaper, so what leaves our process
+//!    group is still ours; then PDEATHSIG as a caught signal whose handler kills
+//!    the whole task that way (containment::arm), so a program's
+//!    descendants die with agentd too, even SIGKILLed ones that `setsid`;
 //! 4. SIGTERM is caught (the ladder's SIGTERM is for the program; the
 //!    worker stays to report how it ended — SIGKILL still takes it); that
 //!    handler and the parent-death one were installed once by the fork
@@ -23,10 +24,9 @@
 //! 5. `getppid()` must be agentd: if agentd died before step 3, we were
 //!    already reparented and must exit now — this check is what makes
 //!    arming PDEATHSIG after the fork race-free;
-//! 6. read `spawn`; before a program starts, become a child subreaper
-//!    — cgroup or not — so what leaves our process group is still ours;
-//!    run, (after a program) kill what is left of the task, say `done`,
-//!    exit: nothing of a task outlives its worker.
+//! 6. read `spawn`, run, (as subreaper, after a program) kill what is
+//!    left of the task, say `done`, exit: nothing of a task outlives its
+//!    worker.
 //!
 //! A control-channel EOF means the supervisor is gone: kill the task.
 
@@ -294,10 +294,6 @@ fn run(mut reader: File, writer: File, frame_max: usize) -> io::Result<()> {
     }
     log::debug!("worker.spawn task={task_id} pid={} runner={runner:?}", sys::getpid());
     let link = Arc::new(link);
-    // Both pipes close with the worker's exit, which follows the task: a
-    // runner that hands the reader on takes it out, and what is left here
-    // is never dropped, one close(2) fewer each.
-    let reader = std::mem::ManuallyDrop::new(reader);
     // Only a program can leave children behind: echo and peer start none,
     // and as subreaper we inherit only orphans of our own descendants.
     let may_leave_children = matches!(runner, RunnerSpec::Exec { .. });
@@ -307,7 +303,7 @@ fn run(mut reader: File, writer: File, frame_max: usize) -> io::Result<()> {
         // and a sigaltstack per task).
         RunnerSpec::Echo => echo::run(&message, &link),
         RunnerSpec::Peer { address } => {
-            let rx = hear_control(std::mem::ManuallyDrop::into_inner(reader), &link)?;
+            let rx = hear_control(reader, &link)?;
             match crate::transport::Address::parse(&address) {
                 Ok(addr) => peer::run(&addr, &message, trace.as_ref(), &link, &rx),
                 Err(e) => program::failed(Cause::Failed, format!("bad peer address: {e}")),
@@ -321,8 +317,7 @@ fn run(mut reader: File, writer: File, frame_max: usize) -> io::Result<()> {
             rlimits,
             output_max_bytes,
         } => {
-            containment::adopt_orphans()?;
-            let rx = hear_control(std::mem::ManuallyDrop::into_inner(reader), &link)?;
+            let rx = hear_control(reader, &link)?;
             // OpenTelemetry's environment carrier.
             let mut env = env;
             if let Some(t) = &trace {
@@ -367,7 +362,6 @@ fn run(mut reader: File, writer: File, frame_max: usize) -> io::Result<()> {
             text: Some(format!("the task's final status text does not fit: {e}")),
         });
     }
-    std::mem::forget(link);
     Ok(())
 }
 
