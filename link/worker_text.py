@@ -77,8 +77,9 @@ HEADER = """\
  * Rust function by two hash-free patterns, its legacy-mangled and its
  * v0-mangled name, the latter with a generic instance's type arguments (the
  * static build mangles v0: .cargo/config.toml); musl's code by archive
- * member; the data entries follow from the code ones). Regenerate after the worker's path changes, or when
- * build.rs warns that another rustc compiles it; tests/footprint.rs fails
+ * member; the data entries follow from the code ones). Regenerate after
+ * the worker's path changes, or when build.rs warns that another rustc
+ * compiles it; tests/footprint.rs fails
  * when the anchors below fall out of .text.worker or most entries go stale.
  * Anchors: agentd::worker::start, worker::forkserver::fork_one and
  * control::read_frame.
@@ -282,8 +283,9 @@ def v0_pattern(path):
 
 
 def legacy_pattern(path):
-    """A glob for the legacy-mangled name of a path with no brackets (a v0
-    name's legacy twin can be written only for those), else None."""
+    """A glob for the legacy-mangled name of a path with no brackets or
+    spaces (a v0 name's legacy twin can be written only for those; a trait
+    impl's path has both), else None."""
     if '<' in path or '{' in path or ' ' in path:
         return None
     return '_ZN' + ''.join(f'{len(s)}{s}' for s in path.split('::')) + '*'
