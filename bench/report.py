@@ -26,10 +26,11 @@ AGENTD_NAMES = ("agentd", "agentd-nocg")
 # every agentd ÷ js ratio and check is against the faster of the two.
 JS_NAMES = ("js", "js-3ev")
 SDK_NAMES = ("python",) + JS_NAMES
-# benches/supervised_floor.rs, run as a server: no peer, a yardstick; and the
-# same with agentd's structure around it (--threads).
+# benches/supervised_floor.rs, run as a server: no peer, a yardstick; and its
+# variants, run when asked for (bench/servers.py FLOOR_SERVERS): agentd's
+# structure around it (--threads), the threads alone (--direct), no cgroup.
 FLOOR_SERVER = "floor"
-FLOOR_THREADS = "floor-threads"
+FLOOR_VARIANTS = ("floor-threads", "floor-direct", "floor-nocg")
 EXEC_FLOOR = "posix_spawn"  # how agentd spawns its fork server
 FORK_FLOOR = "fork+_exit"  # how the fork server makes every worker, at the least
 
@@ -220,7 +221,7 @@ def cost_lines(run):
     fw, fc = dig(floor, FORK_FLOOR, "wall_us_per_spawn"), dig(floor, FORK_FLOOR, "cpu_us_per_spawn")
     supervised = dig(ok_results(run, FLOOR_SERVER), "send16", "cpu_us_per_req")
     rows = []
-    for n in (*AGENTD_NAMES, FLOOR_SERVER, FLOOR_THREADS):
+    for n in (*AGENTD_NAMES, FLOOR_SERVER, *FLOOR_VARIANTS):
         if n not in run["servers"]:
             continue
         s16 = res[n].get("send16")
@@ -262,7 +263,9 @@ def cost_lines(run):
         "handling and its structure (connection threads, procman); what the supervised floor spends "
         "above the fork floor, any server with those guarantees spends. Where it ran, the same with "
         "agentd's structure around it (a thread per connection under SCHED_BATCH handing each task "
-        "to one supervisor thread) tells the structure's share from the A2A handling's.",
+        "to one supervisor thread) tells the structure's share from the A2A handling's; the same "
+        "threads supervising their own tasks (no supervisor thread) tell the threads' share from the "
+        "hand-off's; and the floor without a cgroup is the yardstick for agentd with tasks.cgroup=off.",
         "",
         *table([
             "server", "1 / rate", "÷ exec floor (wall)", "÷ fork floor (wall)",

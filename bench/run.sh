@@ -17,7 +17,9 @@
 # echo rate with 1,000 live tasks and 1,000 idle connections held beside it
 # with none; large, a 50 MB artifact through the text and jsonl runners to a
 # blocking and a streaming client; memory, the RSS kept per finished task of
-# 8 MiB output, musl and glibc builds; see bench/scale.py), --baseline
+# 8 MiB output, musl and glibc builds; see bench/scale.py; floor-threads,
+# floor-direct and floor-nocg, the supervised floor's variants, run only when
+# named: bench/README.md), --baseline
 # OLD.json (a previous results.json, the "before" of the no-worse-than-before
 # checks), --setup-only.
 # Environment: BENCH_SERVER_CPU (default 1) and BENCH_LOADGEN_CPU (default 0)

@@ -38,12 +38,20 @@ SERVER_LABELS = {
     "js-3ev": "js-3ev (@a2a-js/sdk + express, 3 events per task)",
     "floor": "supervised floor (no A2A: HTTP + a fresh supervised process per task)",
     "floor-threads": "supervised floor, agentd's structure (threads per connection + a supervisor thread)",
+    "floor-direct": "supervised floor, threads per connection supervising their own tasks",
+    "floor-nocg": "supervised floor, no cgroup",
 }
 
 # benches/supervised_floor.rs: not a peer but a yardstick, the least a server
-# with agentd's per-task guarantees spends on a task (see report.py); and the
-# same with agentd's structure around it (not run unless asked for).
-FLOOR_SERVERS = {"floor": [], "floor-threads": ["--threads"]}
+# with agentd's per-task guarantees spends on a task (see report.py); and,
+# not run unless asked for, the same with agentd's structure around it, with
+# its threads but no supervisor thread, and with no cgroup.
+FLOOR_SERVERS = {
+    "floor": [],
+    "floor-threads": ["--threads"],
+    "floor-direct": ["--direct"],
+    "floor-nocg": ["--no-cgroup"],
+}
 
 # bench/js/server.mjs --events N: the same SDK server, answering each task
 # with one published event (the completed Task) or three (submitted, the

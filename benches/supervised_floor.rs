@@ -1,7 +1,8 @@
 //! The supervised floor: the least a server can spend on a task with the
 //! guarantees agentd gives every task, measured on this machine, now.
 //!
-//! `supervised_floor SOCKET [--no-cgroup] [--inline]` serves HTTP/1.1 on a
+//! `supervised_floor SOCKET [--no-cgroup] [--inline] [--threads | --direct]`
+//! serves HTTP/1.1 on a
 //! unix socket from one thread (epoll, keep-alive, no parsing beyond finding
 //! where a request ends). A GET is answered with a fixed small card. Every
 //! other request is a task, and the answer, a fixed Task of the size agentd
@@ -29,7 +30,10 @@
 //! what its A2A handling and its structure (connection threads, procman)
 //! cost. `--threads` puts agentd's structure around the same tasks (a
 //! thread per connection under SCHED_BATCH, each task handed to one
-//! supervisor thread and waited for), to tell the two apart.
+//! supervisor thread and waited for), to tell the two apart. `--direct`
+//! keeps the threads but lets each connection's thread supervise its own
+//! tasks (the fork server asked under a lock), so the threads' share and
+//! the supervisor hop's can be told apart too.
 //!
 //! bench/run.sh runs it as the server `floor` (and `floor-threads`, when
 //! asked for), on the server core, measured like every other server (its
@@ -59,7 +63,7 @@ const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(sock) = args.first() else {
-        eprintln!("usage: supervised_floor SOCKET [--no-cgroup] [--inline] [--threads]");
+        eprintln!("usage: supervised_floor SOCKET [--no-cgroup] [--inline] [--threads | --direct]");
         return ExitCode::from(2);
     };
     let slot = if args.iter().any(|a| a == "--no-cgroup") {
@@ -92,6 +96,7 @@ fn main() -> ExitCode {
     }
     let slot_dir = slot.as_ref().map(|s| s.dir.clone());
     let threads = args.iter().any(|a| a == "--threads");
+    let direct = args.iter().any(|a| a == "--direct");
     // Lives as long as the process: the threads mode's threads are not
     // joined, they end with it.
     let sup: &'static Supervisor = Box::leak(Box::new(Supervisor {
@@ -99,8 +104,8 @@ fn main() -> ExitCode {
         births,
         server: std::process::id() as libc::pid_t,
     }));
-    let result = if threads {
-        serve_threads(sock, sup)
+    let result = if threads || direct {
+        serve_threads(sock, sup, direct)
     } else {
         serve(sock, sup)
     };
@@ -242,7 +247,7 @@ fn serve(sock: &str, sup: &Supervisor) -> io::Result<()> {
 /// one supervisor thread and waiting for it to end, as agentd's connection
 /// threads hand theirs to procman. What this costs above [`serve`] is what
 /// the structure costs, before any A2A handling.
-fn serve_threads(sock: &str, sup: &'static Supervisor) -> io::Result<()> {
+fn serve_threads(sock: &str, sup: &'static Supervisor, direct: bool) -> io::Result<()> {
     let stop = stop_flag()?;
     let listener = UnixListener::bind(sock)?;
     listener.set_nonblocking(true)?;
@@ -258,7 +263,7 @@ fn serve_threads(sock: &str, sup: &'static Supervisor) -> io::Result<()> {
             Ok((stream, _)) => {
                 stream.set_nonblocking(false)?;
                 let jobs = jobs.clone();
-                std::thread::spawn(move || connection(stream, jobs));
+                std::thread::spawn(move || connection(stream, jobs, direct.then_some(sup)));
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 let mut pfd = libc::pollfd {
@@ -276,8 +281,9 @@ fn serve_threads(sock: &str, sup: &'static Supervisor) -> io::Result<()> {
     Ok(())
 }
 
-/// One connection's thread: its requests in turn, each task waited for.
-fn connection(mut stream: UnixStream, jobs: mpsc::Sender<mpsc::SyncSender<bool>>) {
+/// One connection's thread: its requests in turn, each task run here
+/// (`direct`) or handed to the supervisor thread, and waited for.
+fn connection(mut stream: UnixStream, jobs: mpsc::Sender<mpsc::SyncSender<bool>>, direct: Option<&'static Supervisor>) {
     // Under SCHED_BATCH, as agentd's connection threads are.
     let _ = sys::yield_on_wakeup();
     let (card, task) = (response(CARD), response(TASK));
@@ -289,7 +295,11 @@ fn connection(mut stream: UnixStream, jobs: mpsc::Sender<mpsc::SyncSender<bool>>
             let answer = if buf.starts_with(b"GET ") {
                 &card
             } else {
-                if jobs.send(done.clone()).is_err() || finished.recv() != Ok(true) {
+                if let Some(sup) = direct {
+                    if sup.task().is_err() {
+                        return;
+                    }
+                } else if jobs.send(done.clone()).is_err() || finished.recv() != Ok(true) {
                     return;
                 }
                 &task
@@ -381,6 +391,8 @@ enum Births {
 /// The helper that forks every task's process, asked one at a time.
 struct ForkServer {
     sock: OwnedFd,
+    /// Pairs each request with its answer when threads ask at once.
+    asking: std::sync::Mutex<()>,
 }
 
 impl ForkServer {
@@ -396,12 +408,16 @@ impl ForkServer {
             drop(ours);
             serve_forks(theirs.as_raw_fd(), cgroup_fd, server);
         }
-        Ok(ForkServer { sock: ours })
+        Ok(ForkServer {
+            sock: ours,
+            asking: std::sync::Mutex::new(()),
+        })
     }
 
     /// A task's process, its ends of the pipes given; its pid.
     fn ask(&self, down_r: RawFd, up_w: RawFd) -> io::Result<libc::pid_t> {
         let sock = self.sock.as_raw_fd();
+        let _turn = self.asking.lock().unwrap_or_else(|e| e.into_inner());
         sys::send_with_fds(sock, &[0], &[down_r, up_w], false)?;
         let mut pid = [0u8; 4];
         let mut none = sys::ReceivedFds::default();
