@@ -308,11 +308,14 @@ impl Entry {
     }
 
     /// A finished task keeps of its log only the final status: everything
-    /// a late reader can use (one further behind gets a snapshot).
+    /// a late reader can use (one further behind gets a snapshot). The
+    /// log's room for the others goes too: a retained task would otherwise
+    /// hold it until it is dropped, several hundred bytes each.
     pub fn trim_log(&mut self) {
         while self.events.len() > 1 {
             self.events.pop_front();
         }
+        self.events.shrink_to_fit();
     }
 
     pub fn view(&self, history_length: Option<usize>, include_artifacts: bool) -> View {
