@@ -14,7 +14,9 @@ SendMessage at c=1 and c=16) while checking every response status (oha) and,
 before and after every load run, one full body (curl). Around every load run
 it reads the server's CPU time from /proc (the server's own, its reaped
 children's and its live descendants'), so that the core time per request is
-measured, not only inferred from the rate. bench/report.py turns it all into
+measured, not only inferred from the rate. Only the server being measured
+runs: the others are paused (SIGSTOP) meanwhile, so what an idle server does
+in the background (a garbage collector) does not take the measured one's core. bench/report.py turns it all into
 one report (tables, ratios, issue 38's checks) in target/bench/results.md;
 oha's raw JSON goes to target/bench/raw/.
 
@@ -76,6 +78,14 @@ class Bench:
             self.r["log_tail"] = self.srv.log_tail()
             self.srv.cleanup()
             self.srv = None
+
+    def pause(self):
+        if self.srv is not None:
+            self.srv.pause()
+
+    def resume(self):
+        if self.srv is not None:
+            self.srv.resume()
 
     def check(self):
         curl_send_check(self.srv.sock)
@@ -390,15 +400,27 @@ def main():
     # Every server is started and warmed up first; then each round measures
     # the floors and every server in turn (the order rotating), so a stretch
     # of time the machine was slow falls on all of them alike.
+    # Only the server being measured runs: the others are paused (SIGSTOP),
+    # so nothing a server does when idle lands in another's measurement.
     benches = {}
+
+    def alone(name):
+        for other, b in benches.items():
+            if other != name:
+                b.pause()
+        if name in benches:
+            benches[name].resume()
+
     for name in args.servers:
         log(f"=== {name}: start-up and warm-up")
+        alone(None)
         benches[name] = Bench(args, name)
         benches[name].start()
     want_floor = any(s in AGENTD_VARIANTS for s in args.servers)
     floor_rounds, floor = [], {}
     for n in range(args.rounds if args.servers else 0):
         log(f"=== round {n + 1} of {args.rounds}")
+        alone(None)
         if want_floor and "error" not in floor:
             try:
                 if not args.spawn_floor:
@@ -410,7 +432,10 @@ def main():
         order = args.servers[n % len(args.servers):] + args.servers[: n % len(args.servers)]
         for name in order:
             if benches[name].ok:
+                alone(name)
                 benches[name].round(n)
+    for b in benches.values():
+        b.resume()
     if floor_rounds and "error" not in floor:
         floor = floor_median(floor_rounds)
     results = {name: benches[name].finish() for name in args.servers}

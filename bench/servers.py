@@ -374,9 +374,28 @@ class Server:
         except OSError:
             return "(none)"
 
+    def pause(self):
+        """Stops the server's process group (SIGSTOP) while another server
+        is measured on the same core: an idle server is not always idle (a
+        Node server's garbage collector ran on the server core seconds after
+        its own load, in the middle of the next server's rounds)."""
+        self._signal_group(signal.SIGSTOP)
+
+    def resume(self):
+        self._signal_group(signal.SIGCONT)
+
+    def _signal_group(self, sig):
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+
     def stop(self):
         if self.proc is None or self.proc.poll() is not None:
             return
+        # A paused server would hold the SIGTERM until SIGKILL.
+        self.resume()
         self.proc.send_signal(signal.SIGTERM)
         try:
             self.proc.wait(timeout=10)
