@@ -16,9 +16,10 @@ it reads the server's CPU time from /proc (the server's own, its reaped
 children's and its live descendants'), so that the core time per request is
 measured, not only inferred from the rate. Only the server being measured
 runs: the others are paused (SIGSTOP) meanwhile, so what an idle server does
-in the background (a garbage collector) does not take the measured one's core. bench/report.py turns it all into
-one report (tables, ratios, issue 38's checks) in target/bench/results.md;
-oha's raw JSON goes to target/bench/raw/.
+in the background (a garbage collector) does not take the measured one's
+core. bench/report.py turns it all into one report (tables, ratios, issue
+38's checks) in target/bench/results.md; oha's raw JSON goes to
+target/bench/raw/.
 
 Standard library only. Exits non-zero if any server failed any check.
 """
@@ -80,6 +81,7 @@ class Bench:
             self.srv = None
 
     def pause(self):
+        """Stops the server while another one is measured (Server.pause)."""
         if self.srv is not None:
             self.srv.pause()
 
@@ -399,12 +401,13 @@ def main():
 
     # Every server is started and warmed up first; then each round measures
     # the floors and every server in turn (the order rotating), so a stretch
-    # of time the machine was slow falls on all of them alike.
-    # Only the server being measured runs: the others are paused (SIGSTOP),
-    # so nothing a server does when idle lands in another's measurement.
+    # of time the machine was slow falls on all of them alike. Only the
+    # server being measured runs: the others are paused (SIGSTOP), so nothing
+    # a server does when idle lands in another's measurement.
     benches = {}
 
     def alone(name):
+        """Resumes `name` (None: no server) and pauses every other one."""
         for other, b in benches.items():
             if other != name:
                 b.pause()
