@@ -2,12 +2,11 @@
 //! guarantees agentd gives every task, measured on this machine, now.
 //!
 //! `supervised_floor SOCKET [--no-cgroup] [--inline] [--threads | --direct]`
-//! serves HTTP/1.1 on a
-//! unix socket from one thread (epoll, keep-alive, no parsing beyond finding
-//! where a request ends). A GET is answered with a fixed small card. Every
-//! other request is a task, and the answer, a fixed Task of the size agentd
-//! sends, waits for a fresh process made with what agentd does for each of
-//! its workers, and nothing else:
+//! serves HTTP/1.1 on a unix socket from one thread (epoll, keep-alive, no
+//! parsing beyond finding where a request ends). A GET is answered with a
+//! fixed small card. Every other request is a task, and the answer, a fixed
+//! Task of the size agentd sends, waits for a fresh process made with what
+//! agentd does for each of its workers, and nothing else:
 //!
 //! - forked by a fork server: a helper forked once at start-up, before the
 //!   server has held any task's data, that is asked over a seqpacket socket
@@ -35,8 +34,8 @@
 //! tasks (the fork server asked under a lock), so the threads' share and
 //! the supervisor hop's can be told apart too.
 //!
-//! bench/run.sh runs it as the server `floor` (and `floor-threads`, when
-//! asked for), on the server core, measured like every other server (its
+//! bench/run.sh runs it as the server `floor` (and as `floor-threads`,
+//! `floor-direct` and `floor-nocg`, when asked for), on the server core, measured like every other server (its
 //! CPU, its reaped children's and its live descendants', the fork server's,
 //! from /proc). It runs until SIGTERM or SIGINT, then removes its slot.
 
@@ -246,18 +245,21 @@ fn serve(sock: &str, sup: &Supervisor) -> io::Result<()> {
 /// (blocking reads, under SCHED_BATCH as agentd's are) handing each task to
 /// one supervisor thread and waiting for it to end, as agentd's connection
 /// threads hand theirs to procman. What this costs above [`serve`] is what
-/// the structure costs, before any A2A handling.
+/// the structure costs, before any A2A handling. With `direct` there is no
+/// supervisor thread: each connection's thread runs its own tasks.
 fn serve_threads(sock: &str, sup: &'static Supervisor, direct: bool) -> io::Result<()> {
     let stop = stop_flag()?;
     let listener = UnixListener::bind(sock)?;
     listener.set_nonblocking(true)?;
     let (jobs, queue) = mpsc::channel::<mpsc::SyncSender<bool>>();
-    std::thread::spawn(move || {
-        for done in queue {
-            let ok = sup.task().is_ok();
-            let _ = done.send(ok);
-        }
-    });
+    if !direct {
+        std::thread::spawn(move || {
+            for done in queue {
+                let ok = sup.task().is_ok();
+                let _ = done.send(ok);
+            }
+        });
+    }
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
             Ok((stream, _)) => {
