@@ -35,9 +35,10 @@
 //! the supervisor hop's can be told apart too.
 //!
 //! bench/run.sh runs it as the server `floor` (and as `floor-threads`,
-//! `floor-direct` and `floor-nocg`, when asked for), on the server core, measured like every other server (its
-//! CPU, its reaped children's and its live descendants', the fork server's,
-//! from /proc). It runs until SIGTERM or SIGINT, then removes its slot.
+//! `floor-direct` and `floor-nocg`, when asked for), on the server core,
+//! measured like every other server (its CPU, its reaped children's and its
+//! live descendants', the fork server's, from /proc). It runs until SIGTERM
+//! or SIGINT, then removes its slot.
 
 use std::collections::HashMap;
 use std::fs;
