@@ -436,26 +436,52 @@ pub fn decode<T: Frame>(buf: &[u8], max: usize) -> Result<Option<(T, usize)>, Fr
 /// One frame's bytes (after its length) as the frame: its JSON, or its
 /// JSON and the text that came raw after it.
 fn decode_body<T: Frame>(body: &[u8]) -> Result<T, FrameError> {
-    let bad = |e: &dyn std::fmt::Display| FrameError::BadJson(e.to_string());
-    let Some(rest) = body.strip_prefix(&[RAW_TEXT_MARK]) else {
-        return serde_json::from_slice(body).map_err(|e| bad(&e));
-    };
-    let (json_len, rest) = rest
-        .split_first_chunk::<4>()
-        .ok_or_else(|| bad(&"a raw text frame shorter than its header"))?;
+    if body.first() != Some(&RAW_TEXT_MARK) {
+        return serde_json::from_slice(body).map_err(|e| bad_frame(&e));
+    }
+    let head_len = raw_head_len(body)
+        .ok_or_else(|| bad_frame(&"a raw text frame's JSON is past its end (or its header is cut short)"))?;
+    let (head, text) = body.split_at(head_len);
+    let text = std::str::from_utf8(text).map_err(|e| bad_frame(&format_args!("a raw text frame's text: {e}")))?;
+    join_raw_text(head, text.to_owned())
+}
+
+/// How many bytes at the start of a raw text frame's body (after its
+/// length) come before its text: the mark, the JSON's length and the JSON.
+/// None when `body` is not a raw text frame's start, or its JSON is not all
+/// there.
+pub fn raw_head_len(body: &[u8]) -> Option<usize> {
+    let rest = body.strip_prefix(&[RAW_TEXT_MARK])?;
+    let (json_len, json) = rest.split_first_chunk::<4>()?;
     let json_len = u32::from_be_bytes(*json_len) as usize;
-    let (json, text) = rest.split_at_checked(json_len).ok_or_else(|| {
-        bad(&format_args!(
-            "a raw text frame's JSON of {json_len} bytes is past its end"
-        ))
-    })?;
-    let mut frame: T = serde_json::from_slice(json).map_err(|e| bad(&e))?;
-    let text = std::str::from_utf8(text).map_err(|e| bad(&format_args!("a raw text frame's text: {e}")))?;
-    if frame.join_text(text.to_owned()) {
+    (json_len <= json.len()).then_some(1 + 4 + json_len)
+}
+
+/// A raw text frame whose text was read apart from its head (procman reads
+/// a long one into the buffer that becomes the text): `head` is the body's
+/// first [`raw_head_len`] bytes. The text is checked, not copied.
+pub fn decode_raw_text<T: Frame>(head: &[u8], text: Vec<u8>) -> Result<T, FrameError> {
+    let text =
+        String::from_utf8(text).map_err(|e| bad_frame(&format_args!("a raw text frame's text: {}", e.utf8_error())))?;
+    join_raw_text(head, text)
+}
+
+/// The frame a raw text frame's head (mark, JSON length, JSON) holds, with
+/// `text` in its empty text part.
+fn join_raw_text<T: Frame>(head: &[u8], text: String) -> Result<T, FrameError> {
+    let json = head.get(5..).unwrap_or_default();
+    let mut frame: T = serde_json::from_slice(json).map_err(|e| bad_frame(&e))?;
+    if frame.join_text(text) {
         Ok(frame)
     } else {
-        Err(bad(&"a raw text frame whose JSON has no empty text part for its text"))
+        Err(bad_frame(
+            &"a raw text frame whose JSON has no empty text part for its text",
+        ))
     }
+}
+
+fn bad_frame(e: &dyn std::fmt::Display) -> FrameError {
+    FrameError::BadJson(e.to_string())
 }
 
 /// Writes one frame of at most `max` bytes.

@@ -167,7 +167,22 @@ fn a_raw_text_frame_that_does_not_add_up_is_refused() {
             "{what}"
         );
         assert!(read_frame::<FromWorker>(&mut &wire[..], MAX).is_err(), "{what}");
+        // Read apart from its head (procman's way for a long text), it is
+        // refused as well, or its head is not taken for a whole one.
+        let body = &wire[4..];
+        if let Some(head) = raw_head_len(body) {
+            let text = body[head..].to_vec();
+            assert!(decode_raw_text::<FromWorker>(&body[..head], text).is_err(), "{what}");
+        }
     }
+    // A good one read apart is the frame decode gives.
+    let body = &ok[4..];
+    let head = raw_head_len(body).unwrap();
+    assert_eq!(
+        decode_raw_text::<FromWorker>(&body[..head], body[head..].to_vec()).unwrap(),
+        chunk("text")
+    );
+    assert_eq!(raw_head_len(&body[..head - 1]), None, "a head cut short");
     // Nothing agentd sends a worker is ever raw.
     let to = raw_frame(b"\"ping\"", 6, b"text");
     assert!(matches!(decode::<ToWorker>(&to, MAX), Err(FrameError::BadJson(_))));

@@ -22,7 +22,8 @@ pub use crate::limits::CONTROL_READ_TURN_BYTES as READ_TURN_BYTES;
 /// The first read of a turn, through the scratch buffer (see `read_turn`).
 const FIRST_READ_BYTES: usize = 4096;
 /// The rest of a frame under way from which it is read straight into the
-/// inbox rather than through the scratch buffer.
+/// inbox (or its text into a buffer of its own) rather than through the
+/// scratch buffer.
 const DIRECT_READ_MIN_BYTES: usize = 4096;
 
 pub struct Channel {
@@ -45,6 +46,18 @@ pub struct Channel {
     /// Bytes written into the pipe since [`mark`](Self::mark): what the
     /// worker has not read of them is still in the pipe.
     into_pipe_since_mark: usize,
+    /// The long text of the frame under way, when it comes raw: read into
+    /// the buffer that becomes the text's `String`, not into the inbox (a
+    /// program's large output is then copied once less). The frame's head
+    /// is the whole inbox meanwhile.
+    aside: Option<AsideText>,
+}
+
+/// A raw frame's text being read apart from its head.
+struct AsideText {
+    text: Vec<u8>,
+    /// The text's length, as the frame's length says.
+    len: usize,
 }
 
 /// What one turn of reading produced.
@@ -82,6 +95,7 @@ impl Channel {
             open: true,
             frame_max,
             into_pipe_since_mark: 0,
+            aside: None,
         })
     }
 
@@ -149,8 +163,17 @@ impl Channel {
         // few hundred bytes. A read that fills it is followed by larger ones.
         let mut want = FIRST_READ_BYTES;
         while budget > 0 {
+            if self.aside.is_none() && self.frame_rest() >= DIRECT_READ_MIN_BYTES {
+                self.set_text_aside(&mut turn);
+                if turn.broken.is_some() {
+                    break;
+                }
+            }
             let rest = self.frame_rest();
-            let read = if rest >= DIRECT_READ_MIN_BYTES {
+            let read = if let Some(aside) = &mut self.aside {
+                let want = aside.len - aside.text.len();
+                crate::sys::read_appending(self.rx.as_raw_fd(), &mut aside.text, want.min(budget))
+            } else if rest >= DIRECT_READ_MIN_BYTES {
                 self.inbox.reserve(rest);
                 crate::sys::read_appending(self.rx.as_raw_fd(), &mut self.inbox, rest.min(budget))
             } else {
@@ -164,7 +187,10 @@ impl Channel {
                     turn.closed = true;
                     break;
                 }
-                Ok(n) => budget -= n,
+                Ok(n) => {
+                    budget -= n;
+                    self.take_text_aside(&mut turn);
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
@@ -173,36 +199,80 @@ impl Channel {
                 }
             }
         }
-        loop {
-            match control::decode::<FromWorker>(&self.inbox[self.read_at..], self.frame_max) {
-                Ok(Some((frame, used))) => {
-                    self.read_at += used;
-                    turn.frames.push(frame);
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    turn.broken = Some(e.to_string());
-                    break;
-                }
-            }
-        }
-        // Compact once per turn, not per frame. Every whole frame is
-        // decoded, so the inbox then starts at a frame's edge.
-        if self.read_at > 0 {
-            self.inbox.drain(..self.read_at);
-            self.read_at = 0;
-        }
+        self.decode_whole(&mut turn);
         self.frame_at = 0;
         if turn.closed && !self.inbox.is_empty() && turn.broken.is_none() {
+            let aside = self.aside.as_ref().map_or(0, |a| a.text.len());
             turn.broken = Some(format!(
                 "the channel ended inside a frame ({} bytes left)",
-                self.inbox.len()
+                self.inbox.len() + aside
             ));
         }
         if turn.closed || turn.broken.is_some() {
             self.open = false;
         }
         turn
+    }
+
+    /// Decodes every whole frame in the inbox, then drops them from it, so
+    /// that it starts at a frame's edge (compacted once per call, not per
+    /// frame).
+    fn decode_whole(&mut self, turn: &mut Turn) {
+        while turn.broken.is_none() {
+            match control::decode::<FromWorker>(&self.inbox[self.read_at..], self.frame_max) {
+                Ok(Some((frame, used))) => {
+                    self.read_at += used;
+                    turn.frames.push(frame);
+                }
+                Ok(None) => break,
+                Err(e) => turn.broken = Some(e.to_string()),
+            }
+        }
+        if self.read_at > 0 {
+            self.inbox.drain(..self.read_at);
+            self.frame_at = self.frame_at.saturating_sub(self.read_at);
+            self.read_at = 0;
+        }
+    }
+
+    /// If the frame under way is a raw text frame whose head is in, moves
+    /// what came of its text into a buffer of the text's size, where the
+    /// rest of it is read: the frames before it are decoded first, so the
+    /// head is all the inbox holds.
+    fn set_text_aside(&mut self, turn: &mut Turn) {
+        self.decode_whole(turn);
+        if turn.broken.is_some() || self.frame_at != 0 {
+            return;
+        }
+        let Some(len_bytes) = self.inbox.first_chunk::<4>() else {
+            return;
+        };
+        let len = u32::from_be_bytes(*len_bytes) as usize;
+        let Some(head_len) = self.inbox.get(4..).and_then(control::raw_head_len) else {
+            return;
+        };
+        let text_len = len.saturating_sub(head_len);
+        if len > self.frame_max || text_len < DIRECT_READ_MIN_BYTES {
+            return; // a frame over the limit is refused by decode as usual
+        }
+        let mut text = Vec::with_capacity(text_len);
+        text.extend_from_slice(&self.inbox[4 + head_len..]);
+        self.inbox.truncate(4 + head_len);
+        self.aside = Some(AsideText { text, len: text_len });
+        self.take_text_aside(turn);
+    }
+
+    /// The frame whose text was read aside, once the text is all in.
+    fn take_text_aside(&mut self, turn: &mut Turn) {
+        let Some(aside) = self.aside.take_if(|a| a.text.len() == a.len) else {
+            return;
+        };
+        match control::decode_raw_text::<FromWorker>(&self.inbox[4..], aside.text) {
+            Ok(frame) => turn.frames.push(frame),
+            Err(e) => turn.broken = Some(e.to_string()),
+        }
+        self.inbox.clear();
+        self.frame_at = 0;
     }
 
     /// Bytes still to come of the frame the inbox ends inside (0 at a
@@ -305,37 +375,70 @@ mod tests {
         (ch, worker_writes.into(), worker_reads.into())
     }
 
-    #[test]
-    fn a_frame_larger_than_the_pipe_is_read_in_turns_into_room_made_for_it() {
-        let (mut ch, mut worker, _reads) = pair();
-        let text = "ab€".repeat(100_000); // 500 KB: several pipefuls
-        let chunk = FromWorker::Artifact {
+    fn chunk_of(text: &str) -> FromWorker {
+        FromWorker::Artifact {
             artifact: Box::new(crate::wire::Artifact {
                 artifact_id: "a".into(),
                 name: None,
                 description: None,
-                parts: vec![crate::wire::Part::text(text.clone())],
+                parts: vec![crate::wire::Part::text(text.to_owned())],
                 metadata: None,
                 extensions: Vec::new(),
             }),
             append: false,
             last_chunk: true,
-        };
+        }
+    }
+
+    /// Reads turns until `want` frames came (or 10 s passed); none broken.
+    fn read_frames(ch: &mut Channel, want: usize) -> Vec<FromWorker> {
+        let mut frames = Vec::new();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while frames.len() < want && std::time::Instant::now() < deadline {
+            let turn = ch.read_turn(&mut [0; 4096]);
+            assert!(turn.broken.is_none(), "{:?}", turn.broken);
+            frames.extend(turn.frames);
+        }
+        frames
+    }
+
+    #[test]
+    fn a_long_raw_text_larger_than_the_pipe_is_read_into_its_own_buffer_in_order() {
+        let (mut ch, mut worker, _reads) = pair();
+        let text = "ab€".repeat(100_000); // 500 KB: several pipefuls
+        let chunk = chunk_of(&text);
+        let pong = control::encode(&FromWorker::Pong, 1 << 20).unwrap();
+        let pong_len = pong.len();
+        let wire = [pong.clone(), control::encode(&chunk, 1 << 20).unwrap(), pong].concat();
+        assert_eq!(wire[pong_len + 4], 0, "the text goes raw");
+        let writer = std::thread::spawn(move || worker.write_all(&wire));
+        let frames = read_frames(&mut ch, 3);
+        writer.join().unwrap().unwrap();
+        assert_eq!(frames, vec![FromWorker::Pong, chunk, FromWorker::Pong]);
+        assert!(
+            ch.inbox.capacity() <= 16 * 1024,
+            "the text never went through the inbox: {} bytes of room",
+            ch.inbox.capacity()
+        );
+    }
+
+    #[test]
+    fn a_long_json_frame_larger_than_the_pipe_is_read_in_turns_into_room_made_for_it() {
+        let (mut ch, mut worker, _reads) = pair();
+        // Two text parts: the frame goes as JSON alone, read into the inbox.
+        let mut chunk = chunk_of(&"ab€\n".repeat(40_000));
+        if let FromWorker::Artifact { artifact, .. } = &mut chunk {
+            artifact.parts.push(crate::wire::Part::text("x".repeat(2000)));
+        }
         let wire = [
             control::encode(&chunk, 1 << 20).unwrap(),
             control::encode(&FromWorker::Pong, 1 << 20).unwrap(),
         ]
         .concat();
+        assert_eq!(wire[4], b'{', "the frame is JSON");
         let wire_len = wire.len();
         let writer = std::thread::spawn(move || worker.write_all(&wire));
-        let mut frames = Vec::new();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while frames.len() < 2 && std::time::Instant::now() < deadline {
-            let turn = ch.read_turn(&mut [0; 4096]);
-            assert!(turn.broken.is_none(), "{:?}", turn.broken);
-            assert!(turn.frames.len() <= 2);
-            frames.extend(turn.frames);
-        }
+        let frames = read_frames(&mut ch, 2);
         writer.join().unwrap().unwrap();
         assert_eq!(frames, vec![chunk, FromWorker::Pong]);
         assert!(
@@ -343,6 +446,29 @@ mod tests {
             "room made for the frame, not grown on past it: {} for {wire_len} bytes",
             ch.inbox.capacity()
         );
+    }
+
+    #[test]
+    fn a_raw_text_read_aside_that_is_not_utf8_or_ends_early_breaks_the_channel() {
+        let wire = control::encode(&chunk_of(&"x".repeat(50_000)), 1 << 20).unwrap();
+        let mut bad = wire.clone();
+        let at = bad.len() - 10_000;
+        bad[at] = 0xff;
+        let (mut ch, mut worker, _reads) = pair();
+        worker.write_all(&bad).unwrap();
+        let turn = ch.read_turn(&mut [0; 4096]);
+        assert!(turn.frames.is_empty());
+        assert!(turn.broken.is_some_and(|b| b.contains("text")), "not UTF-8");
+        assert!(!ch.is_open());
+
+        let (mut ch, mut worker, _reads) = pair();
+        worker.write_all(&wire[..wire.len() - 100]).unwrap();
+        drop(worker);
+        let turn = ch.read_turn(&mut [0; 4096]);
+        assert!(turn.frames.is_empty());
+        let broken = turn.broken.unwrap();
+        assert!(broken.contains("inside a frame"), "{broken}");
+        assert!(broken.contains(&format!("{} bytes left", wire.len() - 100)), "{broken}");
     }
 
     #[test]
