@@ -128,6 +128,10 @@ pub const PRESPAWN_PER_TURN: usize = 2;
 /// After poll(2) failed (more fds than RLIMIT_NOFILE allows), how long
 /// procman waits before it tries every descriptor anyway.
 pub const PROCMAN_POLL_RETRY_MS: u64 = 10;
+/// How long the allocator's spare large blocks (sys/alloc.rs: freed chunks
+/// of large outputs, kept for the next) wait to be taken before procman
+/// gives them back to libc.
+pub const SPARE_BLOCKS_IDLE_MS: u64 = 1000;
 /// procman's one buffer the small reads of every control pipe go through.
 pub const PROCMAN_READ_BUFFER_BYTES: usize = 64 * 1024;
 /// Most bytes procman reads from one worker per turn of its loop, so a

@@ -69,3 +69,66 @@ fn a_finished_task_keeps_at_most_one_and_a_half_times_its_output() {
         per_task / OUTPUT_BYTES as f64
     );
 }
+
+fn minor_faults(pid: i32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    common::stat_field(&stat, 10).and_then(|f| f.parse().ok()).unwrap_or(0)
+}
+
+/// The static build keeps the chunks of a large output it dropped for the
+/// next large output (sys/alloc.rs, its large class): with one finished
+/// task retained, the third task's output goes into the pages the first
+/// one's left, with far fewer page faults than it has pages; and once no
+/// large output has come for a while, procman gives them back to libc.
+#[test]
+fn the_static_build_stores_a_large_output_in_the_pages_a_dropped_one_left() {
+    let test = "the_static_build_stores_a_large_output_in_the_pages_a_dropped_one_left";
+    if !common::musl_target_installed() {
+        common::skip_or_fail(test, "the x86_64-unknown-linux-musl target is not installed");
+        return;
+    }
+    let bin = common::static_agentd();
+    let tmp = common::TempDir::new("spare");
+    // Written first, so the program (cat) writes it in large blocks and
+    // the worker reads it in whole 64 KiB chunks.
+    let data = tmp.0.join("out.txt");
+    std::fs::write(&data, "a".repeat(OUTPUT_BYTES as usize)).unwrap();
+    let prog = common::script(&tmp.0, "out.sh", &format!("exec cat '{}'", data.display()));
+    let d = Daemon::start_with_binary(
+        &bin,
+        &[
+            "--exec",
+            prog.to_str().unwrap(),
+            "--set",
+            "tasks.cgroup=off",
+            "--set",
+            "tasks.retain_max=1",
+        ],
+    );
+    let run = |i: u32| {
+        let r = d.ok(
+            "SendMessage",
+            json!({"message": common::user_message(&format!("t{i}"))}),
+        );
+        assert_eq!(r["task"]["status"]["state"], "TASK_STATE_COMPLETED", "{r}");
+        let text = r["task"]["artifacts"][0]["parts"][0]["text"].as_str().unwrap_or("");
+        assert_eq!(text.len() as u64, OUTPUT_BYTES, "the whole output");
+    };
+    // The second task's end drops the first: its chunks are kept spare.
+    run(0);
+    run(1);
+    let before = minor_faults(d.pid());
+    run(2);
+    let faults = minor_faults(d.pid()) - before;
+    let pages = OUTPUT_BYTES / 4096;
+    eprintln!("the third task of {pages} pages of output: {faults} page faults in the daemon");
+    assert!(
+        faults < pages / 2,
+        "the third task faulted {faults} pages in for its {pages} pages of output: the dropped task's chunks were not reused"
+    );
+    // Nothing more comes: the spare blocks go back.
+    let released = wait_for(Duration::from_secs(10), || {
+        d.log_text().contains("procman.spare_blocks released=")
+    });
+    assert!(released, "no release logged:\n{}", d.log_text());
+}

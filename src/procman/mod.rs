@@ -175,6 +175,43 @@ struct Loop {
     /// rebuilt every turn in buffers kept from the last.
     poll_set: (Vec<libc::pollfd>, Vec<Polled>),
     poll_failures: PollFailures,
+    spare_blocks: SpareBlocks,
+}
+
+/// When the allocator's spare large blocks (sys/alloc.rs) go back to libc:
+/// once none has been taken for `limits::SPARE_BLOCKS_IDLE_MS`. While
+/// large outputs keep coming, each fills the pages the last one left; when
+/// they stop, an idle daemon does not sit on the memory.
+#[derive(Default)]
+struct SpareBlocks {
+    /// When to look again, and how many had been reused when this was set.
+    due: Option<(Instant, usize)>,
+}
+
+impl SpareBlocks {
+    const IDLE: Duration = Duration::from_millis(limits::SPARE_BLOCKS_IDLE_MS);
+
+    /// At the end of each turn of the loop.
+    fn turn(&mut self, now: Instant) {
+        let reused = sys::large_blocks_reused();
+        match self.due {
+            None if sys::large_blocks_kept() > 0 => self.due = Some((now + Self::IDLE, reused)),
+            Some((at, seen)) if now >= at && reused == seen => {
+                let released = sys::release_large_blocks();
+                log::debug!(
+                    "procman.spare_blocks released={released} (64 KiB each, none taken for {:?})",
+                    Self::IDLE
+                );
+                self.due = None;
+            }
+            Some((at, _)) if now >= at => self.due = Some((now + Self::IDLE, reused)),
+            _ => {}
+        }
+    }
+
+    fn due(&self) -> Option<Instant> {
+        self.due.map(|(at, _)| at)
+    }
 }
 
 /// What a poll entry past the first four is.
@@ -263,6 +300,7 @@ pub fn spawn(
         mode: Mode::Serving,
         poll_set: (Vec::new(), Vec::new()),
         poll_failures: PollFailures::default(),
+        spare_blocks: SpareBlocks::default(),
     };
     let handle = crate::vital::spawn("procman", move || state.run())?;
     Ok((Procman { tx, waker }, handle))
@@ -274,7 +312,11 @@ impl Loop {
         crate::ids::batch_on_this_thread();
         self.sup.fill_pool();
         loop {
-            let timeout_ms = match self.sup.next_due() {
+            let due = match (self.sup.next_due(), self.spare_blocks.due()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let timeout_ms = match due {
                 Some(at) => {
                     let left = at.saturating_duration_since(Instant::now());
                     // Round up: waking a hair early only spins.
@@ -352,6 +394,7 @@ impl Loop {
             }
             self.poll_set = (fds, polled);
             self.sup.turn_end();
+            self.spare_blocks.turn(Instant::now());
             if let Mode::Draining { .. } = self.mode {
                 if self.sup.settled() {
                     self.drained();

@@ -11,8 +11,20 @@
 //! beyond 16, goes straight to libc, as before.
 //!
 //! Bounds: at most CLASS_KEEP_BYTES are kept per class (past that a freed
-//! block goes back to libc), so the cache holds < 1 MiB however bursty the
-//! load. Blocks are carved by libc with one fixed layout per class and
+//! block goes back to libc), so the small classes hold < 1 MiB however
+//! bursty the load.
+//!
+//! One class is large: blocks of 64 KiB, for requests of more than 32 KiB
+//! up to that, chiefly the chunks of a program's output (each read into a
+//! buffer of its own, which the task then keeps). musl gives such blocks
+//! back to the kernel when they are freed, so a large output's chunks were
+//! faulted in page by page, and the chunks of the task dropped to make room
+//! for it unmapped, for every large task: ~12,000 faults for 50 MB. The
+//! large class keeps up to LARGE_KEEP_BLOCKS freed blocks (64 MiB), so the
+//! next large output fills the pages the last dropped one left. They are
+//! given back to libc once none has been taken for a while
+//! ([`release_large_blocks`], called by procman when large outputs stopped
+//! coming): an idle daemon does not sit on them. Blocks are carved by libc with one fixed layout per class and
 //! returned to it with that layout. A lock per class that is never waited
 //! for: a thread that finds a class's list busy takes its block from libc
 //! (or gives it back there) at once, so no thread spins or yields inside
@@ -44,20 +56,56 @@ use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// The size classes, in bytes: a request is served from the smallest class
-/// that holds it.
-const CLASSES: [usize; 12] = [16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024];
+/// that holds it. The last is the large class (see the module's notes).
+const CLASSES: [usize; 13] = [
+    16,
+    32,
+    48,
+    64,
+    96,
+    128,
+    192,
+    256,
+    384,
+    512,
+    768,
+    1024,
+    LARGE_BLOCK_BYTES,
+];
 /// The alignment every class block has (what malloc guarantees on 64-bit
 /// Linux); a request aligned beyond it goes to libc.
 const CLASS_ALIGN: usize = 16;
-/// Most bytes of freed blocks kept per class.
+/// Most bytes of freed blocks kept per small class.
 const CLASS_KEEP_BYTES: usize = 64 * 1024;
+/// The large class: its blocks' size (a program's output chunk,
+/// `limits::TEXT_CHUNK_MAX_BYTES`, fills one).
+const LARGE_BLOCK_BYTES: usize = 64 * 1024;
+/// Requests above this (and up to LARGE_BLOCK_BYTES) take a large block,
+/// at most twice what they asked for; smaller ones above the small classes
+/// go to libc.
+const LARGE_REQUEST_MIN_BYTES: usize = 32 * 1024;
+const LARGE: usize = CLASSES.len() - 1;
+/// Most freed large blocks kept: 64 MiB, a large output's worth.
+const LARGE_KEEP_BLOCKS: usize = 1024;
 
-/// The smallest class that holds `size` bytes at `align`, if any.
+/// The class that holds `size` bytes at `align`, if any.
 fn class_of(size: usize, align: usize) -> Option<usize> {
     if align > CLASS_ALIGN {
         return None;
     }
+    if size > CLASSES[LARGE - 1] {
+        return (size > LARGE_REQUEST_MIN_BYTES && size <= LARGE_BLOCK_BYTES).then_some(LARGE);
+    }
     CLASSES.iter().position(|&c| size <= c)
+}
+
+/// How many freed blocks a class keeps.
+fn keep_of(class: usize) -> usize {
+    if class == LARGE {
+        LARGE_KEEP_BLOCKS
+    } else {
+        CLASS_KEEP_BYTES / CLASSES[class]
+    }
 }
 
 /// One class's free list, threaded through the free blocks themselves.
@@ -145,6 +193,36 @@ impl FreeList {
 }
 
 static LISTS: [FreeList; CLASSES.len()] = [const { FreeList::new() }; CLASSES.len()];
+/// Large blocks handed out from the list so far: procman's sign that they
+/// are still wanted.
+static LARGE_REUSED: AtomicUsize = AtomicUsize::new(0);
+
+/// How many large blocks have been handed out again so far.
+pub fn large_blocks_reused() -> usize {
+    LARGE_REUSED.load(Ordering::Relaxed)
+}
+
+/// How many freed large blocks are kept now (1 while another thread holds
+/// the list: some may be).
+pub fn large_blocks_kept() -> usize {
+    LISTS[LARGE].with_slots(|s| s.count).unwrap_or(1)
+}
+
+/// Gives every kept large block back to libc (which gives them back to
+/// the kernel); how many. A no-op where this allocator is not installed.
+pub fn release_large_blocks() -> usize {
+    let mut released = 0;
+    loop {
+        let block = LISTS[LARGE].pop();
+        if block.is_null() {
+            return released;
+        }
+        // SAFETY: blocks on a class's list were allocated from libc with
+        // that class's layout, and nobody holds this one any more.
+        unsafe { System.dealloc(block, class_layout(LARGE)) };
+        released += 1;
+    }
+}
 
 /// The worker arena's size: what a worker allocates for an ordinary task
 /// (its spawn frame and what it answers) fits, many times over.
@@ -293,6 +371,9 @@ unsafe impl GlobalAlloc for CachingAlloc {
             Some(class) => {
                 let block = LISTS[class].pop();
                 if !block.is_null() {
+                    if class == LARGE {
+                        LARGE_REUSED.fetch_add(1, Ordering::Relaxed);
+                    }
                     return block;
                 }
                 // SAFETY: a valid non-zero layout.
@@ -312,7 +393,7 @@ unsafe impl GlobalAlloc for CachingAlloc {
         }
         match class_of(layout.size(), layout.align()) {
             Some(class) => {
-                if !LISTS[class].push(ptr, CLASS_KEEP_BYTES / CLASSES[class]) {
+                if !LISTS[class].push(ptr, keep_of(class)) {
                     // SAFETY: `ptr` was allocated with this class's layout.
                     unsafe { System.dealloc(ptr, class_layout(class)) }
                 }
@@ -415,9 +496,38 @@ mod tests {
         assert_eq!(class_of(1, 1), Some(0));
         assert_eq!(class_of(16, 8), Some(0));
         assert_eq!(class_of(17, 8), Some(1));
-        assert_eq!(class_of(1024, 16), Some(CLASSES.len() - 1));
-        assert_eq!(class_of(1025, 8), None, "bigger than every class");
+        assert_eq!(class_of(1024, 16), Some(LARGE - 1));
+        assert_eq!(class_of(1025, 8), None, "between the small classes and the large one");
+        assert_eq!(class_of(32 * 1024, 8), None);
+        assert_eq!(class_of(32 * 1024 + 1, 8), Some(LARGE), "over half a large block");
+        assert_eq!(class_of(64 * 1024, 16), Some(LARGE));
+        assert_eq!(class_of(64 * 1024 + 1, 8), None, "bigger than every class");
         assert_eq!(class_of(64, 32), None, "aligned beyond the classes");
+    }
+
+    #[test]
+    fn large_blocks_are_reused_up_to_their_bound_and_released_on_request() {
+        let a = CachingAlloc;
+        let l = layout(LARGE_BLOCK_BYTES); // an output chunk's buffer
+                                           // SAFETY: as above.
+        unsafe {
+            let blocks: Vec<*mut u8> = (0..LARGE_KEEP_BLOCKS + 8).map(|_| a.alloc(l)).collect();
+            assert!(blocks.iter().all(|b| !b.is_null()));
+            let last = blocks[LARGE_KEEP_BLOCKS - 1];
+            for b in &blocks {
+                a.dealloc(*b, l);
+            }
+            assert_eq!(large_blocks_kept(), LARGE_KEEP_BLOCKS, "bounded");
+            let reused = large_blocks_reused();
+            let again = a.alloc(layout(40 * 1024));
+            assert_eq!(again, last, "a smaller large request gets the block last kept");
+            assert_eq!(large_blocks_reused(), reused + 1, "and it is counted");
+            ptr::write_bytes(again, 7, 40 * 1024);
+            a.dealloc(again, layout(40 * 1024));
+            assert_eq!(release_large_blocks(), LARGE_KEEP_BLOCKS);
+            assert_eq!(large_blocks_kept(), 0, "all given back to libc");
+            assert_eq!(release_large_blocks(), 0);
+        }
     }
 
     #[test]
@@ -448,7 +558,7 @@ mod tests {
         let a = CachingAlloc;
         let l = layout(500); // the 512-byte class
         let class = class_of(500, 8).unwrap();
-        let keep = CLASS_KEEP_BYTES / CLASSES[class];
+        let keep = keep_of(class);
         // SAFETY: as above.
         unsafe {
             let blocks: Vec<*mut u8> = (0..keep + 50).map(|_| a.alloc(l)).collect();

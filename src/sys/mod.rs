@@ -20,7 +20,10 @@
 use std::io;
 
 mod alloc;
-pub use alloc::{start_fork_server_arena, start_worker_arena, CachingAlloc};
+pub use alloc::{
+    large_blocks_kept, large_blocks_reused, release_large_blocks, start_fork_server_arena, start_worker_arena,
+    CachingAlloc,
+};
 mod wake;
 pub use wake::*;
 mod spawn;
