@@ -21,8 +21,9 @@
 //! chunks) carries that text raw after its JSON instead: a 0 byte, the
 //! JSON's length (4 bytes, big-endian), the JSON with the text part empty,
 //! then the text's bytes. The text is then neither escaped by the worker
-//! nor parsed by procman, only checked to be UTF-8; the client's answer is
-//! the one place it is written as JSON. Not
+//! nor parsed by procman, only checked to be UTF-8 (procman reads a long
+//! one straight into the buffer that becomes its `String`); the client's
+//! answer is the one place it is written as JSON. Not
 //! internally tagged: serde buffers such an enum whole before it reads the
 //! tag, and that second path through every field type was 45 KB of the
 //! binary. Both ends refuse a frame over `max` bytes, the limit the daemon
