@@ -411,13 +411,19 @@ unsafe impl GlobalAlloc for CachingAlloc {
             return block; // zeroed static memory, never handed out before
         }
         match class_of(layout.size(), layout.align()) {
-            Some(_) => {
-                // SAFETY: as alloc.
-                let block = unsafe { self.alloc(layout) };
-                if !block.is_null() {
-                    // SAFETY: the block holds at least layout.size() bytes.
-                    unsafe { ptr::write_bytes(block, 0, layout.size()) };
+            Some(class) => {
+                let block = LISTS[class].pop();
+                if block.is_null() {
+                    // From libc zeroed: a large block's fresh pages then stay
+                    // untouched (no RSS) until they are written.
+                    // SAFETY: a valid non-zero layout.
+                    return unsafe { System.alloc_zeroed(class_layout(class)) };
                 }
+                if class == LARGE {
+                    LARGE_REUSED.fetch_add(1, Ordering::Relaxed);
+                }
+                // SAFETY: the block holds at least layout.size() bytes.
+                unsafe { ptr::write_bytes(block, 0, layout.size()) };
                 block
             }
             // SAFETY: the caller's layout; calloc's zeroed pages come free.
