@@ -163,13 +163,14 @@ impl Channel {
         // few hundred bytes. A read that fills it is followed by larger ones.
         let mut want = FIRST_READ_BYTES;
         while budget > 0 {
-            if self.aside.is_none() && self.frame_rest() >= DIRECT_READ_MIN_BYTES {
+            let mut rest = self.frame_rest();
+            if self.aside.is_none() && rest >= DIRECT_READ_MIN_BYTES {
                 self.set_text_aside(&mut turn);
                 if turn.broken.is_some() {
                     break;
                 }
+                rest = self.frame_rest();
             }
-            let rest = self.frame_rest();
             let read = if let Some(aside) = &mut self.aside {
                 let want = aside.len - aside.text.len();
                 crate::sys::read_appending(self.rx.as_raw_fd(), &mut aside.text, want.min(budget))

@@ -191,12 +191,23 @@ struct SpareBlocks {
 impl SpareBlocks {
     const IDLE: Duration = Duration::from_millis(limits::SPARE_BLOCKS_IDLE_MS);
 
-    /// At the end of each turn of the loop.
-    fn turn(&mut self, now: Instant) {
-        let reused = sys::large_blocks_reused();
+    /// At the end of each turn of the loop: two relaxed loads while no
+    /// block is kept, the clock only while some are.
+    fn turn(&mut self) {
         match self.due {
-            None if sys::large_blocks_kept() > 0 => self.due = Some((now + Self::IDLE, reused)),
-            Some((at, seen)) if now >= at && reused == seen => {
+            None if sys::large_blocks_kept() > 0 => {
+                self.due = Some((Instant::now() + Self::IDLE, sys::large_blocks_reused()));
+            }
+            Some((at, seen)) => {
+                let now = Instant::now();
+                if now < at {
+                    return;
+                }
+                let reused = sys::large_blocks_reused();
+                if reused != seen {
+                    self.due = Some((now + Self::IDLE, reused));
+                    return;
+                }
                 let released = sys::release_large_blocks();
                 log::debug!(
                     "procman.spare_blocks released={released} (64 KiB each, none taken for {:?})",
@@ -204,8 +215,7 @@ impl SpareBlocks {
                 );
                 self.due = None;
             }
-            Some((at, _)) if now >= at => self.due = Some((now + Self::IDLE, reused)),
-            _ => {}
+            None => {}
         }
     }
 
@@ -394,7 +404,7 @@ impl Loop {
             }
             self.poll_set = (fds, polled);
             self.sup.turn_end();
-            self.spare_blocks.turn(Instant::now());
+            self.spare_blocks.turn();
             if let Mode::Draining { .. } = self.mode {
                 if self.sup.settled() {
                     self.drained();

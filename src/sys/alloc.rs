@@ -196,16 +196,26 @@ static LISTS: [FreeList; CLASSES.len()] = [const { FreeList::new() }; CLASSES.le
 /// Large blocks handed out from the list so far: procman's sign that they
 /// are still wanted.
 static LARGE_REUSED: AtomicUsize = AtomicUsize::new(0);
+/// Large blocks on the list now, counted beside it so that procman looks
+/// without taking the list's lock.
+static LARGE_KEPT: AtomicUsize = AtomicUsize::new(0);
 
 /// How many large blocks have been handed out again so far.
 pub fn large_blocks_reused() -> usize {
     LARGE_REUSED.load(Ordering::Relaxed)
 }
 
-/// How many freed large blocks are kept now (1 while another thread holds
-/// the list: some may be).
+/// How many freed large blocks are kept now.
 pub fn large_blocks_kept() -> usize {
-    LISTS[LARGE].with_slots(|s| s.count).unwrap_or(1)
+    LARGE_KEPT.load(Ordering::Relaxed)
+}
+
+/// A large block came off the list (to be handed out, or given back).
+fn took_large(reused: bool) {
+    LARGE_KEPT.fetch_sub(1, Ordering::Relaxed);
+    if reused {
+        LARGE_REUSED.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// Gives every kept large block back to libc (which gives them back to
@@ -217,6 +227,7 @@ pub fn release_large_blocks() -> usize {
         if block.is_null() {
             return released;
         }
+        took_large(false);
         // SAFETY: blocks on a class's list were allocated from libc with
         // that class's layout, and nobody holds this one any more.
         unsafe { System.dealloc(block, class_layout(LARGE)) };
@@ -372,7 +383,7 @@ unsafe impl GlobalAlloc for CachingAlloc {
                 let block = LISTS[class].pop();
                 if !block.is_null() {
                     if class == LARGE {
-                        LARGE_REUSED.fetch_add(1, Ordering::Relaxed);
+                        took_large(true);
                     }
                     return block;
                 }
@@ -393,7 +404,11 @@ unsafe impl GlobalAlloc for CachingAlloc {
         }
         match class_of(layout.size(), layout.align()) {
             Some(class) => {
-                if !LISTS[class].push(ptr, keep_of(class)) {
+                if LISTS[class].push(ptr, keep_of(class)) {
+                    if class == LARGE {
+                        LARGE_KEPT.fetch_add(1, Ordering::Relaxed);
+                    }
+                } else {
                     // SAFETY: `ptr` was allocated with this class's layout.
                     unsafe { System.dealloc(ptr, class_layout(class)) }
                 }
@@ -420,7 +435,7 @@ unsafe impl GlobalAlloc for CachingAlloc {
                     return unsafe { System.alloc_zeroed(class_layout(class)) };
                 }
                 if class == LARGE {
-                    LARGE_REUSED.fetch_add(1, Ordering::Relaxed);
+                    took_large(true);
                 }
                 // SAFETY: the block holds at least layout.size() bytes.
                 unsafe { ptr::write_bytes(block, 0, layout.size()) };
