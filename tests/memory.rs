@@ -128,7 +128,7 @@ fn the_static_build_stores_a_large_output_in_the_pages_a_dropped_one_left() {
     );
     // Nothing more comes: the spare blocks go back.
     let released = wait_for(Duration::from_secs(10), || {
-        d.log_text().contains("procman.spare_blocks released=")
+        d.log_text().contains("procman.spare_blocks released_bytes=")
     });
     assert!(released, "no release logged:\n{}", d.log_text());
 }

@@ -195,7 +195,7 @@ impl SpareBlocks {
     /// block is kept, the clock only while some are.
     fn turn(&mut self) {
         match self.due {
-            None if sys::large_blocks_kept() > 0 => {
+            None if sys::large_bytes_kept() > 0 => {
                 self.due = Some((Instant::now() + Self::IDLE, sys::large_blocks_reused()));
             }
             Some((at, seen)) => {
@@ -210,7 +210,7 @@ impl SpareBlocks {
                 }
                 let released = sys::release_large_blocks();
                 log::debug!(
-                    "procman.spare_blocks released={released} (64 KiB each, none taken for {:?})",
+                    "procman.spare_blocks released_bytes={released} (none taken for {:?})",
                     Self::IDLE
                 );
                 self.due = None;

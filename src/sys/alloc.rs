@@ -14,17 +14,20 @@
 //! block goes back to libc), so the small classes hold < 1 MiB however
 //! bursty the load.
 //!
-//! One class is large: blocks of 64 KiB, for requests of more than 32 KiB
-//! up to that, chiefly the chunks of a program's output (each read into a
-//! buffer of its own, which the task then keeps). musl gives such blocks
-//! back to the kernel when they are freed, so a large output's chunks were
-//! faulted in page by page, and the chunks of the task dropped to make room
-//! for it unmapped, for every large task: ~12,000 faults for 50 MB. The
-//! large class keeps up to LARGE_KEEP_BLOCKS freed blocks (64 MiB), so the
-//! next large output fills the pages the last dropped one left. They are
-//! given back to libc once none has been taken for a while
-//! ([`release_large_blocks`], called by procman when large outputs stopped
-//! coming): an idle daemon does not sit on them. Blocks are carved by libc with one fixed layout per class and
+//! The large classes, 40 KiB to 1 MiB a quarter apart, take requests of
+//! more than 32 KiB: chiefly the chunks of a program's output (each read
+//! into a buffer of its own, which the task then keeps: 64 KiB from the
+//! text runner, a line's text from the jsonl runner). musl gives blocks
+//! that large back to the kernel when they are freed, so a large output's
+//! chunks were faulted in page by page, and the chunks of the task dropped
+//! to make room for it unmapped, for every large task: ~12,900 faults for
+//! 50 MB. The large classes keep up to LARGE_KEEP_BYTES of freed blocks
+//! (64 MiB, all of them together), so the next large output fills the
+//! pages the last dropped one left. They are given back to libc once none
+//! has been taken for a while ([`release_large_blocks`], called by procman
+//! when large outputs stopped coming): an idle daemon does not sit on them.
+//!
+//! Blocks are carved by libc with one fixed layout per class and
 //! returned to it with that layout. A lock per class that is never waited
 //! for: a thread that finds a class's list busy takes its block from libc
 //! (or gives it back there) at once, so no thread spins or yields inside
@@ -56,8 +59,10 @@ use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// The size classes, in bytes: a request is served from the smallest class
-/// that holds it. The last is the large class (see the module's notes).
-const CLASSES: [usize; 13] = [
+/// that holds it. The first twelve are small; the rest, from 40 KiB to
+/// 1 MiB a quarter apart (so a request gets at most 1.25× what it asked
+/// for), are the large classes (see the module's notes).
+const CLASSES: [usize; 32] = [
     16,
     32,
     48,
@@ -70,42 +75,47 @@ const CLASSES: [usize; 13] = [
     512,
     768,
     1024,
-    LARGE_BLOCK_BYTES,
+    40 << 10,
+    48 << 10,
+    56 << 10,
+    64 << 10,
+    80 << 10,
+    96 << 10,
+    112 << 10,
+    128 << 10,
+    160 << 10,
+    192 << 10,
+    224 << 10,
+    256 << 10,
+    320 << 10,
+    384 << 10,
+    448 << 10,
+    512 << 10,
+    640 << 10,
+    768 << 10,
+    896 << 10,
+    1 << 20,
 ];
 /// The alignment every class block has (what malloc guarantees on 64-bit
 /// Linux); a request aligned beyond it goes to libc.
 const CLASS_ALIGN: usize = 16;
 /// Most bytes of freed blocks kept per small class.
 const CLASS_KEEP_BYTES: usize = 64 * 1024;
-/// The large class: its blocks' size (a program's output chunk,
-/// `limits::TEXT_CHUNK_MAX_BYTES`, fills one).
-const LARGE_BLOCK_BYTES: usize = 64 * 1024;
-/// Requests above this (and up to LARGE_BLOCK_BYTES) take a large block,
-/// at most twice what they asked for; smaller ones above the small classes
-/// go to libc.
+/// The first large class.
+const FIRST_LARGE: usize = 12;
+/// Requests above the small classes and up to this go to libc; above it
+/// (up to the last class) they take a large block.
 const LARGE_REQUEST_MIN_BYTES: usize = 32 * 1024;
-const LARGE: usize = CLASSES.len() - 1;
-/// Most freed large blocks kept: 64 MiB, a large output's worth.
-const LARGE_KEEP_BLOCKS: usize = 1024;
+/// Most bytes of freed large blocks kept, all large classes together: a
+/// large output's worth.
+const LARGE_KEEP_BYTES: usize = 64 * 1024 * 1024;
 
 /// The class that holds `size` bytes at `align`, if any.
 fn class_of(size: usize, align: usize) -> Option<usize> {
-    if align > CLASS_ALIGN {
+    if align > CLASS_ALIGN || (size > CLASSES[FIRST_LARGE - 1] && size <= LARGE_REQUEST_MIN_BYTES) {
         return None;
     }
-    if size > CLASSES[LARGE - 1] {
-        return (size > LARGE_REQUEST_MIN_BYTES && size <= LARGE_BLOCK_BYTES).then_some(LARGE);
-    }
     CLASSES.iter().position(|&c| size <= c)
-}
-
-/// How many freed blocks a class keeps.
-fn keep_of(class: usize) -> usize {
-    if class == LARGE {
-        LARGE_KEEP_BLOCKS
-    } else {
-        CLASS_KEEP_BYTES / CLASSES[class]
-    }
 }
 
 /// One class's free list, threaded through the free blocks themselves.
@@ -193,46 +203,65 @@ impl FreeList {
 }
 
 static LISTS: [FreeList; CLASSES.len()] = [const { FreeList::new() }; CLASSES.len()];
-/// Large blocks handed out from the list so far: procman's sign that they
+/// Large blocks handed out from the lists so far: procman's sign that they
 /// are still wanted.
 static LARGE_REUSED: AtomicUsize = AtomicUsize::new(0);
-/// Large blocks on the list now, counted beside it so that procman looks
-/// without taking the list's lock.
-static LARGE_KEPT: AtomicUsize = AtomicUsize::new(0);
+/// Bytes of large blocks on the lists now, counted beside them: the bound,
+/// and what procman looks at without taking a list's lock.
+static LARGE_KEPT_BYTES: AtomicUsize = AtomicUsize::new(0);
 
 /// How many large blocks have been handed out again so far.
 pub fn large_blocks_reused() -> usize {
     LARGE_REUSED.load(Ordering::Relaxed)
 }
 
-/// How many freed large blocks are kept now.
-pub fn large_blocks_kept() -> usize {
-    LARGE_KEPT.load(Ordering::Relaxed)
+/// Bytes of freed large blocks kept now.
+pub fn large_bytes_kept() -> usize {
+    LARGE_KEPT_BYTES.load(Ordering::Relaxed)
 }
 
-/// A large block came off the list (to be handed out, or given back).
-fn took_large(reused: bool) {
-    LARGE_KEPT.fetch_sub(1, Ordering::Relaxed);
+/// Keeps a freed large block unless that would pass LARGE_KEEP_BYTES (or
+/// its list is busy); false = the caller frees it. Two threads may both
+/// pass the test at once: the bound is then over by a block, no more.
+fn keep_large(block: *mut u8, class: usize) -> bool {
+    let size = CLASSES[class];
+    if LARGE_KEPT_BYTES.load(Ordering::Relaxed) + size > LARGE_KEEP_BYTES {
+        return false;
+    }
+    let kept = LISTS[class].push(block, usize::MAX);
+    if kept {
+        LARGE_KEPT_BYTES.fetch_add(size, Ordering::Relaxed);
+    }
+    kept
+}
+
+/// A large block came off its list (to be handed out, or given back).
+fn took_large(class: usize, reused: bool) {
+    LARGE_KEPT_BYTES.fetch_sub(CLASSES[class], Ordering::Relaxed);
     if reused {
         LARGE_REUSED.fetch_add(1, Ordering::Relaxed);
     }
 }
 
 /// Gives every kept large block back to libc (which gives them back to
-/// the kernel); how many. A no-op where this allocator is not installed.
+/// the kernel); how many bytes. A no-op where this allocator is not
+/// installed.
 pub fn release_large_blocks() -> usize {
     let mut released = 0;
-    loop {
-        let block = LISTS[LARGE].pop();
-        if block.is_null() {
-            return released;
+    for class in FIRST_LARGE..CLASSES.len() {
+        loop {
+            let block = LISTS[class].pop();
+            if block.is_null() {
+                break;
+            }
+            took_large(class, false);
+            // SAFETY: blocks on a class's list were allocated from libc
+            // with that class's layout, and nobody holds this one any more.
+            unsafe { System.dealloc(block, class_layout(class)) };
+            released += CLASSES[class];
         }
-        took_large(false);
-        // SAFETY: blocks on a class's list were allocated from libc with
-        // that class's layout, and nobody holds this one any more.
-        unsafe { System.dealloc(block, class_layout(LARGE)) };
-        released += 1;
     }
+    released
 }
 
 /// The worker arena's size: what a worker allocates for an ordinary task
@@ -382,8 +411,8 @@ unsafe impl GlobalAlloc for CachingAlloc {
             Some(class) => {
                 let block = LISTS[class].pop();
                 if !block.is_null() {
-                    if class == LARGE {
-                        took_large(true);
+                    if class >= FIRST_LARGE {
+                        took_large(class, true);
                     }
                     return block;
                 }
@@ -404,11 +433,12 @@ unsafe impl GlobalAlloc for CachingAlloc {
         }
         match class_of(layout.size(), layout.align()) {
             Some(class) => {
-                if LISTS[class].push(ptr, keep_of(class)) {
-                    if class == LARGE {
-                        LARGE_KEPT.fetch_add(1, Ordering::Relaxed);
-                    }
+                let kept = if class >= FIRST_LARGE {
+                    keep_large(ptr, class)
                 } else {
+                    LISTS[class].push(ptr, CLASS_KEEP_BYTES / CLASSES[class])
+                };
+                if !kept {
                     // SAFETY: `ptr` was allocated with this class's layout.
                     unsafe { System.dealloc(ptr, class_layout(class)) }
                 }
@@ -434,8 +464,8 @@ unsafe impl GlobalAlloc for CachingAlloc {
                     // SAFETY: a valid non-zero layout.
                     return unsafe { System.alloc_zeroed(class_layout(class)) };
                 }
-                if class == LARGE {
-                    took_large(true);
+                if class >= FIRST_LARGE {
+                    took_large(class, true);
                 }
                 // SAFETY: the block holds at least layout.size() bytes.
                 unsafe { ptr::write_bytes(block, 0, layout.size()) };
@@ -517,36 +547,64 @@ mod tests {
         assert_eq!(class_of(1, 1), Some(0));
         assert_eq!(class_of(16, 8), Some(0));
         assert_eq!(class_of(17, 8), Some(1));
-        assert_eq!(class_of(1024, 16), Some(LARGE - 1));
-        assert_eq!(class_of(1025, 8), None, "between the small classes and the large one");
+        assert_eq!(class_of(1024, 16), Some(FIRST_LARGE - 1));
+        assert_eq!(class_of(1025, 8), None, "between the small classes and the large ones");
         assert_eq!(class_of(32 * 1024, 8), None);
-        assert_eq!(class_of(32 * 1024 + 1, 8), Some(LARGE), "over half a large block");
-        assert_eq!(class_of(64 * 1024, 16), Some(LARGE));
-        assert_eq!(class_of(64 * 1024 + 1, 8), None, "bigger than every class");
+        assert_eq!(class_of(32 * 1024 + 1, 8), Some(FIRST_LARGE), "40 KiB");
+        assert_eq!(
+            CLASSES[class_of(64 * 1024, 16).unwrap()],
+            64 * 1024,
+            "a text chunk fills its block"
+        );
+        assert_eq!(
+            CLASSES[class_of(1_000_000, 16).unwrap()],
+            1 << 20,
+            "a jsonl line of 1 MB"
+        );
+        assert_eq!(class_of((1 << 20) + 1, 8), None, "bigger than every class");
         assert_eq!(class_of(64, 32), None, "aligned beyond the classes");
+        // No large request gets more than 1.25x what it asked for.
+        for size in (LARGE_REQUEST_MIN_BYTES + 1..=1 << 20).step_by(997) {
+            let block = CLASSES[class_of(size, 8).unwrap()];
+            assert!(
+                block >= size && block * 4 <= size * 5,
+                "{size} bytes in a block of {block}"
+            );
+        }
     }
 
     #[test]
     fn large_blocks_are_reused_up_to_their_bound_and_released_on_request() {
         let a = CachingAlloc;
-        let l = layout(LARGE_BLOCK_BYTES); // an output chunk's buffer
-                                           // SAFETY: as above.
+        let chunk = layout(64 * 1024); // a text chunk's buffer
+        let line = layout(1_000_000); // a jsonl line's
+        let chunks = LARGE_KEEP_BYTES / (64 * 1024);
+        // SAFETY: as above.
         unsafe {
-            let blocks: Vec<*mut u8> = (0..LARGE_KEEP_BLOCKS + 8).map(|_| a.alloc(l)).collect();
-            assert!(blocks.iter().all(|b| !b.is_null()));
-            let last = blocks[LARGE_KEEP_BLOCKS - 1];
-            for b in &blocks {
-                a.dealloc(*b, l);
+            let mut blocks: Vec<(*mut u8, Layout)> = (0..chunks).map(|_| (a.alloc(chunk), chunk)).collect();
+            blocks.extend((0..4).map(|_| (a.alloc(line), line)));
+            assert!(blocks.iter().all(|(b, _)| !b.is_null()));
+            let last_chunk = blocks[chunks - 1].0;
+            for &(b, l) in &blocks {
+                a.dealloc(b, l);
             }
-            assert_eq!(large_blocks_kept(), LARGE_KEEP_BLOCKS, "bounded");
+            assert_eq!(large_bytes_kept(), LARGE_KEEP_BYTES, "bounded: the lines went to libc");
             let reused = large_blocks_reused();
-            let again = a.alloc(layout(40 * 1024));
-            assert_eq!(again, last, "a smaller large request gets the block last kept");
+            let again = a.alloc(layout(60 * 1024));
+            assert_eq!(again, last_chunk, "a request of the class gets the block last kept");
             assert_eq!(large_blocks_reused(), reused + 1, "and it is counted");
-            ptr::write_bytes(again, 7, 40 * 1024);
-            a.dealloc(again, layout(40 * 1024));
-            assert_eq!(release_large_blocks(), LARGE_KEEP_BLOCKS);
-            assert_eq!(large_blocks_kept(), 0, "all given back to libc");
+            assert_eq!(large_bytes_kept(), LARGE_KEEP_BYTES - 64 * 1024);
+            ptr::write_bytes(again, 7, 60 * 1024);
+            a.dealloc(again, layout(60 * 1024));
+            assert_eq!(release_large_blocks(), LARGE_KEEP_BYTES);
+            assert_eq!(large_bytes_kept(), 0, "all given back to libc");
+            let big = a.alloc(line);
+            a.dealloc(big, line);
+            assert_eq!(large_bytes_kept(), 1 << 20, "with room, a line's block is kept");
+            let again = a.alloc(layout(950_000));
+            assert_eq!(again, big, "and a line of its class takes it");
+            a.dealloc(again, layout(950_000));
+            assert_eq!(release_large_blocks(), 1 << 20);
             assert_eq!(release_large_blocks(), 0);
         }
     }
@@ -579,7 +637,7 @@ mod tests {
         let a = CachingAlloc;
         let l = layout(500); // the 512-byte class
         let class = class_of(500, 8).unwrap();
-        let keep = keep_of(class);
+        let keep = CLASS_KEEP_BYTES / CLASSES[class];
         // SAFETY: as above.
         unsafe {
             let blocks: Vec<*mut u8> = (0..keep + 50).map(|_| a.alloc(l)).collect();

@@ -21,7 +21,7 @@ use std::io;
 
 mod alloc;
 pub use alloc::{
-    large_blocks_kept, large_blocks_reused, release_large_blocks, start_fork_server_arena, start_worker_arena,
+    large_blocks_reused, large_bytes_kept, release_large_blocks, start_fork_server_arena, start_worker_arena,
     CachingAlloc,
 };
 mod wake;
