@@ -26,6 +26,7 @@
 //! pages the last dropped one left. They are given back to libc once none
 //! has been taken for a while ([`release_large_blocks`], called by procman
 //! when large outputs stopped coming): an idle daemon does not sit on them.
+//! A task worker keeps none (it has no procman to give them back).
 //!
 //! Blocks are carved by libc with one fixed layout per class and
 //! returned to it with that layout. A lock per class that is never waited
@@ -224,6 +225,12 @@ pub fn large_bytes_kept() -> usize {
 /// its list is busy); false = the caller frees it. Two threads may both
 /// pass the test at once: the bound is then over by a block, no more.
 fn keep_large(block: *mut u8, class: usize) -> bool {
+    // A task worker keeps none: it has no procman to give them back, and
+    // it frees few large buffers (its text runner reusing its own read
+    // buffers measured no faster).
+    if WORKER_ARENA.is_on() {
+        return false;
+    }
     let size = CLASSES[class];
     if LARGE_KEPT_BYTES.load(Ordering::Relaxed) + size > LARGE_KEEP_BYTES {
         return false;
@@ -293,6 +300,10 @@ impl<const BYTES: usize> Arena<BYTES> {
             mark: AtomicUsize::new(0),
             bytes: std::cell::UnsafeCell::new([0; BYTES]),
         }
+    }
+
+    fn is_on(&self) -> bool {
+        self.mark.load(Ordering::Relaxed) != 0
     }
 
     fn turn_on(&self) {
@@ -811,6 +822,16 @@ mod tests {
                 let r = a.alloc(layout(16));
                 if r == q || r == moved {
                     return 15; // freed arena bytes are not handed out again
+                }
+                // A large block past the arena goes back to libc when freed.
+                let kept = large_bytes_kept();
+                let big = a.alloc(layout(100 * 1024));
+                if big.is_null() || WORKER_ARENA.contains(big) {
+                    return 16;
+                }
+                a.dealloc(big, layout(100 * 1024));
+                if large_bytes_kept() != kept {
+                    return 17; // a worker keeps no large blocks
                 }
             }
             0
