@@ -18,6 +18,17 @@ use serde_json::json;
 const OUTPUT_BYTES: u64 = 8 * 1024 * 1024;
 const TASKS: u64 = 6;
 
+/// One task whose program prints OUTPUT_BYTES; it completes with all of it.
+fn run_large_task(d: &Daemon, i: u64) {
+    let r = d.ok(
+        "SendMessage",
+        json!({"message": common::user_message(&format!("t{i}"))}),
+    );
+    assert_eq!(r["task"]["status"]["state"], "TASK_STATE_COMPLETED", "{r}");
+    let text = r["task"]["artifacts"][0]["parts"][0]["text"].as_str().unwrap_or("");
+    assert_eq!(text.len() as u64, OUTPUT_BYTES, "the whole output is kept");
+}
+
 fn rss_kib(pid: i32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()
@@ -38,13 +49,7 @@ fn a_finished_task_keeps_at_most_one_and_a_half_times_its_output() {
     let d = Daemon::start(&["--exec", prog.to_str().unwrap(), "--set", "tasks.cgroup=off"]);
     let before = rss_kib(d.pid());
     for i in 0..TASKS {
-        let r = d.ok(
-            "SendMessage",
-            json!({"message": common::user_message(&format!("t{i}"))}),
-        );
-        assert_eq!(r["task"]["status"]["state"], "TASK_STATE_COMPLETED", "{r}");
-        let text = r["task"]["artifacts"][0]["parts"][0]["text"].as_str().unwrap_or("");
-        assert_eq!(text.len() as u64, OUTPUT_BYTES, "the whole output is kept");
+        run_large_task(&d, i);
     }
     // Every task is retained (the default retention holds them all).
     let listed = d.ok("ListTasks", json!({"pageSize": 100}));
@@ -76,7 +81,7 @@ fn minor_faults(pid: i32) -> u64 {
 }
 
 /// The static build keeps the chunks of a large output it dropped for the
-/// next large output (sys/alloc.rs, its large class): with one finished
+/// next large output (sys/alloc.rs, its large classes): with one finished
 /// task retained, the third task's output goes into the pages the first
 /// one's left, with far fewer page faults than it has pages; and once no
 /// large output has come for a while, procman gives them back to libc.
@@ -105,20 +110,11 @@ fn the_static_build_stores_a_large_output_in_the_pages_a_dropped_one_left() {
             "tasks.retain_max=1",
         ],
     );
-    let run = |i: u32| {
-        let r = d.ok(
-            "SendMessage",
-            json!({"message": common::user_message(&format!("t{i}"))}),
-        );
-        assert_eq!(r["task"]["status"]["state"], "TASK_STATE_COMPLETED", "{r}");
-        let text = r["task"]["artifacts"][0]["parts"][0]["text"].as_str().unwrap_or("");
-        assert_eq!(text.len() as u64, OUTPUT_BYTES, "the whole output");
-    };
     // The second task's end drops the first: its chunks are kept spare.
-    run(0);
-    run(1);
+    run_large_task(&d, 0);
+    run_large_task(&d, 1);
     let before = minor_faults(d.pid());
-    run(2);
+    run_large_task(&d, 2);
     let faults = minor_faults(d.pid()) - before;
     let pages = OUTPUT_BYTES / 4096;
     eprintln!("the third task of {pages} pages of output: {faults} page faults in the daemon");

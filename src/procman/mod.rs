@@ -322,10 +322,7 @@ impl Loop {
         crate::ids::batch_on_this_thread();
         self.sup.fill_pool();
         loop {
-            let due = match (self.sup.next_due(), self.spare_blocks.due()) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            let due = self.sup.next_due().into_iter().chain(self.spare_blocks.due()).min();
             let timeout_ms = match due {
                 Some(at) => {
                     let left = at.saturating_duration_since(Instant::now());

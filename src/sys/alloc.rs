@@ -7,8 +7,9 @@
 //! (measured with perf on the static build), fed by the JSON trees and
 //! strings of every request, frame and event. Small blocks now go back to
 //! a per-class LIFO list and come off it again: a lock word and two
-//! pointer moves. Anything larger than the biggest class, or aligned
-//! beyond 16, goes straight to libc, as before.
+//! pointer moves. Anything between the small and the large classes (above
+//! 1 KiB, up to 32 KiB), larger than the biggest class, or aligned beyond
+//! 16, goes straight to libc, as before.
 //!
 //! Bounds: at most CLASS_KEEP_BYTES are kept per class (past that a freed
 //! block goes back to libc), so the small classes hold < 1 MiB however
@@ -242,12 +243,17 @@ fn keep_large(block: *mut u8, class: usize) -> bool {
     kept
 }
 
-/// A large block came off its list (to be handed out, or given back).
-fn took_large(class: usize, reused: bool) {
-    LARGE_KEPT_BYTES.fetch_sub(CLASSES[class], Ordering::Relaxed);
-    if reused {
-        LARGE_REUSED.fetch_add(1, Ordering::Relaxed);
+/// A block off `class`'s list, or null; a large one is counted off what
+/// is kept (and, when `reused`, as handed out again).
+fn pop_block(class: usize, reused: bool) -> *mut u8 {
+    let block = LISTS[class].pop();
+    if !block.is_null() && class >= FIRST_LARGE {
+        LARGE_KEPT_BYTES.fetch_sub(CLASSES[class], Ordering::Relaxed);
+        if reused {
+            LARGE_REUSED.fetch_add(1, Ordering::Relaxed);
+        }
     }
+    block
 }
 
 /// Gives every kept large block back to libc (which gives them back to
@@ -255,17 +261,16 @@ fn took_large(class: usize, reused: bool) {
 /// installed.
 pub fn release_large_blocks() -> usize {
     let mut released = 0;
-    for class in FIRST_LARGE..CLASSES.len() {
+    for (class, &size) in CLASSES.iter().enumerate().skip(FIRST_LARGE) {
         loop {
-            let block = LISTS[class].pop();
+            let block = pop_block(class, false);
             if block.is_null() {
                 break;
             }
-            took_large(class, false);
             // SAFETY: blocks on a class's list were allocated from libc
             // with that class's layout, and nobody holds this one any more.
             unsafe { System.dealloc(block, class_layout(class)) };
-            released += CLASSES[class];
+            released += size;
         }
     }
     released
@@ -420,11 +425,8 @@ unsafe impl GlobalAlloc for CachingAlloc {
         }
         match class_of(layout.size(), layout.align()) {
             Some(class) => {
-                let block = LISTS[class].pop();
+                let block = pop_block(class, true);
                 if !block.is_null() {
-                    if class >= FIRST_LARGE {
-                        took_large(class, true);
-                    }
                     return block;
                 }
                 // SAFETY: a valid non-zero layout.
@@ -468,15 +470,12 @@ unsafe impl GlobalAlloc for CachingAlloc {
         }
         match class_of(layout.size(), layout.align()) {
             Some(class) => {
-                let block = LISTS[class].pop();
+                let block = pop_block(class, true);
                 if block.is_null() {
                     // From libc zeroed: a large block's fresh pages then stay
                     // untouched (no RSS) until they are written.
                     // SAFETY: a valid non-zero layout.
                     return unsafe { System.alloc_zeroed(class_layout(class)) };
-                }
-                if class >= FIRST_LARGE {
-                    took_large(class, true);
                 }
                 // SAFETY: the block holds at least layout.size() bytes.
                 unsafe { ptr::write_bytes(block, 0, layout.size()) };
