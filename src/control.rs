@@ -218,6 +218,9 @@ impl FromWorker {
 /// The first byte of a frame that carries its text raw after its JSON (a
 /// JSON value starts with `{` or `"`, never with 0).
 const RAW_TEXT_MARK: u8 = 0;
+/// Where a raw text frame's JSON starts in its body: after the mark and the
+/// JSON's length (4 bytes).
+const RAW_JSON_AT: usize = 1 + 4;
 /// The shortest text sent raw: below it, escaping costs less than the
 /// frame's second header.
 pub const RAW_TEXT_MIN_BYTES: usize = 1024;
@@ -366,7 +369,7 @@ pub fn encode_shell_onto<T: Frame>(
         out.push(RAW_TEXT_MARK);
         out.extend_from_slice(&[0; 4]);
         let json_at = out.len();
-        serde_json::to_writer(Appender(&mut *out), shell).map_err(|e| FrameError::BadJson(e.to_string()))?;
+        serde_json::to_writer(Appender(&mut *out), shell).map_err(|e| bad_frame(&e))?;
         let json_len = out.len() - json_at;
         let json_len = u32::try_from(json_len).map_err(|_| FrameError::TooLarge { len: json_len, max })?;
         out[json_at - 4..json_at].copy_from_slice(&json_len.to_be_bytes());
@@ -383,7 +386,7 @@ fn encode_json_onto<T: Frame>(out: &mut Vec<u8>, frame: &T, max: usize, hint: us
             .min(max.saturating_add(4)),
     );
     framed_onto(out, max, 0, |out| {
-        serde_json::to_writer(Appender(&mut *out), frame).map_err(|e| FrameError::BadJson(e.to_string()))
+        serde_json::to_writer(Appender(&mut *out), frame).map_err(|e| bad_frame(&e))
     })
 }
 
@@ -455,7 +458,7 @@ pub fn raw_head_len(body: &[u8]) -> Option<usize> {
     let rest = body.strip_prefix(&[RAW_TEXT_MARK])?;
     let (json_len, json) = rest.split_first_chunk::<4>()?;
     let json_len = u32::from_be_bytes(*json_len) as usize;
-    (json_len <= json.len()).then_some(1 + 4 + json_len)
+    (json_len <= json.len()).then_some(RAW_JSON_AT + json_len)
 }
 
 /// A raw text frame whose text was read apart from its head (procman reads
@@ -470,7 +473,7 @@ pub fn decode_raw_text<T: Frame>(head: &[u8], text: Vec<u8>) -> Result<T, FrameE
 /// The frame a raw text frame's head (mark, JSON length, JSON) holds, with
 /// `text` in its empty text part.
 fn join_raw_text<T: Frame>(head: &[u8], text: String) -> Result<T, FrameError> {
-    let json = head.get(5..).unwrap_or_default();
+    let json = head.get(RAW_JSON_AT..).unwrap_or_default();
     let mut frame: T = serde_json::from_slice(json).map_err(|e| bad_frame(&e))?;
     if frame.join_text(text) {
         Ok(frame)
