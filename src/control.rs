@@ -32,6 +32,7 @@
 //! so nothing that came in within a documented limit is refused here.
 
 use std::io::{self, Read, Write};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -120,15 +121,19 @@ impl Cause {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ToWorker {
-    /// The message is boxed, here and in `Input`: a fresh worker reads this
-    /// frame on its first stack pages, each a copy-on-write fault, and the
-    /// frame's value is held by several frames on the way there.
+    /// The message is behind a pointer, here and in `Input`: a fresh
+    /// worker reads this frame on its first stack pages, each a
+    /// copy-on-write fault, and the frame's value is held by several frames
+    /// on the way there.
     Spawn {
         task_id: String,
         context_id: String,
-        #[serde(deserialize_with = "crate::wire::object_boxed")]
-        message: Box<Message>,
-        runner: RunnerSpec,
+        /// Shared with the task table (and the runner with procman): a
+        /// spawn frame is made for every task, and made from them without
+        /// copying either.
+        #[serde(deserialize_with = "crate::wire::object_arc")]
+        message: Arc<Message>,
+        runner: Arc<RunnerSpec>,
         /// The W3C trace context of the request that created the task.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         trace: Option<crate::trace::TraceContext>,

@@ -54,6 +54,16 @@ where
     object(d).map(Box::new)
 }
 
+/// `object`, shared: what procman sends is the table's own message, not a
+/// copy of it.
+pub(crate) fn object_arc<'de, D, T>(d: D) -> Result<std::sync::Arc<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    object(d).map(std::sync::Arc::new)
+}
+
 /// `object`, for optional fields (`null` = unset).
 fn object_opt<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
 where

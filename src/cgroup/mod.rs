@@ -43,7 +43,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use slot::{Counters, SlotFiles};
+use slot::{Counters, SlotDirs, SlotFiles};
 pub use slot::{TaskCgroups, Usage};
 
 /// One cgroup hierarchy agentd can create task cgroups in.
@@ -82,9 +82,10 @@ pub struct Isolation {
     limits: Limits,
     /// Slots (`slot-N` in every hierarchy) free for the next task.
     free: Vec<usize>,
-    /// What each slot has open, opened once and kept while it lives: every
-    /// open is a kernfs path walk, and these were several per task.
-    slot_files: std::collections::HashMap<usize, Arc<SlotFiles>>,
+    /// What each slot has open, and its paths, made once and kept while it
+    /// lives: every open is a kernfs path walk, and these were several per
+    /// task.
+    slot_files: std::collections::HashMap<usize, (SlotDirs, Arc<SlotFiles>)>,
     /// Slots made so far.
     made: usize,
     /// False once the kernel refused CLONE_INTO_CGROUP: migrate instead.
@@ -194,15 +195,20 @@ impl Isolation {
                 n
             }
         };
-        let dirs: Vec<(Kind, PathBuf)> = self
-            .hierarchies
-            .iter()
-            .map(|h| (h.kind, h.parent.join(format!("slot-{slot}"))))
-            .collect();
-        let files = self
+        // A slot's paths are made once, with its files: a slot is taken
+        // for every task.
+        let (dirs, files) = self
             .slot_files
             .entry(slot)
-            .or_insert_with(|| Arc::new(SlotFiles::open(&dirs, self.limits)))
+            .or_insert_with(|| {
+                let dirs: SlotDirs = self
+                    .hierarchies
+                    .iter()
+                    .map(|h| (h.kind, h.parent.join(format!("slot-{slot}"))))
+                    .collect();
+                let files = Arc::new(SlotFiles::open(&dirs, self.limits));
+                (dirs, files)
+            })
             .clone();
         let mut task = TaskCgroups {
             slot,
@@ -246,7 +252,7 @@ impl Isolation {
     /// Moves `pid` (a worker) into the slot's cgroups it was not born in:
     /// the v1 ones, and v2 unless `born_inside`.
     pub fn enter(&self, pid: i32, task: &TaskCgroups, born_inside: bool) -> io::Result<()> {
-        for (kind, dir) in &task.dirs {
+        for (kind, dir) in task.dirs.iter() {
             if *kind == Kind::V2 && born_inside {
                 continue;
             }
@@ -301,7 +307,7 @@ impl Isolation {
         if task.killed.get() {
             log::debug!("cgroup.retire slot={} (killed in)", task.slot);
             self.slot_files.remove(&task.slot);
-            for (_, dir) in &task.dirs {
+            for (_, dir) in task.dirs.iter() {
                 let _ = fs::remove_dir(dir);
             }
         } else {

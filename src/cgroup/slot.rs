@@ -168,11 +168,14 @@ pub struct Usage {
     pub memory_peak: Option<(u64, &'static str)>,
 }
 
+/// A slot's directory in each hierarchy agentd uses.
+pub(super) type SlotDirs = Arc<[(Kind, PathBuf)]>;
+
 /// A task's cgroups: one slot, in every hierarchy agentd uses.
 #[derive(Debug, Default)]
 pub struct TaskCgroups {
     pub(super) slot: usize,
-    pub(super) dirs: Vec<(Kind, PathBuf)>,
+    pub(super) dirs: SlotDirs,
     pub(super) files: Arc<SlotFiles>,
     pub(super) baseline: Counters,
     /// Which counters mean anything: a limit that is not set is never hit,
@@ -187,7 +190,7 @@ impl TaskCgroups {
     /// SIGKILLs everything in the task's cgroups: cgroup.kill where the
     /// kernel has it, else freeze-and-kill (v1 freezer), else each pid.
     pub fn kill(&self) {
-        for (kind, dir) in &self.dirs {
+        for (kind, dir) in self.dirs.iter() {
             if super::kill::kill_cgroup(*kind, dir) > 0 {
                 self.killed.set(true);
             }
@@ -328,7 +331,7 @@ mod tests {
         oom(2);
         fs::write(dir.join("memory.failcnt"), "10\n").unwrap();
         let mut task = TaskCgroups {
-            dirs: vec![(Kind::V1Memory, dir.clone())],
+            dirs: Arc::from([(Kind::V1Memory, dir.clone())]),
             ..TaskCgroups::default()
         };
         task.baseline = task.counters();
@@ -350,7 +353,7 @@ mod tests {
             "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n",
         )
         .unwrap();
-        let dirs = vec![(Kind::V1Memory, dir.clone())];
+        let dirs: SlotDirs = Arc::from([(Kind::V1Memory, dir.clone())]);
         let files = Arc::new(SlotFiles::open(&dirs, Limits::default()));
         let mut task = TaskCgroups {
             dirs,

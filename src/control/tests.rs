@@ -327,8 +327,8 @@ fn the_worst_input_within_the_limits_fits_a_frame() {
     let spawn = ToWorker::Spawn {
         task_id: "t".repeat(36),
         context_id: "c".repeat(36),
-        message: Box::new(message),
-        runner: RunnerSpec::Echo,
+        message: std::sync::Arc::new(message),
+        runner: std::sync::Arc::new(RunnerSpec::Echo),
         trace: None,
     };
     let frame = encode(&spawn, max).unwrap();

@@ -67,7 +67,7 @@ enum Fact {
         task_id: Arc<str>,
         context_id: Arc<str>,
         state: TaskState,
-        cause: Option<Arc<str>>,
+        cause: Option<&'static str>,
     },
     Artifact {
         task_id: Arc<str>,
@@ -85,7 +85,7 @@ enum Fact {
         pid: i32,
         exit_code: i32,
         exit: Arc<str>,
-        cause: Arc<str>,
+        cause: &'static str,
     },
 }
 
@@ -220,7 +220,7 @@ impl Observer for Feed {
 }
 
 /// The strings of the last few records that are not a task's own names
-/// (artifact ids, exits, causes), shared by the next ones that carry the
+/// (artifact ids, exits), shared by the next ones that carry the
 /// same: a streamed artifact's id comes round chunk after chunk.
 #[derive(Default)]
 struct Names {
@@ -257,7 +257,7 @@ impl Fact {
                 task_id,
                 context_id,
                 state,
-                cause: cause.map(&mut n),
+                cause,
             },
             Notice::Artifact {
                 artifact_id,
@@ -283,7 +283,7 @@ impl Fact {
                 pid,
                 exit_code,
                 exit: n(exit),
-                cause: n(cause),
+                cause,
             },
         }
     }
@@ -317,7 +317,7 @@ impl Fact {
             } => {
                 let mut f = ids(task_id, context_id);
                 f.insert("state".into(), json!(state));
-                f.insert("cause".into(), json!(cause.as_deref()));
+                f.insert("cause".into(), json!(cause));
                 ("task.terminal", f)
             }
             Fact::Artifact {
@@ -353,7 +353,7 @@ impl Fact {
                     ("pid".to_string(), json!(pid)),
                     ("exitCode".to_string(), json!(exit_code)),
                     ("exit".to_string(), json!(&**exit)),
-                    ("cause".to_string(), json!(&**cause)),
+                    ("cause".to_string(), json!(cause)),
                 ]),
             ),
         }

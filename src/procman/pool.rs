@@ -98,12 +98,15 @@ pub(super) struct Supervisor<O: Os> {
     pub cfg: Arc<Config>,
     pub driver: Driver<O>,
     pub pool: Pool<O::Cgroup, O::ForkLine>,
+    /// What every spawn frame says to run (the config does not change).
+    runner: Arc<RunnerSpec>,
 }
 
 impl<O: Os> Supervisor<O> {
     pub fn new(cfg: Arc<Config>, os: O, tasks: Arc<TaskTable>) -> Supervisor<O> {
         let timing = Timing::of(&cfg);
         Supervisor {
+            runner: Arc::new(runner_spec(&cfg)),
             cfg,
             driver: Driver::new(os, tasks, timing, StartLimits::default()),
             pool: Pool::new(),
@@ -255,8 +258,8 @@ impl<O: Os> Supervisor<O> {
             let spawn = ToWorker::Spawn {
                 task_id: id.clone(),
                 context_id,
-                message: Box::new(message),
-                runner: self.runner_spec(),
+                message,
+                runner: self.runner.clone(),
                 trace: self.driver.tasks.trace(&id),
             };
             let deadline_ms = self.cfg.tasks.deadline_ms;
@@ -496,27 +499,6 @@ impl<O: Os> Supervisor<O> {
         limits::control_frame_max_bytes(self.cfg.body_max_bytes)
     }
 
-    fn runner_spec(&self) -> RunnerSpec {
-        match &self.cfg.runner {
-            Runner::Echo => RunnerSpec::Echo,
-            Runner::Peer { address } => RunnerSpec::Peer {
-                address: address.to_string(),
-            },
-            Runner::Exec { argv } => RunnerSpec::Exec {
-                argv: argv.clone(),
-                protocol: self.cfg.exec_protocol.clone(),
-                workdir: self.cfg.workdir.as_ref().map(|p| p.display().to_string()),
-                env: self.cfg.env.clone(),
-                rlimits: Rlimits {
-                    as_bytes: self.cfg.tasks.rlimit_as_bytes,
-                    cpu_secs: self.cfg.tasks.rlimit_cpu_secs,
-                    nofile: self.cfg.tasks.rlimit_nofile,
-                },
-                output_max_bytes: self.cfg.tasks.output_max_bytes,
-            },
-        }
-    }
-
     /// An exit that was no worker's: a fork server's, or a worker's not
     /// yet named, or an orphan's.
     pub(super) fn route_exit(&mut self, pid: i32, status: ExitStatus) {
@@ -527,6 +509,28 @@ impl<O: Os> Supervisor<O> {
         } else {
             log::debug!("procman.reaped pid={pid} {status} (not a worker)");
         }
+    }
+}
+
+/// What every task's worker is told to run, from the config.
+fn runner_spec(cfg: &Config) -> RunnerSpec {
+    match &cfg.runner {
+        Runner::Echo => RunnerSpec::Echo,
+        Runner::Peer { address } => RunnerSpec::Peer {
+            address: address.to_string(),
+        },
+        Runner::Exec { argv } => RunnerSpec::Exec {
+            argv: argv.clone(),
+            protocol: cfg.exec_protocol.clone(),
+            workdir: cfg.workdir.as_ref().map(|p| p.display().to_string()),
+            env: cfg.env.clone(),
+            rlimits: Rlimits {
+                as_bytes: cfg.tasks.rlimit_as_bytes,
+                cpu_secs: cfg.tasks.rlimit_cpu_secs,
+                nofile: cfg.tasks.rlimit_nofile,
+            },
+            output_max_bytes: cfg.tasks.output_max_bytes,
+        },
     }
 }
 

@@ -112,7 +112,8 @@ pub enum Notice<'a> {
         task_id: &'a str,
         context_id: &'a str,
         state: TaskState,
-        cause: Option<&'a str>,
+        /// [`Cause::as_str`]: a name, not text to copy.
+        cause: Option<&'static str>,
     },
     /// procman started a worker for the task.
     WorkerSpawn {
@@ -125,7 +126,7 @@ pub enum Notice<'a> {
         pid: i32,
         exit_code: i32,
         exit: &'a str,
-        cause: &'a str,
+        cause: &'static str,
     },
 }
 
@@ -431,10 +432,10 @@ impl TaskTable {
     }
 
     /// The first message of a task and its context: what a worker starts on.
-    pub fn start_info(&self, id: &str) -> Option<(String, Message)> {
+    pub fn start_info(&self, id: &str) -> Option<(String, Arc<Message>)> {
         let slot = self.find(id)?;
         let first = slot.lock().first_message()?;
-        Some((slot.context_id.to_string(), Message::clone(&first)))
+        Some((slot.context_id.to_string(), first))
     }
 
     /// Waits until `done(state)` holds for task `id` (or the agent replied

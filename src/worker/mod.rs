@@ -276,7 +276,7 @@ fn run(mut reader: File, writer: File, frame_max: usize) -> io::Result<()> {
             message,
             runner,
             trace,
-        }) => (task_id, context_id, message, runner, trace),
+        }) => (task_id, context_id, message, Arc::unwrap_or_clone(runner), trace),
         // agentd let go of us before it gave us a task (it retired us, or
         // lost the fork server that made us before it knew us).
         None => return Ok(()),

@@ -119,8 +119,8 @@ impl Harness {
         let spawn = ToWorker::Spawn {
             task_id: task.id.clone(),
             context_id: task.context_id.clone(),
-            message: Box::new(message),
-            runner: crate::control::RunnerSpec::Echo,
+            message: std::sync::Arc::new(message),
+            runner: std::sync::Arc::new(crate::control::RunnerSpec::Echo),
             trace: None,
         };
         self.submit(&task.id);
@@ -581,8 +581,8 @@ fn the_deadline_comes_with_the_task_and_stops_it() {
     let spawn = ToWorker::Spawn {
         task_id: task.id.clone(),
         context_id: task.context_id.clone(),
-        message: Box::new(message),
-        runner: crate::control::RunnerSpec::Echo,
+        message: std::sync::Arc::new(message),
+        runner: std::sync::Arc::new(crate::control::RunnerSpec::Echo),
         trace: None,
     };
     h.submit(&task.id);
