@@ -5,7 +5,8 @@ so the static build places it together at the start of the text.
 Why: a fork copies no page tables of file-backed memory, so every worker faults
 its code and constants in again, 64 KiB around each fault (the kernel's
 fault-around). Spread over the binary, an echo task's code was ~18 of those
-faults and its constants 3; packed, 2 and 2 (112 KiB of code, 88 KiB of data).
+faults and its constants 3; packed, 2 and 1 (107 KiB of code; of 94 KiB of data,
+what a worker reads lies in the first window).
 
 How: build the static binary with symbols (target/worker-text/), serve the
 built-in echo agent, and record, over the fork server and the workers it forks,
@@ -66,7 +67,7 @@ HEADER = """\
  * A fork copies no page tables of file-backed memory, so every worker faults
  * its code and constants in again, 64 KiB around each fault; spread over the
  * binary that was ~18 faults per echo task for code and 3 for constants,
- * packed when the list was made 2 and 2 (`python3 link/worker_text.py
+ * packed when the list was made 2 and 1 (`python3 link/worker_text.py
  * --check` measures today's). This changes where code and data lie, never
  * what they are. An entry that matches nothing is ignored; one gone stale
  * costs faults, not correctness. (.rodata.worker starts on a page of its
@@ -340,18 +341,26 @@ def entry_patterns(entry):
 def rodata_entries(entries):
     """The read-only data the packed code reads: each Rust function's own
     (its jump tables, and the lookup tables LLVM makes of a match:
-    `.rodata..Lswitch.table.<fn>`), the named tables of DATA_TABLES, and the
-    string literals (a worker's names and frame keys are among them)."""
+    `.rodata..Lswitch.table.<fn>`), the named tables of DATA_TABLES, the
+    merged small constants and the string literals (a worker's names and
+    frame keys are among them)."""
     def data(patterns):
         return '*(' + ' '.join(f'{s}{p}' for p in patterns
                                for s in ('.rodata.', '.rodata.unlikely.', '.rodata..Lswitch.table.')) + ')'
     own = [data(pats) for e in entries if (pats := entry_patterns(e))]
     tables = ['*(' + ' '.join(f'.rodata.{p}' for p in t) + ')' for t in DATA_TABLES]
-    # Last, the constants no pattern can name: merged C strings and rustc's
-    # anonymous ones (`.rodata..Lanon.<hash>.<n>`: string literals, such as a
-    # frame's variant names). All of them: 88 KiB with the rest, in two
-    # windows, where a worker faulted three.
-    return [*tables, *own, '*(.rodata.str1.1)', '*(.rodata..Lanon.*)']
+    # First, the small constants the linker merges across the whole binary
+    # (`.rodata.cst4` to `.cst32`: 4 KiB in all), where no pattern can name
+    # the ones a worker reads: serde_json's string escaping reads an 8-byte
+    # one (an echo task faulted a page of the other read-only data for it
+    # alone), and a worker's process names are 16-byte ones (ProcessName).
+    merged = '*(.rodata.cst4 .rodata.cst8 .rodata.cst16 .rodata.cst32)'
+    # Then the constants no pattern can name: rustc's anonymous ones
+    # (`.rodata..Lanon.<hash>.<n>`: string literals, such as a frame's
+    # variant names; those a worker reads lie near their start), and last
+    # the merged C strings (32 KiB, none of which a worker reads). 94 KiB in
+    # all, and a worker's fall in the first fault-around window: one fault.
+    return [merged, *tables, *own, '*(.rodata..Lanon.*)', '*(.rodata.str1.1)']
 
 
 def rustc_version():

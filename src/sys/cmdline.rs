@@ -33,10 +33,9 @@ pub fn remember_cmdline_area() {
 /// gave (for a worker: the 20 bytes of `agentd __forkserver`) and padded
 /// with NULs. Only this process changes: a forked child's memory is its own.
 /// Call it only while the process has one thread.
-pub fn set_cmdline(title: &std::ffi::CStr) {
+pub fn set_cmdline(title: &[u8]) {
     let Some((start, end)) = arg_area() else { return };
     let Ok(len) = usize::try_from(end - start) else { return };
-    let title = title.to_bytes();
     // Keep the last byte NUL: the kernel then shows exactly this area.
     let n = title.len().min(len.saturating_sub(1));
     let area = start as usize as *mut u8;

@@ -28,12 +28,42 @@ pub fn set_child_subreaper() -> io::Result<()> {
     cvt(unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) }).map(drop)
 }
 
+/// A process name as the kernel keeps one (comm): up to 15 bytes, then
+/// NULs to 16. A value, not a string literal: a fresh worker names itself
+/// first thing, and a literal lies among the binary's strings, a page of
+/// read-only data it faulted in for that alone; 16 bytes of value are one
+/// of the small constants link/worker-text.ld places with the worker's.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct ProcessName([u8; 16]);
+
+impl ProcessName {
+    /// Made at compile time: a name of 16 bytes or more fails the build.
+    pub const fn new(name: &str) -> ProcessName {
+        let bytes = name.as_bytes();
+        assert!(bytes.len() < 16, "the kernel keeps 15 bytes of a process name");
+        let mut out = [0u8; 16];
+        let mut i = 0;
+        while i < bytes.len() {
+            assert!(bytes[i] != 0, "a process name has no NUL inside");
+            out[i] = bytes[i];
+            i += 1;
+        }
+        ProcessName(out)
+    }
+
+    /// The name, without its NULs.
+    pub fn bytes(&self) -> &[u8] {
+        let len = self.0.iter().position(|&b| b == 0).unwrap_or(self.0.len());
+        &self.0[..len]
+    }
+}
+
 /// Names the calling thread (prctl(2) PR_SET_NAME; `ps -o comm` shows it
-/// for the main thread). The kernel keeps 15 bytes.
-pub fn set_process_name(name: &std::ffi::CStr) {
-    // SAFETY: `name` is a valid NUL-terminated string for the call's length;
-    // the kernel copies at most 16 bytes of it.
-    unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr(), 0, 0, 0) };
+/// for the main thread).
+pub fn set_process_name(name: &ProcessName) {
+    // SAFETY: `name` is 16 bytes ending in at least one NUL (ProcessName::new
+    // keeps 15 at most); the kernel copies at most 16 bytes of it.
+    unsafe { libc::prctl(libc::PR_SET_NAME, name.0.as_ptr(), 0, 0, 0) };
 }
 
 /// prctl(2) PR_SET_PDEATHSIG: `sig` is sent to us when the *thread* that
@@ -173,3 +203,18 @@ pub fn keep_large_blocks_out_of_mallocs_heap() {
 /// See the glibc version: other allocators need nothing.
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 pub fn keep_large_blocks_out_of_mallocs_heap() {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_name_is_its_bytes_padded_with_nuls_to_the_kernels_16() {
+        const IDLE: ProcessName = ProcessName::new("agentd-idle");
+        assert_eq!(IDLE.bytes(), b"agentd-idle");
+        assert_eq!(IDLE.0, *b"agentd-idle\0\0\0\0\0");
+        const LONGEST: ProcessName = ProcessName::new("fifteen-bytes-x");
+        assert_eq!(LONGEST.bytes(), b"fifteen-bytes-x", "15 bytes and one NUL fill it");
+        assert_eq!(ProcessName::new("").bytes(), b"");
+    }
+}

@@ -19,7 +19,7 @@ use crate::control::{ForkReply, ForkRequest};
 use crate::sys;
 
 /// The fork server's process name (comm).
-pub const NAME: &std::ffi::CStr = c"agentd-fork";
+pub const NAME: sys::ProcessName = sys::ProcessName::new("agentd-fork");
 /// Its request socket: stdin.
 const REQUESTS: i32 = 0;
 
@@ -48,7 +48,7 @@ pub fn main() -> i32 {
     if let Err(e) = sys::keep_signal_stack_from_forks() {
         log::debug!("forkserver.sigaltstack kept for workers: {e}");
     }
-    sys::set_process_name(NAME);
+    sys::set_process_name(&NAME);
     // Where argv lies, read once here: each worker rewrites its own copy.
     sys::remember_cmdline_area();
     let supervisor: i32 = match std::env::var(SUPERVISOR_PID_ENV).ok().and_then(|s| s.parse().ok()) {

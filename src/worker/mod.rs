@@ -81,8 +81,8 @@ const EXIT_ORPHANED: i32 = 111;
 /// The process name (comm) of a worker waiting in the pool, and of one
 /// running a task: `ps` tells them apart (the argv of a pooled worker
 /// says `idle` for ever).
-pub const IDLE_NAME: &std::ffi::CStr = c"agentd-idle";
-pub const TASK_NAME: &std::ffi::CStr = c"agentd-task";
+pub const IDLE_NAME: sys::ProcessName = sys::ProcessName::new("agentd-idle");
+pub const TASK_NAME: sys::ProcessName = sys::ProcessName::new("agentd-task");
 
 /// The worker's half of the control channel, shared by its threads.
 pub struct Link {
@@ -224,8 +224,8 @@ pub struct Birth<'a> {
 /// the process exit code (the caller exits with it; it never returns to
 /// the fork server's loop).
 pub fn start(birth: Birth<'_>) -> i32 {
-    sys::set_process_name(IDLE_NAME);
-    sys::set_cmdline(IDLE_NAME);
+    sys::set_process_name(&IDLE_NAME);
+    sys::set_cmdline(IDLE_NAME.bytes());
     let _ = sys::become_group_leader();
     let (reader, writer, kept) = match sys::settle_worker_fds(
         birth.from_agentd.as_raw_fd(),
@@ -287,8 +287,8 @@ fn run(mut reader: File, writer: File, frame_max: usize) -> io::Result<()> {
             ))
         }
     };
-    sys::set_process_name(TASK_NAME);
-    sys::set_cmdline(TASK_NAME);
+    sys::set_process_name(&TASK_NAME);
+    sys::set_cmdline(TASK_NAME.bytes());
     if let Some(t) = &trace {
         crate::logging::set_trace_id(t.trace_id());
     }
