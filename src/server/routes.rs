@@ -284,10 +284,12 @@ fn is_json_media_type(ct: &str) -> bool {
 /// A2A-Version from the header or the `?A2A-Version=` query; Major.Minor
 /// only counts. A missing value means 0.3 (the spec's rule).
 fn check_version(req: &Request, required: bool) -> Result<(), RpcError> {
+    // Borrowed from the header, as every request has it: checked per
+    // request, without a copy.
     let raw = req
         .header("A2A-Version")
-        .map(str::to_string)
-        .or_else(|| req.query_param("A2A-Version"))
+        .map(std::borrow::Cow::Borrowed)
+        .or_else(|| req.query_param("A2A-Version").map(std::borrow::Cow::Owned))
         .filter(|v| !v.trim().is_empty());
     let Some(raw) = raw else {
         if !required {
@@ -308,7 +310,7 @@ fn check_version(req: &Request, required: bool) -> Result<(), RpcError> {
     let mut parts = raw.split('.');
     let major = parts.next().unwrap_or("");
     let minor = parts.next().unwrap_or("0");
-    if format!("{major}.{minor}") == PROTOCOL_VERSION {
+    if PROTOCOL_VERSION.split_once('.') == Some((major, minor)) {
         return Ok(());
     }
     Err(RpcError::with_reason(
