@@ -81,7 +81,8 @@ HEADER = """\
  * member; the data entries follow from the code ones). Regenerate after
  * the worker's path changes, or when build.rs warns that another rustc
  * compiles it; tests/footprint.rs fails
- * when the anchors below fall out of .text.worker or most entries go stale.
+ * when the anchors below fall out of .text.worker, most entries go stale,
+ * or the merged small constants leave .rodata.worker.
  * Anchors: agentd::worker::start, worker::forkserver::fork_one and
  * control::read_frame.
  *

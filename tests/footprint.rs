@@ -214,8 +214,13 @@ fn static_link_map() -> String {
 /// script (`*(.text._ZN6agentd…* …)`, `*libc.a:close.lo(…)`) with the names
 /// of the input sections it placed, listed under it.
 fn worker_text_statements(map: &str) -> Vec<(String, Vec<String>)> {
+    output_section_statements(map, ".text.worker")
+}
+
+/// An output section's part of a GNU ld link map, as above.
+fn output_section_statements(map: &str, section: &str) -> Vec<(String, Vec<String>)> {
     let mut statements: Vec<(String, Vec<String>)> = Vec::new();
-    let mut lines = map.lines().skip_while(|l| !l.starts_with(".text.worker"));
+    let mut lines = map.lines().skip_while(|l| l.split_whitespace().next() != Some(section));
     lines.next();
     for line in lines.take_while(|l| l.is_empty() || l.starts_with(char::is_whitespace)) {
         let text = line.trim();
@@ -289,6 +294,49 @@ fn the_worker_text_list_still_places_the_workers_code() {
          regenerate the list (python3 link/worker_text.py). Matching nothing:\n{}",
         statements.len(),
         stale.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n")
+    );
+}
+
+/// The read-only data a worker reads, in `.rodata.worker`: the constants
+/// no name can place are placed whole, as link/worker-text.ld says — the
+/// small ones the linker merges across the binary (serde_json's string
+/// escaping reads an 8-byte one; a worker's process names are 16-byte
+/// ones), and rustc's anonymous constants ahead of the merged C strings,
+/// which a worker does not read. Without them a worker faulted two
+/// windows of read-only data instead of one.
+#[test]
+fn the_worker_rodata_holds_the_constants_no_name_can_place() {
+    let test = "the_worker_rodata_holds_the_constants_no_name_can_place";
+    if static_agentd_or_skip(test).is_none() {
+        return;
+    }
+    let map = static_link_map();
+    let statements = output_section_statements(&map, ".rodata.worker");
+    let placed = |pattern: &str| {
+        statements
+            .iter()
+            .position(|(statement, _)| statement.contains(pattern))
+            .map(|i| (i, &statements[i].1))
+    };
+    let Some((merged_at, merged)) = placed(".rodata.cst8") else {
+        panic!(
+            "link/worker-text.ld places no .rodata.cst8 in .rodata.worker: regenerate it (python3 link/worker_text.py)"
+        )
+    };
+    for section in [".rodata.cst8", ".rodata.cst16"] {
+        assert!(
+            merged.iter().any(|s| s == section),
+            "{section} is not in .rodata.worker (the statement placed {merged:?}): a worker's merged constants lie \
+             elsewhere"
+        );
+    }
+    let (anon_at, anon) = placed(".rodata..Lanon.").expect("rustc's anonymous constants are in .rodata.worker");
+    let (strings_at, _) = placed(".rodata.str1.1").expect("the merged C strings are in .rodata.worker");
+    assert!(!anon.is_empty(), "the anonymous constants' statement placed nothing");
+    assert!(
+        merged_at < anon_at && anon_at < strings_at,
+        "the merged small constants, then the anonymous ones, then the C strings (statements {merged_at}, \
+         {anon_at}, {strings_at}): the C strings are 32 KiB a worker does not read"
     );
 }
 
