@@ -154,15 +154,18 @@ impl Feed {
         let principal = about.principal.clone();
         inner.seq += 1;
         let seq = inner.seq;
+        // Room first, then the record: the ring never holds one more than
+        // ring_max, so it never grows to twice its room (VecDeque doubles),
+        // and the slots it cycles through are half as many.
+        while inner.ring.len() >= self.ring_max {
+            inner.ring.pop_front();
+        }
         inner.ring.push_back(Record {
             seq,
             principal,
             time_ms: crate::clock::now_ms(),
             fact,
         });
-        while inner.ring.len() > self.ring_max {
-            inner.ring.pop_front();
-        }
         let wake = inner.waiting > 0;
         drop(inner);
         if wake {
@@ -475,6 +478,18 @@ mod tests {
             )
         );
         assert!(body["time"].as_str().is_some_and(|t| t.ends_with('Z')), "{body}");
+    }
+
+    #[test]
+    fn a_full_ring_keeps_its_room_and_never_doubles_it() {
+        let feed = Feed::new(64);
+        for i in 0..1000 {
+            tell(&feed, "p", &created(&i.to_string()));
+        }
+        assert_eq!(feed.position(), (1000, 937), "the last 64 records");
+        let ring = &feed.lock().ring;
+        assert_eq!(ring.len(), 64);
+        assert!(ring.capacity() < 128, "a ring of 64 held room for {}", ring.capacity());
     }
 
     #[test]
