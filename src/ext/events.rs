@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
+use crate::control::Cause;
 use crate::principal::Principal;
 use crate::tasks::{About, Notice, Observer};
 use crate::wire::{StreamResponse, TaskState};
@@ -67,7 +68,7 @@ enum Fact {
         task_id: Arc<str>,
         context_id: Arc<str>,
         state: TaskState,
-        cause: Option<&'static str>,
+        cause: Option<Cause>,
     },
     Artifact {
         task_id: Arc<str>,
@@ -85,7 +86,7 @@ enum Fact {
         pid: i32,
         exit_code: i32,
         exit: Arc<str>,
-        cause: &'static str,
+        cause: Cause,
     },
 }
 
@@ -320,7 +321,7 @@ impl Fact {
             } => {
                 let mut f = ids(task_id, context_id);
                 f.insert("state".into(), json!(state));
-                f.insert("cause".into(), json!(cause));
+                f.insert("cause".into(), json!(cause.map(Cause::as_str)));
                 ("task.terminal", f)
             }
             Fact::Artifact {
@@ -356,7 +357,7 @@ impl Fact {
                     ("pid".to_string(), json!(pid)),
                     ("exitCode".to_string(), json!(exit_code)),
                     ("exit".to_string(), json!(&**exit)),
-                    ("cause".to_string(), json!(cause)),
+                    ("cause".to_string(), json!(cause.as_str())),
                 ]),
             ),
         }
@@ -459,7 +460,7 @@ mod tests {
                 task_id: "t",
                 context_id: "c",
                 state: TaskState::Canceled,
-                cause: Some("canceled"),
+                cause: Some(Cause::Canceled),
             },
         );
         let Next::Records(r) = feed.next(0, Duration::ZERO) else {

@@ -538,7 +538,7 @@ impl<O: Os> Driver<O> {
             pid,
             exit_code: exit.shell_code(),
             exit: &exit.to_string(),
-            cause: ending.cause.as_str(),
+            cause: ending.cause,
         });
         if log::log_enabled!(log::Level::Info) {
             let trace = self.tasks.trace(id).map(|t| format!(" trace={}", t.trace_id()));

@@ -112,8 +112,7 @@ pub enum Notice<'a> {
         task_id: &'a str,
         context_id: &'a str,
         state: TaskState,
-        /// [`Cause::as_str`]: a name, not text to copy.
-        cause: Option<&'static str>,
+        cause: Option<Cause>,
     },
     /// procman started a worker for the task.
     WorkerSpawn {
@@ -126,7 +125,7 @@ pub enum Notice<'a> {
         pid: i32,
         exit_code: i32,
         exit: &'a str,
-        cause: &'static str,
+        cause: Cause,
     },
 }
 
@@ -318,7 +317,7 @@ impl TaskTable {
                 task_id,
                 context_id,
                 state,
-                cause: cause.map(Cause::as_str),
+                cause,
             }
         } else {
             Notice::State {

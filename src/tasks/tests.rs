@@ -80,9 +80,11 @@ impl Observer for Recorder {
             Notice::Artifact {
                 artifact_id, append, ..
             } => format!("artifact {artifact_id} {append}"),
-            Notice::Terminal { state, cause, .. } => format!("terminal {} {cause:?}", state.short_name()),
+            Notice::Terminal { state, cause, .. } => {
+                format!("terminal {} {:?}", state.short_name(), cause.map(Cause::as_str))
+            }
             Notice::WorkerSpawn { pid, .. } => format!("spawn {pid}"),
-            Notice::WorkerExit { pid, cause, .. } => format!("exit {pid} {cause}"),
+            Notice::WorkerExit { pid, cause, .. } => format!("exit {pid} {}", cause.as_str()),
         };
         self.0.lock().unwrap().push(format!("{principal}: {line}"));
     }
@@ -441,7 +443,7 @@ fn observers_hear_every_change_in_order() {
         pid: 7,
         exit_code: 137,
         exit: "was killed by SIGKILL",
-        cause: "deadline",
+        cause: Cause::Deadline,
     });
     t.finish(&id, TaskState::Completed, Cause::Completed, None); // ignored: already final
     let who = op().name();
