@@ -848,13 +848,26 @@ fn kill9_mid_load_then_restart_replaces_the_socket() {
     for round in 1..=rounds {
         let pid = d.pid();
         let ids: Vec<String> = (0..in_flight).map(|_| d.send_async("sleep")).collect();
-        // Every running task is a worker and its `sleep`.
-        let full = wait_for(Duration::from_secs(30), || descendants(pid).len() >= running * 2);
-        assert!(full, "only {} processes under agentd", descendants(pid).len());
-        let tasks = list_all(&d);
-        let working = tasks.iter().filter(|t| state(t) == "TASK_STATE_WORKING").count();
-        let queued = tasks.iter().filter(|t| state(t) == "TASK_STATE_SUBMITTED").count();
-        assert_eq!((working, queued), (running, in_flight - running), "ids {}", ids.len());
+        // Every running task is a worker and its `sleep`, and the table
+        // says so. The count of processes alone is not enough: the fork
+        // server and an idle worker are descendants too, so it can be
+        // reached before the last task to start is WORKING.
+        let want = (running, in_flight - running);
+        let mut seen = (0, 0);
+        let full = wait_for(Duration::from_secs(30), || {
+            let tasks = list_all(&d);
+            let working = tasks.iter().filter(|t| state(t) == "TASK_STATE_WORKING").count();
+            let queued = tasks.iter().filter(|t| state(t) == "TASK_STATE_SUBMITTED").count();
+            seen = (working, queued);
+            seen == want && descendants(pid).len() >= running * 2
+        });
+        let (working, queued) = seen;
+        assert!(
+            full,
+            "(working, queued) {seen:?}, not {want:?}, of {} tasks; {} processes under agentd",
+            ids.len(),
+            descendants(pid).len()
+        );
         let pids = descendants(pid);
         let groups: Vec<i32> = task_workers(pid);
 
