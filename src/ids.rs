@@ -8,6 +8,40 @@
 
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// A task's id as it travels inside agentd: the task table's own string,
+/// shared. procman names a task in every event and action of its machines;
+/// a clone is a reference count, not a copy of 36 bytes.
+pub type TaskId = Arc<str>;
+
+/// Hashes task ids for the maps keyed by them (the task table's index,
+/// procman's start path). The keys are ids agentd drew itself (random
+/// UUIDs): no client picks one that is stored, so the maps need no defence
+/// against chosen collisions (std's SipHash), and FNV-1a over 36 bytes is a
+/// fraction of its cost on maps looked up several times per task.
+#[derive(Default, Clone, Copy)]
+pub struct IdHash;
+
+pub struct Fnv(u64);
+
+impl std::hash::BuildHasher for IdHash {
+    type Hasher = Fnv;
+    fn build_hasher(&self) -> Fnv {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl std::hash::Hasher for Fnv {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
 
 /// How many ids one batch holds.
 pub const BATCH_IDS: usize = 16;

@@ -221,7 +221,7 @@ impl Agent {
                 } else {
                     None
                 };
-                self.procman.input(&task_id, message).map_err(supervisor_gone)?;
+                self.procman.input(task.task_id(), message).map_err(supervisor_gone)?;
                 Ok(Begun {
                     task,
                     seq,
@@ -274,7 +274,7 @@ impl Agent {
                 };
                 // procman gone means the daemon is exiting (a vital thread
                 // ended it): the caller is told; the task goes with the daemon.
-                self.procman.start(task.id()).map_err(supervisor_gone)?;
+                self.procman.start(task.task_id()).map_err(supervisor_gone)?;
                 Ok(Begun {
                     task,
                     seq: 0,

@@ -21,6 +21,7 @@ use super::start::{StartAction, StartEvent, StartLimits, StartPath, Way};
 use crate::cgroup::Usage;
 use crate::control::{Cause, FromWorker, Progress, ToWorker};
 use crate::cost::{Cost, Cpu, Memory, CPU_CGROUP2, CPU_RUSAGE, MEMORY_RUSAGE};
+use crate::ids::TaskId;
 use crate::limits;
 use crate::sys::{ExitStatus, Rusage};
 use crate::tasks::{Notice, TaskTable};
@@ -155,7 +156,7 @@ impl<O: Os> Driver<O> {
 
     /// Gives an idle worker its task: `spawn` is the frame that starts it,
     /// `deadline` the task's wall-clock budget.
-    pub fn assign(&mut self, h: Helpers, pid: i32, task_id: String, spawn: &ToWorker, deadline: Option<Instant>) {
+    pub fn assign(&mut self, h: Helpers, pid: i32, task_id: TaskId, spawn: &ToWorker, deadline: Option<Instant>) {
         let Some(w) = self.workers.get_mut(&pid) else { return };
         w.chan.mark();
         self.bind(h, pid, task_id, deadline);
@@ -164,11 +165,11 @@ impl<O: Os> Driver<O> {
 
     /// A new worker whose task's `spawn` frame went into its pipe before
     /// it was born (the channel was marked before it): it starts running.
-    pub fn assign_handed(&mut self, h: Helpers, pid: i32, task_id: String, deadline: Option<Instant>) {
+    pub fn assign_handed(&mut self, h: Helpers, pid: i32, task_id: TaskId, deadline: Option<Instant>) {
         self.bind(h, pid, task_id, deadline);
     }
 
-    fn bind(&mut self, h: Helpers, pid: i32, task_id: String, deadline: Option<Instant>) {
+    fn bind(&mut self, h: Helpers, pid: i32, task_id: TaskId, deadline: Option<Instant>) {
         if !self.workers.contains_key(&pid) {
             return;
         }
@@ -382,8 +383,10 @@ impl<O: Os> Driver<O> {
             }
             WorkerAction::SendInput(message) => self.send(h, pid, &ToWorker::Input { message }),
             WorkerAction::Relay(frame) => {
-                let id = w.life.task_id().to_string();
-                self.relay(&id, frame);
+                // A worker relays only while it has a task.
+                if let Some(id) = w.life.task().map(|t| t.id.clone()) {
+                    self.relay(&id, frame);
+                }
             }
             WorkerAction::Terminate => {
                 self.os.signal_group(pid, libc::SIGTERM);
@@ -530,7 +533,7 @@ impl<O: Os> Driver<O> {
         let Some((task, ending)) = ended else {
             return; // a worker without a task: nobody to tell
         };
-        let id = task.id.as_str();
+        let id = &*task.id;
         self.start_event(h, StartEvent::Released(task.id.clone()));
         let cost = task_cost(self.os.now().saturating_duration_since(task.since), usage, w.rusage);
         self.tasks.worker_notice(&Notice::WorkerExit {

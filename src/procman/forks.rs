@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use super::channel::Channel;
 use super::os::Os;
 use crate::control::{ForkReply, ForkRequest};
+use crate::ids::TaskId;
 use crate::limits;
 
 /// A worker asked for and not yet named: what procman keeps of it.
@@ -36,7 +37,7 @@ pub(super) struct Asked<C> {
 /// to sleep and being woken for it (one wake-up less per task).
 #[derive(Debug, Clone)]
 pub(super) struct Handed {
-    pub id: String,
+    pub id: TaskId,
     /// The task's wall-clock deadline, counted from when it was handed.
     pub deadline: Option<Instant>,
 }

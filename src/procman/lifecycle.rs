@@ -34,6 +34,7 @@
 use std::time::{Duration, Instant};
 
 use crate::control::{Cause, FromWorker};
+use crate::ids::TaskId;
 use crate::limits;
 use crate::sys::ExitStatus;
 use crate::wire::Message;
@@ -92,7 +93,7 @@ impl Timing {
 /// The task a worker works for, and since when.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskRef {
-    pub id: String,
+    pub id: TaskId,
     pub since: Instant,
 }
 
@@ -145,7 +146,7 @@ pub enum WorkerPhase {
 pub enum WorkerEvent {
     /// An idle worker got a task (its `spawn` frame is queued), with the
     /// task's wall-clock deadline.
-    Assigned { task: String, deadline: Option<Instant> },
+    Assigned { task: TaskId, deadline: Option<Instant> },
     /// A frame from it (any frame is life).
     Said(FromWorker),
     /// A follow-up message for its task (the task table took it).
@@ -206,7 +207,7 @@ pub enum WorkerAction {
     /// (a loss heard before the worker was known to have read its task).
     Again(Box<WorkerEvent>),
     /// The task goes back to the start path, to start on a fresh worker.
-    GiveBack(String),
+    GiveBack(TaskId),
     /// Log the rung or stop reached (for the operator).
     Note(&'static str),
     /// The worker is gone and so is everything of its task: the task ends
@@ -264,7 +265,7 @@ impl WorkerLife {
 
     /// The task's id, or `-` (for log lines).
     pub fn task_id(&self) -> &str {
-        self.task().map_or("-", |t| t.id.as_str())
+        self.task().map_or("-", |t| &*t.id)
     }
 
     pub fn is_idle(&self) -> bool {

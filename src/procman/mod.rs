@@ -54,6 +54,7 @@ use self::os::{Os, RealOs};
 use self::pool::{helpers, Supervisor};
 use crate::cgroup::Isolation;
 use crate::config::Config;
+use crate::ids::TaskId;
 use crate::limits;
 use crate::sys;
 use crate::tasks::TaskTable;
@@ -61,9 +62,9 @@ use crate::wire::Message;
 
 /// What the rest of agentd asks of procman.
 enum Msg {
-    Start(String),
-    Input(String, Message),
-    Cancel(String),
+    Start(TaskId),
+    Input(TaskId, Message),
+    Cancel(TaskId),
     Shutdown(Sender<()>),
     KillAll,
     /// Something changed (the running cap): look at the queue again.
@@ -117,18 +118,18 @@ impl Procman {
     }
 
     /// A task was created in SUBMITTED: run it when there is room.
-    pub fn start(&self, task_id: &str) -> Result<(), ProcmanGone> {
-        self.send(Msg::Start(task_id.to_string()))
+    pub fn start(&self, task_id: TaskId) -> Result<(), ProcmanGone> {
+        self.send(Msg::Start(task_id))
     }
 
     /// A follow-up message for a task waiting on input.
-    pub fn input(&self, task_id: &str, message: Message) -> Result<(), ProcmanGone> {
-        self.send(Msg::Input(task_id.to_string(), message))
+    pub fn input(&self, task_id: TaskId, message: Message) -> Result<(), ProcmanGone> {
+        self.send(Msg::Input(task_id, message))
     }
 
     /// Runs the kill ladder on a task (or drops it from the queue).
     pub fn cancel(&self, task_id: &str) -> Result<(), ProcmanGone> {
-        self.send(Msg::Cancel(task_id.to_string()))
+        self.send(Msg::Cancel(task_id.into()))
     }
 
     /// Ladders every task; `done` gets a message when no worker is left.
@@ -483,9 +484,9 @@ mod handle_tests {
             pending: AtomicBool::new(false),
         });
         let procman = Procman { tx, waker };
-        assert_eq!(procman.start("t"), Ok(()));
+        assert_eq!(procman.start("t".into()), Ok(()));
         drop(rx); // procman's thread is gone
-        assert_eq!(procman.start("t"), Err(ProcmanGone));
+        assert_eq!(procman.start("t".into()), Err(ProcmanGone));
         assert_eq!(procman.cancel("t"), Err(ProcmanGone));
         assert_eq!(procman.kill_all(), Err(ProcmanGone));
         assert!(

@@ -29,6 +29,7 @@ use std::sync::Arc;
 
 use crate::config::{Config, Runner};
 use crate::control::{ForkRequest, Rlimits, RunnerSpec, ToWorker};
+use crate::ids::TaskId;
 use crate::limits;
 use crate::sys::{self, ExitStatus};
 use crate::tasks::TaskTable;
@@ -114,7 +115,7 @@ impl<O: Os> Supervisor<O> {
     }
 
     /// A task was created in SUBMITTED.
-    pub fn submit(&mut self, id: String) {
+    pub fn submit(&mut self, id: TaskId) {
         self.start_event(StartEvent::Submitted(id));
     }
 
@@ -126,7 +127,7 @@ impl<O: Os> Supervisor<O> {
     }
 
     /// Stops a task wherever it is.
-    pub fn cancel(&mut self, id: String) {
+    pub fn cancel(&mut self, id: TaskId) {
         self.start_event(StartEvent::Cancel(id));
     }
 
@@ -227,7 +228,7 @@ impl<O: Os> Supervisor<O> {
     pub(super) fn start_queued(&mut self) {
         let now = self.driver.os.now();
         while self.driver.start.is_open() && self.driver.start.started() < self.driver.tasks.max_running() {
-            let Some((id, attempt)) = self.driver.start.front().map(|(id, a)| (id.to_string(), a)) else {
+            let Some((id, attempt)) = self.driver.start.front().map(|(id, a)| (id.clone(), a)) else {
                 return;
             };
             // Given back: it was started (WORKING). Queued: it waits.
@@ -256,7 +257,7 @@ impl<O: Os> Supervisor<O> {
                 continue;
             };
             let spawn = ToWorker::Spawn {
-                task_id: id.clone(),
+                task_id: id.to_string(),
                 context_id,
                 message,
                 runner: self.runner.clone(),

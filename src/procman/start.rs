@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use super::lifecycle::{Ending, Stop};
 use crate::control::Cause;
+use crate::ids::{IdHash, TaskId};
 use crate::limits;
 use crate::wire::TaskState;
 
@@ -56,31 +57,31 @@ pub enum Way {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StartEvent {
     /// A task was created in SUBMITTED.
-    Submitted(String),
+    Submitted(TaskId),
     /// Stop it wherever it is.
-    Cancel(String),
+    Cancel(TaskId),
     /// The daemon stops: nothing more starts; what waits ends.
     Drain,
     /// The second SIGTERM: a worker named from now on is killed at once.
     KillAll,
     /// It went to idle worker `pid`, or the worker asked for it was named
     /// (by the fork server, or by itself: its hello).
-    Bound { task: String, pid: i32 },
+    Bound { task: TaskId, pid: i32 },
     /// Its `spawn` frame went into the pipe of a worker asked for.
-    Asked(String),
+    Asked(TaskId),
     /// The worker asked for it was not had (the fork failed, the fork
     /// server was lost first, it could not be contained); `taken_back`:
     /// its frame came back out of the pipe unread, so no worker can have it.
-    NotBorn { task: String, taken_back: bool },
+    NotBorn { task: TaskId, taken_back: bool },
     /// Adopting, the worker never said who it is: it ended without a word
     /// (`gone`) or stayed silent past its bound (`why`).
-    Unnamed { task: String, gone: bool, why: String },
+    Unnamed { task: TaskId, gone: bool, why: String },
     /// The worker it was given never read it and gave it back.
-    GivenBack(String),
+    GivenBack(TaskId),
     /// Its worker is gone and so is the task (the lifecycle's verdict).
-    Released(String),
+    Released(TaskId),
     /// A queued task the table no longer waits for (it ended meanwhile).
-    Dropped(String),
+    Dropped(TaskId),
     /// The fork server made a worker: failures in a row are over.
     Forked,
     /// The fork server is behind (its request queue is full): ask later.
@@ -96,7 +97,7 @@ pub enum StartEvent {
 pub enum StartAction {
     /// The task ends, never having reached a worker (or having reached one
     /// that was lost without a word).
-    End { task: String, ending: Ending },
+    End { task: TaskId, ending: Ending },
     /// The ladder on the worker that has it.
     StopWorker { pid: i32, stop: Stop },
     /// SIGKILL to the worker that has it, now.
@@ -138,11 +139,11 @@ enum Admit {
 }
 
 pub struct StartPath {
-    ways: HashMap<String, Way>,
+    ways: HashMap<TaskId, Way, IdHash>,
     /// Tasks given back by workers that never read them: they start first.
-    again: VecDeque<String>,
+    again: VecDeque<TaskId>,
     /// Tasks submitted, in order.
-    fresh: VecDeque<String>,
+    fresh: VecDeque<TaskId>,
     /// Asks in a row that failed.
     fork_failures: u32,
     /// Fork servers lost in a row, none of which made a worker.
@@ -156,7 +157,7 @@ pub struct StartPath {
 impl StartPath {
     pub fn new(limits: StartLimits) -> StartPath {
         StartPath {
-            ways: HashMap::new(),
+            ways: HashMap::default(),
             again: VecDeque::new(),
             fresh: VecDeque::new(),
             fork_failures: 0,
@@ -181,7 +182,7 @@ impl StartPath {
     }
 
     /// The task first in line, and which worker in a row it would go to.
-    pub fn front(&self) -> Option<(&str, u32)> {
+    pub fn front(&self) -> Option<(&TaskId, u32)> {
         let id = self.again.front().or(self.fresh.front())?;
         match self.ways.get(id) {
             Some(Way::Queued { attempts }) => Some((id, attempts + 1)),
@@ -386,7 +387,7 @@ impl StartPath {
     }
 
     /// Stops a task wherever it is.
-    fn stop(&mut self, id: String, stop: Stop, out: &mut Vec<StartAction>) {
+    fn stop(&mut self, id: TaskId, stop: Stop, out: &mut Vec<StartAction>) {
         match self.ways.get_mut(&id) {
             Some(Way::Queued { .. }) => {
                 self.unqueue(&id);
@@ -436,11 +437,11 @@ impl StartPath {
 
     fn unqueue(&mut self, id: &str) {
         for q in [&mut self.again, &mut self.fresh] {
-            if q.front().is_some_and(|f| f == id) {
+            if q.front().is_some_and(|f| **f == *id) {
                 q.pop_front();
                 return;
             }
-            if let Some(at) = q.iter().position(|f| f == id) {
+            if let Some(at) = q.iter().position(|f| **f == *id) {
                 q.remove(at);
                 return;
             }
@@ -457,7 +458,7 @@ fn unstarted(cause: Cause) -> Ending {
     }
 }
 
-fn end_unstarted(task: String, cause: Cause) -> StartAction {
+fn end_unstarted(task: TaskId, cause: Cause) -> StartAction {
     StartAction::End {
         task,
         ending: unstarted(cause),

@@ -9,38 +9,12 @@ use std::time::Duration;
 use super::life::Stage;
 use super::slot::Slot;
 use super::TableLimits;
+use crate::ids::IdHash;
 
 struct Finished {
     at_ms: u64,
     slot: Arc<Slot>,
     bytes: usize,
-}
-
-/// Hashes task ids for the index. The keys are ids agentd drew itself
-/// (random UUIDs): no client picks them, so the map needs no defence
-/// against chosen collisions (std's SipHash), and FNV-1a over 36 bytes is
-/// a fraction of its cost on a map looked up several times per task.
-#[derive(Default, Clone, Copy)]
-pub(super) struct IdHash;
-
-pub(super) struct Fnv(u64);
-
-impl std::hash::BuildHasher for IdHash {
-    type Hasher = Fnv;
-    fn build_hasher(&self) -> Fnv {
-        Fnv(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl std::hash::Hasher for Fnv {
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    fn finish(&self) -> u64 {
-        self.0
-    }
 }
 
 #[derive(Default)]

@@ -165,6 +165,11 @@ impl Snapshot {
         &self.slot.id
     }
 
+    /// The task's id as the table holds it (shared, not copied).
+    pub fn task_id(&self) -> crate::ids::TaskId {
+        self.slot.id.clone()
+    }
+
     /// The task for the wire (the deep copy).
     pub fn render(self) -> Task {
         self.slot.render(self.view)
@@ -338,9 +343,11 @@ impl TaskTable {
         metadata: Option<Map<String, Value>>,
     ) -> Result<Snapshot, CreateError> {
         let id = crate::ids::new_id();
-        let context_id = message.context_id.clone().unwrap_or_else(crate::ids::new_id);
-        message.task_id = Some(id.clone());
-        message.context_id = Some(context_id.clone());
+        let context_id = message.context_id.take().unwrap_or_else(crate::ids::new_id);
+        // The table's shared copies; the message keeps the strings made.
+        let (shared_id, shared_context): (Arc<str>, Arc<str>) = (id.as_str().into(), context_id.as_str().into());
+        message.task_id = Some(id);
+        message.context_id = Some(context_id);
         let now = clock::now_ms();
         let status = TaskStatus {
             state: TaskState::Submitted,
@@ -349,7 +356,13 @@ impl TaskTable {
         };
         let queued_bytes = entry::message_bytes(&message);
         let entry = Entry::new(status, now, message, metadata);
-        let slot = Arc::new(Slot::new(id, context_id, &principal.name(), queued_bytes, entry));
+        let slot = Arc::new(Slot::new(
+            shared_id,
+            shared_context,
+            principal.name().into(),
+            queued_bytes,
+            entry,
+        ));
         let view = slot.lock().view(None, true);
         {
             let mut ix = self.index();

@@ -43,11 +43,11 @@ pub(super) enum Interest {
 }
 
 impl Slot {
-    pub fn new(id: String, context_id: String, principal: &str, queued_bytes: usize, entry: Entry) -> Slot {
+    pub fn new(id: Arc<str>, context_id: Arc<str>, principal: Arc<str>, queued_bytes: usize, entry: Entry) -> Slot {
         Slot {
-            id: id.into(),
-            context_id: context_id.into(),
-            principal: principal.into(),
+            id,
+            context_id,
+            principal,
             queued_bytes,
             trace: OnceLock::new(),
             entry: Mutex::new(entry),

@@ -124,17 +124,17 @@ impl Harness {
             trace: None,
         };
         self.submit(&task.id);
-        self.d.assign(hp!(self), pid, task.id.clone(), &spawn, None);
+        self.d.assign(hp!(self), pid, task.id.as_str().into(), &spawn, None);
         task.id
     }
 
     /// The task enters the start path (procman's `Start`).
     fn submit(&mut self, id: &str) {
-        self.d.start_event(hp!(self), StartEvent::Submitted(id.to_string()));
+        self.d.start_event(hp!(self), StartEvent::Submitted(id.into()));
     }
 
     fn cancel(&mut self, id: &str) {
-        self.d.start_event(hp!(self), StartEvent::Cancel(id.to_string()));
+        self.d.start_event(hp!(self), StartEvent::Cancel(id.into()));
     }
 
     fn reap(&mut self) {
@@ -586,7 +586,7 @@ fn the_deadline_comes_with_the_task_and_stops_it() {
         trace: None,
     };
     h.submit(&task.id);
-    h.d.assign(hp!(h), 28, task.id.clone(), &spawn, Some(h.t0 + 300 * MS));
+    h.d.assign(hp!(h), 28, task.id.as_str().into(), &spawn, Some(h.t0 + 300 * MS));
     h.heard(28);
     h.at(299);
     assert!(h.heard(28).is_empty());

@@ -107,8 +107,8 @@ impl Rig {
     /// A request to procman, then the rest of its turn.
     fn tell(&mut self, req: Req) {
         match req {
-            Req::Start(id) => self.sup.submit(id),
-            Req::Cancel(id) => self.sup.cancel(id),
+            Req::Start(id) => self.sup.submit(id.into()),
+            Req::Cancel(id) => self.sup.cancel(id.into()),
             Req::Shutdown => self.sup.drain(),
             Req::KillAll => self.sup.kill_all(),
         }

@@ -14,11 +14,16 @@ fn ev(p: &mut StartPath, e: StartEvent, now: Instant) -> Vec<StartAction> {
     p.step(e, now)
 }
 
+/// The task first in line, and which worker in a row it goes to.
+fn front(p: &StartPath) -> Option<(&str, u32)> {
+    p.front().map(|(id, attempt)| (&**id, attempt))
+}
+
 fn ended(actions: &[StartAction]) -> Vec<(&str, TaskState, Cause)> {
     actions
         .iter()
         .filter_map(|a| match a {
-            StartAction::End { task, ending } => Some((task.as_str(), ending.state, ending.cause)),
+            StartAction::End { task, ending } => Some((&**task, ending.state, ending.cause)),
             _ => None,
         })
         .collect()
@@ -31,7 +36,7 @@ fn a_task_given_back_starts_before_the_queue_and_one_taken_back_at_its_front() {
     for id in ["a", "b", "c"] {
         ev(&mut p, StartEvent::Submitted(id.into()), t);
     }
-    assert_eq!(p.front(), Some(("a", 1)));
+    assert_eq!(front(&p), Some(("a", 1)));
     ev(
         &mut p,
         StartEvent::Bound {
@@ -44,7 +49,7 @@ fn a_task_given_back_starts_before_the_queue_and_one_taken_back_at_its_front() {
     assert_eq!((p.queued(), p.started()), (1, 2));
     ev(&mut p, StartEvent::GivenBack("a".into()), t);
     assert_eq!(
-        p.front(),
+        front(&p),
         Some(("a", 2)),
         "given back: first, its next worker the second"
     );
@@ -57,7 +62,7 @@ fn a_task_given_back_starts_before_the_queue_and_one_taken_back_at_its_front() {
         t,
     );
     assert_eq!(p.way("b"), Some(&Way::Queued { attempts: 0 }));
-    assert_eq!(p.front(), Some(("a", 2)));
+    assert_eq!(front(&p), Some(("a", 2)));
     ev(
         &mut p,
         StartEvent::Bound {
@@ -66,7 +71,7 @@ fn a_task_given_back_starts_before_the_queue_and_one_taken_back_at_its_front() {
         },
         t,
     );
-    assert_eq!(p.front(), Some(("b", 1)), "taken back: before c, which came after it");
+    assert_eq!(front(&p), Some(("b", 1)), "taken back: before c, which came after it");
     assert_eq!(p.worker_of("a"), Some(11));
 }
 
