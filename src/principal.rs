@@ -12,9 +12,25 @@ impl Principal {
     /// The text recorded on tasks the peer creates: `unix:uid=1000`,
     /// `vsock:cid=3`.
     pub fn name(&self) -> String {
+        let (kind, number) = self.name_parts();
+        format!("{kind}{number}")
+    }
+
+    /// Whether `name` is this peer's [`name`](Self::name), compared
+    /// without spelling it.
+    pub fn is_named(&self, name: &str) -> bool {
+        let (kind, number) = self.name_parts();
+        name.strip_prefix(kind).is_some_and(|digits| {
+            // Only the spelling `name` writes: no sign, no leading zero.
+            let plain = digits.bytes().all(|b| b.is_ascii_digit()) && (digits == "0" || !digits.starts_with('0'));
+            plain && digits.parse() == Ok(number)
+        })
+    }
+
+    fn name_parts(&self) -> (&'static str, u32) {
         match self {
-            Principal::Unix { uid, .. } => format!("unix:uid={uid}"),
-            Principal::Vsock { cid, .. } => format!("vsock:cid={cid}"),
+            Principal::Unix { uid, .. } => ("unix:uid=", *uid),
+            Principal::Vsock { cid, .. } => ("vsock:cid=", *cid),
         }
     }
 
@@ -25,5 +41,44 @@ impl Principal {
             Principal::Unix { .. } => true,
             Principal::Vsock { operator, .. } => *operator,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peer_is_named_as_it_spells_its_name_and_no_other_way() {
+        let peers = [
+            Principal::Unix { uid: 0, pid: 1 },
+            Principal::Unix { uid: 1000, pid: 1 },
+            Principal::Vsock {
+                cid: 3,
+                operator: false,
+            },
+            Principal::Vsock {
+                cid: u32::MAX,
+                operator: true,
+            },
+        ];
+        for p in &peers {
+            assert!(p.is_named(&p.name()), "{p:?}");
+            for q in &peers {
+                assert_eq!(p.is_named(&q.name()), p.name() == q.name(), "{p:?} named as {q:?}");
+            }
+        }
+        let uid_1000 = Principal::Unix { uid: 1000, pid: 1 };
+        for not_it in [
+            "unix:uid=01000",
+            "unix:uid=+1000",
+            "unix:uid=",
+            "unix:uid=1000 ",
+            "vsock:cid=1000",
+            "",
+        ] {
+            assert!(!uid_1000.is_named(not_it), "{not_it:?}");
+        }
+        assert!(!Principal::Unix { uid: 0, pid: 1 }.is_named("unix:uid=00"));
     }
 }

@@ -277,8 +277,12 @@ struct InResult<'a, T> {
 
 /// `application/json`, with or without parameters, or any `+json` type.
 fn is_json_media_type(ct: &str) -> bool {
-    let essence = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-    essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json"))
+    // Compared without a lowercased copy: this runs for every request.
+    let essence = ct.split(';').next().unwrap_or("").trim().as_bytes();
+    let (top, sub) = essence.split_at(essence.len().min(b"application/".len()));
+    top.eq_ignore_ascii_case(b"application/")
+        && (sub.eq_ignore_ascii_case(b"json")
+            || sub.len() >= b"+json".len() && sub[sub.len() - b"+json".len()..].eq_ignore_ascii_case(b"+json"))
 }
 
 /// A2A-Version from the header or the `?A2A-Version=` query; Major.Minor
@@ -333,5 +337,11 @@ mod tests {
         assert!(is_json_media_type("application/a2a+json"));
         assert!(!is_json_media_type("text/plain"));
         assert!(!is_json_media_type("application/x-www-form-urlencoded"));
+        assert!(is_json_media_type(" APPLICATION/Problem+JSON "));
+        assert!(!is_json_media_type("application/jsonx"));
+        assert!(!is_json_media_type("application/"));
+        assert!(!is_json_media_type("applicat"));
+        assert!(!is_json_media_type(""));
+        assert!(!is_json_media_type("text/json"));
     }
 }

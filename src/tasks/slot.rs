@@ -88,7 +88,7 @@ impl Slot {
     }
 
     pub fn may_see(&self, principal: &crate::principal::Principal) -> bool {
-        principal.is_operator() || *self.principal == *principal.name()
+        principal.is_operator() || principal.is_named(&self.principal)
     }
 
     /// Its names, as observers get them.
