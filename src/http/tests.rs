@@ -314,6 +314,27 @@ reject!(
     431,
     "too many header fields"
 );
+// A bound above the default parses into an array of its own size.
+accept!(
+    headers_at_a_raised_limit,
+    small(limits::HTTP_HEAD_MAX_BYTES, limits::HTTP_HEADERS_MAX * 2, 0),
+    with_headers(limits::HTTP_HEADERS_MAX * 2),
+    |r| assert_eq!(r.headers.len(), limits::HTTP_HEADERS_MAX * 2)
+);
+reject!(
+    headers_over_a_raised_limit,
+    small(limits::HTTP_HEAD_MAX_BYTES, limits::HTTP_HEADERS_MAX * 2, 0),
+    with_headers(limits::HTTP_HEADERS_MAX * 2 + 1),
+    431,
+    "too many header fields"
+);
+reject!(
+    headers_over_a_lowered_limit,
+    small(limits::HTTP_HEAD_MAX_BYTES, 8, 0),
+    with_headers(9),
+    431,
+    "too many header fields"
+);
 
 // ---- keep-alive ----
 accept!(http11_default_keep, *b"GET / HTTP/1.1\r\n\r\n", |r| assert!(
