@@ -429,3 +429,64 @@ fn a_worker_does_not_inherit_the_fork_servers_signal_stack() {
         "the worker inherited the signal stack at {guard_end:#x}:\n{worker}"
     );
 }
+
+/// The fork server answers requests from near the top of a stack page
+/// (worker/forkserver.rs, `on_a_page_of_its_own`): a worker forked there
+/// writes one page of its stack while it waits for its task and two with
+/// it, wherever the kernel began the fork server's stack. From outside:
+/// the fork server's stack pointer in its recvmsg (`/proc/PID/syscall`)
+/// lies in the top part of a page, and an idle worker has written (smaps:
+/// the stack's Private_Dirty) only that page and its command line's. The
+/// stack begins at a random offset in its page, so three daemons are
+/// started: without the placement, all three pass by chance one time in
+/// twenty.
+#[test]
+fn the_fork_server_forks_from_the_top_of_a_stack_page() {
+    const PAGE: u64 = 4096; // the static build is x86_64
+    let Some(bin) = static_agentd_or_skip("the_fork_server_forks_from_the_top_of_a_stack_page") else {
+        return;
+    };
+    for _ in 0..3 {
+        let d = common::Daemon::start_with_binary(&bin, &["--set", "tasks.prespawn=1"]);
+        let (mut fork_server, mut idle) = (None, None);
+        assert!(
+            common::wait_for(std::time::Duration::from_secs(10), || {
+                fork_server = common::fork_servers(d.pid()).first().copied();
+                idle = common::idle_workers(d.pid()).first().copied();
+                fork_server.is_some() && idle.is_some()
+            }),
+            "a fork server and an idle worker under the daemon"
+        );
+        let (fork_server, idle) = (fork_server.unwrap(), idle.unwrap());
+        // "47 args… sp pc" once it waits in recvmsg(2) for the next request.
+        let mut waiting = String::new();
+        assert!(
+            common::wait_for(std::time::Duration::from_secs(10), || {
+                waiting = std::fs::read_to_string(format!("/proc/{fork_server}/syscall")).unwrap_or_default();
+                waiting.split_whitespace().next() == Some("47")
+            }),
+            "the fork server waits in recvmsg: /proc/{fork_server}/syscall says {waiting:?}"
+        );
+        let sp = waiting
+            .split_whitespace()
+            .nth(7)
+            .and_then(|sp| u64::from_str_radix(sp.trim_start_matches("0x"), 16).ok())
+            .unwrap_or_else(|| panic!("no stack pointer in {waiting:?}"));
+        assert!(
+            sp % PAGE >= PAGE - 1536,
+            "the fork server waits {} bytes above a page's start, not near its top ({sp:#x})",
+            sp % PAGE
+        );
+        let smaps = std::fs::read_to_string(format!("/proc/{idle}/smaps")).expect("the idle worker's smaps read");
+        let dirty_kib: u64 = smaps
+            .lines()
+            .skip_while(|l| !l.ends_with("[stack]"))
+            .find_map(|l| l.strip_prefix("Private_Dirty:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or_else(|| panic!("no Private_Dirty for the idle worker's stack:\n{smaps}"));
+        assert!(
+            dirty_kib <= 2 * PAGE / 1024,
+            "the idle worker wrote {dirty_kib} KiB of its stack: more than the page it was forked on and its command line's"
+        );
+    }
+}

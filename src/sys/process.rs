@@ -10,6 +10,16 @@ pub fn getpid() -> i32 {
     std::process::id() as i32
 }
 
+/// The size of a memory page (4 KiB unless the kernel says otherwise).
+pub fn page_size() -> usize {
+    // SAFETY: sysconf reads a constant of the system and touches no memory.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(size)
+        .ok()
+        .filter(|s| s.is_power_of_two())
+        .unwrap_or(4096)
+}
+
 pub fn getppid() -> i32 {
     // SAFETY: getppid cannot fail and touches no memory.
     unsafe { libc::getppid() }

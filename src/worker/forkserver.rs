@@ -98,6 +98,69 @@ pub fn main() -> i32 {
     // A debug build can be told to answer late, as a fork server starved
     // of the CPU does: tests of a late helper (tests/helpers_late.rs).
     let reply_delay = late_reply_for_tests();
+    let settings = Settings {
+        supervisor,
+        frame_max,
+        reply_delay,
+        null,
+    };
+    on_a_page_of_its_own(sys::page_size(), || answer_requests(&settings))
+}
+
+/// What every worker is born with, set once at start-up.
+struct Settings {
+    supervisor: i32,
+    frame_max: usize,
+    reply_delay: Option<std::time::Duration>,
+    null: OwnedFd,
+}
+
+/// How far below a page's top the request loop's frame may begin, and how
+/// far each step down moves it at least: a step is less than the window
+/// (its pad plus a frame's few words), so one of a page's worth of steps
+/// lands in it.
+const LOOP_WINDOW: usize = 512;
+const STEP_PAD: usize = 256;
+
+/// Runs `serve` with its stack frame near the top of a stack page.
+///
+/// Every stack page a worker writes costs it a page fault (a copy of the
+/// fork server's page, or a fresh one below), and the fork server one more
+/// for each of its own it writes again after the fork. A worker's stack
+/// begins in the fork server's request loop: from a loop near a page's
+/// top, an idle worker writes that one page and an echo task two, and the
+/// fork server rewrites only that one. But the kernel begins a process's
+/// stack at a random offset in its page, and from an unlucky one the same
+/// worker wrote three, the loop straddled two, and a task cost 8 to 10
+/// faults in all instead of 7 (measured in bench/README.md). So before
+/// serving, the fork server steps down its stack until the loop begins
+/// near a page's top.
+fn on_a_page_of_its_own(page: usize, serve: impl FnOnce() -> i32) -> i32 {
+    step_down(page, page / STEP_PAD + 1, serve)
+}
+
+/// One step down, unless this frame ends in the window or the steps are
+/// spent (a step larger than the window would pass it by forever).
+#[inline(never)]
+fn step_down<F: FnOnce() -> i32>(page: usize, steps_left: usize, serve: F) -> i32 {
+    let pad = [0u8; STEP_PAD];
+    // Where this frame's pad begins: the next frame starts right below it.
+    let low = std::hint::black_box(&pad).as_ptr() as usize;
+    if low % page >= page.saturating_sub(LOOP_WINDOW) || steps_left == 0 {
+        return serve();
+    }
+    step_down(page, steps_left - 1, serve)
+}
+
+/// Answers fork requests until procman lets go of us.
+#[inline(never)]
+fn answer_requests(settings: &Settings) -> i32 {
+    let Settings {
+        supervisor,
+        frame_max,
+        reply_delay,
+        ref null,
+    } = *settings;
     // From here on nothing is allocated: each heap page written after a
     // fork would be a copy-on-write fault, once per worker. A request is a
     // few bytes; its descriptors are held on the stack.
@@ -120,7 +183,7 @@ pub fn main() -> i32 {
                         containment: request
                             .containment
                             .and_then(|what| Some((what, fds.get(fds.len() - 1)?))),
-                        null: &null,
+                        null,
                     };
                     fork_one(birth, cgroup, request.placed_only)
                 }
@@ -160,7 +223,9 @@ fn late_reply_for_tests() -> Option<std::time::Duration> {
 }
 
 /// Forks one worker; in the worker, runs it and exits. `placed_only`: in
-/// `cgroup` or not at all (its task may be in its pipe already).
+/// `cgroup` or not at all (its task may be in its pipe already). Not
+/// inlined: it is one of the anchors of link/worker-text.ld.
+#[inline(never)]
 fn fork_one(birth: Birth<'_>, cgroup: Option<&OwnedFd>, placed_only: bool) -> ForkReply {
     let forked = match cgroup {
         Some(dir) if placed_only => sys::fork_sibling_into(dir.as_raw_fd()),
