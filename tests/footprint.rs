@@ -384,15 +384,8 @@ fn the_static_fork_server_has_no_heap() {
     );
 }
 
-/// The fork server keeps std's signal stack to itself (MADV_DONTFORK):
-/// a worker, whose handlers never use it, does not inherit the memory
-/// area, which its fork would copy and its exit tear down. Found in the
-/// fork server's maps as the mapping right after an anonymous guard page;
-/// an idle worker forked from it has the guard (inherited, no pages) and
-/// nothing where the stack was.
-#[test]
-fn a_worker_does_not_inherit_the_fork_servers_signal_stack() {
-    let d = common::Daemon::start(&[]);
+/// The daemon's fork server and one of its idle workers, once both are up.
+fn fork_server_and_idle_worker(d: &common::Daemon) -> (i32, i32) {
     let (mut fork_server, mut idle) = (None, None);
     assert!(
         common::wait_for(std::time::Duration::from_secs(10), || {
@@ -402,6 +395,19 @@ fn a_worker_does_not_inherit_the_fork_servers_signal_stack() {
         }),
         "a fork server and an idle worker under the daemon"
     );
+    (fork_server.unwrap(), idle.unwrap())
+}
+
+/// The fork server keeps std's signal stack to itself (MADV_DONTFORK):
+/// a worker, whose handlers never use it, does not inherit the memory
+/// area, which its fork would copy and its exit tear down. Found in the
+/// fork server's maps as the mapping right after an anonymous guard page;
+/// an idle worker forked from it has the guard (inherited, no pages) and
+/// nothing where the stack was.
+#[test]
+fn a_worker_does_not_inherit_the_fork_servers_signal_stack() {
+    let d = common::Daemon::start(&[]);
+    let (fork_server, idle) = fork_server_and_idle_worker(&d);
     let maps = |pid: i32| std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("maps read");
     let starts = |text: &str| -> Vec<(u64, String)> {
         text.lines()
@@ -411,7 +417,7 @@ fn a_worker_does_not_inherit_the_fork_servers_signal_stack() {
             })
             .collect()
     };
-    let (server, worker) = (maps(fork_server.unwrap()), maps(idle.unwrap()));
+    let (server, worker) = (maps(fork_server), maps(idle));
     let server_areas = starts(&server);
     let guard_end = server
         .lines()
@@ -448,16 +454,7 @@ fn the_fork_server_forks_from_the_top_of_a_stack_page() {
     };
     for _ in 0..3 {
         let d = common::Daemon::start_with_binary(&bin, &["--set", "tasks.prespawn=1"]);
-        let (mut fork_server, mut idle) = (None, None);
-        assert!(
-            common::wait_for(std::time::Duration::from_secs(10), || {
-                fork_server = common::fork_servers(d.pid()).first().copied();
-                idle = common::idle_workers(d.pid()).first().copied();
-                fork_server.is_some() && idle.is_some()
-            }),
-            "a fork server and an idle worker under the daemon"
-        );
-        let (fork_server, idle) = (fork_server.unwrap(), idle.unwrap());
+        let (fork_server, idle) = fork_server_and_idle_worker(&d);
         // "47 args… sp pc" once it waits in recvmsg(2) for the next request
         // (readable where we may trace it, as root or its user may).
         let syscall = format!("/proc/{fork_server}/syscall");
